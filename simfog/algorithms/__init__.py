@@ -1,0 +1,14 @@
+"""Training algorithms: what each rank communicates, when, and with whom.
+
+An algorithm is a class registered here, built with the Simulation, with:
+- `symmetric` (class attribute): True when it treats all ranks alike (the engine may then simulate one rank);
+- `backward_started(rank, iteration, sample, t_backward) -> simpy.Event | None`: called when a rank starts
+  backward; returns the event the rank's optimizer step must wait for (None: nothing to wait for);
+- `describe_buckets() -> list[dict]`: what is sent per iteration (for the Result).
+"""
+
+from simfog.registry import Registry
+
+REGISTRY = Registry("algorithm")
+
+from simfog.algorithms import allreduce  # noqa: E402,F401  (registers its entries)

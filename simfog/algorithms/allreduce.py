@@ -1,0 +1,131 @@
+"""Allreduce-SGD: gradients merged into buckets (simfog.merge) and allreduced among all ranks, overlapping backward.
+
+Static policies launch buckets strictly in order on each rank's communication stream; Horovod's fusion happens at
+run time in a background cycle that fuses only tensors ready on every rank (its negotiation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simfog import merge
+from simfog.algorithms import REGISTRY
+
+
+def _settings(comm) -> merge.MergeSettings:
+    return merge.MergeSettings(threshold_bytes=comm.threshold_bytes, cycle_time_s=comm.cycle_time_s)
+
+
+def _tensor_ready_offsets(sim) -> tuple[list, np.ndarray]:
+    """The gradient tensors in ready order and, per trace sample, when each is ready after backward starts."""
+    trace = sim.experiment.workload.trace
+    tensors = merge.grad_tensors(trace)
+    layer = trace.layer_index()
+    cols = np.array([layer[t.name] for t in tensors], dtype=int)
+    return tensors, sim.compute.layer_end_s[:, cols]
+
+
+@REGISTRY.register("allreduce")
+class AllreduceSGD:
+    """Data-parallel SGD: bucketed gradient allreduce overlapping backward (DDP, Horovod, BAGUA, MG-WFBP...)."""
+
+    symmetric = True
+
+    def __init__(self, sim):
+        self.sim = sim
+        comm = sim.experiment.comm
+        tensors, offsets = _tensor_ready_offsets(sim)
+        self.dynamic = comm.merge in merge.DYNAMIC
+        if self.dynamic:
+            self._impl = _HorovodCycles(sim, tensors, offsets, _settings(comm))
+            return
+        self.buckets = merge.plan(comm.merge, tensors, _settings(comm), sim.cost.allreduce)
+        index = {t.name: i for i, t in enumerate(tensors)}
+        # A bucket is launched when its last gradient is ready: (samples, buckets).
+        self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
+        self.durations = [sim.cost.allreduce(b.nbytes) for b in self.buckets]
+        self.collectives: dict[tuple[int, int], object] = {}
+
+    def describe_buckets(self) -> list[dict]:
+        if self.dynamic:
+            return self._impl.describe_buckets()
+        return [{"bucket": i, "tensors": len(b.tensors), "bytes": b.nbytes, "allreduce_s": d}
+                for i, (b, d) in enumerate(zip(self.buckets, self.durations))]
+
+    def backward_started(self, rank, iteration, sample, t_backward):
+        if self.dynamic:
+            return self._impl.backward_started(rank, iteration, sample, t_backward)
+        return self.sim.env.process(self._comm_stream(rank, iteration, sample, t_backward))
+
+    def _collective(self, iteration: int, b: int):
+        from simfog.engine import Collective
+
+        key = (iteration, b)
+        coll = self.collectives.get(key)
+        if coll is None:
+            coll = self.collectives[key] = Collective(self.sim.env, self.sim.simulated_ranks, self.durations[b],
+                                                      f"bucket{b}")
+        return coll
+
+    def _comm_stream(self, rank, iteration, sample, t_backward):
+        env, ready, record = self.sim.env, self.ready[sample], self.sim.record
+        for b in range(len(self.buckets)):
+            launch = t_backward + ready[b]
+            if launch > env.now:  # buckets launch in order: a ready bucket waits for the earlier ones
+                yield env.timeout(launch - env.now)
+            arrived = env.now
+            coll = self._collective(iteration, b)
+            yield coll.join()
+            if coll.start > arrived:
+                record(rank, iteration, "wait", coll.name, arrived, coll.start)
+            record(rank, iteration, "comm", coll.name, coll.start, coll.end)
+
+
+class _HorovodCycles:
+    """Horovod's background loop: every cycle, negotiate which tensors are ready on all ranks, fuse them up to the
+    fusion threshold, allreduce the fused buffers one after another; sleep until the next cycle is due."""
+
+    def __init__(self, sim, tensors, offsets, settings: merge.MergeSettings):
+        self.sim, self.tensors, self.offsets = sim, tensors, offsets
+        self.threshold = settings.threshold_bytes or merge.HOROVOD_FUSION_BYTES
+        self.cycle = settings.cycle_time_s or merge.HOROVOD_CYCLE_S
+        n_it = sim.experiment.iterations
+        self.ready_all = np.full((n_it, len(tensors)), -np.inf)
+        self.registered = [0] * n_it
+        self.done = [sim.env.event() for _ in range(n_it)]
+        self.fused: list[dict] = []
+        sim.env.process(self._loop())
+
+    def describe_buckets(self) -> list[dict]:
+        return self.fused
+
+    def backward_started(self, rank, iteration, sample, t_backward):
+        np.maximum(self.ready_all[iteration], t_backward + self.offsets[sample], out=self.ready_all[iteration])
+        self.registered[iteration] += 1
+        return self.done[iteration]
+
+    def _loop(self):
+        env, sim = self.sim.env, self.sim
+        for it in range(sim.experiment.iterations):
+            pending = list(range(len(self.tensors)))
+            while pending:
+                cycle_start = env.now
+                if self.registered[it] == sim.simulated_ranks:
+                    ready_at = self.ready_all[it]
+                    ready = [i for i in pending if ready_at[i] <= env.now]
+                    if ready:
+                        done = set(ready)
+                        pending = [i for i in pending if i not in done]
+                        for bucket in merge.horovod_fuse([self.tensors[i] for i in ready], self.threshold):
+                            duration = sim.cost.allreduce(bucket.nbytes)
+                            start = env.now
+                            yield env.timeout(duration)
+                            for r in range(sim.simulated_ranks):
+                                sim.record(r, it, "comm", f"fused{len(self.fused)}", start, env.now)
+                            if it == 0:
+                                self.fused.append({"bucket": len(self.fused), "tensors": len(bucket.tensors),
+                                                   "bytes": bucket.nbytes, "allreduce_s": duration})
+                if pending:
+                    # A cycle that took longer than cycle_time is followed at once (Horovod's RunLoopOnce).
+                    yield env.timeout(max(cycle_start + self.cycle - env.now, 0.0))
+            self.done[it].succeed()

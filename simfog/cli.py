@@ -1,0 +1,73 @@
+"""The `simfog` command. Only here do exceptions become exit codes: a user error prints one line and exits 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from simfog.errors import SimfogError
+
+DEFAULT_EXPERIMENT = Path(__file__).with_name("data") / "default.toml"
+
+# name -> (module with add_arguments(parser) and run(args) -> int, help). Modules are imported only when used,
+# so `simfog list` never imports torch.
+COMMANDS = {
+    "simulate": ("simfog.commands.simulate", "simulate an experiment file; print the summary"),
+    "sweep": ("simfog.commands.sweep", "simulate a grid of ranks x merge policies x collectives; table and CSV"),
+    "list": ("simfog.commands.listing", "list every registered collective, merge policy, algorithm, ..."),
+    "import": ("simfog.importers_cli", "convert a profiler trace or benchmark log into a simfog trace"),
+    "calibrate": ("simfog.calibrate_cli", "fit cluster latency and bandwidth from a network trace"),
+}
+COLLECT = {
+    "model": ("validate.collect_model_cli", "measure a zoo model's per-layer compute (torch)"),
+    "network": ("validate.collect_network_cli", "measure collectives over gloo or MPI"),
+}
+
+
+def _add(sub, name: str, module: str, help_text: str) -> None:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(_module=module)
+    try:
+        importlib.import_module(module).add_arguments(parser)
+    except ModuleNotFoundError as e:  # an optional part (torch, a later feature) is not installed
+        parser.set_defaults(_missing=str(e))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simfog", description="Trace-driven simulator of data-parallel training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        _add(sub, name, module, help_text)
+    collect = sub.add_parser("collect", help="collect traces from real runs").add_subparsers(dest="what",
+                                                                                              required=True)
+    for name, (module, help_text) in COLLECT.items():
+        _add(collect, name, module, help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "_missing", None):
+        print(f"simfog: error: this command needs a missing module ({args._missing}); "
+              "install the extras: pip install -e '.[validate]'", file=sys.stderr)
+        return 2
+    try:
+        return importlib.import_module(args._module).run(args) or 0
+    except SimfogError as e:
+        print(f"simfog: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simfog: interrupted", file=sys.stderr)
+        return 130
+
+
+def print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

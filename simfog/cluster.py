@@ -1,0 +1,109 @@
+"""The cluster: nodes of ranks, an intra-node link, one NIC per node and a fabric between the NICs.
+
+Ranks are placed node by node: rank r lives on node r // ranks_per_node. Bandwidths are bytes/s per direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from simfog.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link class: per-message latency (s) and bandwidth (B/s, each direction)."""
+
+    latency_s: float
+    bandwidth_Bps: float
+
+    def __post_init__(self):
+        if not self.latency_s >= 0:
+            raise ConfigError("latency", self.latency_s, "a time >= 0")
+        if not self.bandwidth_Bps > 0:
+            raise ConfigError("bandwidth", self.bandwidth_Bps, "a bandwidth > 0")
+
+    @property
+    def beta_s_per_B(self) -> float:
+        return 1.0 / self.bandwidth_Bps
+
+    def time(self, nbytes: float, flows: int = 1) -> float:
+        """One message of `nbytes` while `flows` messages share this link: α + flows·M·β."""
+        return self.latency_s + flows * nbytes / self.bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`nodes` × `ranks_per_node` ranks. `oversubscription` > 1 means the fabric core carries less than all NICs
+    at once: inter-node traffic then sees nic bandwidth / oversubscription. `reduce_Bps` is the speed of the
+    reduction arithmetic (γ = 1/reduce_Bps; None means free)."""
+
+    nodes: int
+    ranks_per_node: int
+    intra: Link
+    nic: Link
+    oversubscription: float = 1.0
+    reduce_Bps: float | None = None
+
+    def __post_init__(self):
+        for name in ("nodes", "ranks_per_node"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"cluster.{name}", v, "an integer >= 1")
+        if not self.oversubscription >= 1.0:
+            raise ConfigError("cluster.oversubscription", self.oversubscription, "a number >= 1 (1 = full bisection)")
+        if self.reduce_Bps is not None and not self.reduce_Bps > 0:
+            raise ConfigError("cluster.reduce_bandwidth", self.reduce_Bps, "a bandwidth > 0")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def inter(self) -> Link:
+        """What a flow leaving a node sees: the NIC, slowed by fabric oversubscription when there are several nodes."""
+        if self.nodes == 1 or self.oversubscription == 1.0:
+            return self.nic
+        return Link(self.nic.latency_s, self.nic.bandwidth_Bps / self.oversubscription)
+
+    @property
+    def gamma_s_per_B(self) -> float:
+        return 0.0 if self.reduce_Bps is None else 1.0 / self.reduce_Bps
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def link_between(self, a: int, b: int) -> Link:
+        return self.intra if self.node_of(a) == self.node_of(b) else self.inter
+
+    def with_ranks(self, ranks: int) -> "Cluster":
+        """The same kind of cluster with `ranks` ranks: whole nodes, or one partly used node if fewer ranks than
+        a node holds. Raises ConfigError when `ranks` is not a multiple of ranks_per_node."""
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise ConfigError("ranks", ranks, "an integer >= 1")
+        if ranks <= self.ranks_per_node:
+            return replace(self, nodes=1, ranks_per_node=ranks)
+        if ranks % self.ranks_per_node:
+            raise ConfigError("ranks", ranks,
+                              f"a multiple of gpus_per_node ({self.ranks_per_node}) or at most one node's worth")
+        return replace(self, nodes=ranks // self.ranks_per_node)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Where a collective's participants sit: n ranks spread over `nodes` nodes, at most `per_node` on one."""
+
+    ranks: int
+    nodes: int
+    per_node: int
+
+    @staticmethod
+    def of(cluster: Cluster, members: Sequence[int] | None = None) -> "Group":
+        """The whole cluster when `members` is None, else the nodes those ranks occupy."""
+        if members is None:
+            return Group(cluster.ranks, cluster.nodes, cluster.ranks_per_node)
+        counts: dict[int, int] = {}
+        for r in members:
+            counts[cluster.node_of(r)] = counts.get(cluster.node_of(r), 0) + 1
+        return Group(len(members), len(counts), max(counts.values()))

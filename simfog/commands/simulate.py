@@ -1,0 +1,86 @@
+"""`simfog simulate FILE.toml`: iteration time, throughput and scaling efficiency of one experiment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simfog import units
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded ResNet-50 example)")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_overrides(parser)
+    parser.add_argument("--intervals", metavar="CSV", help="write every per-rank interval to this CSV")
+
+
+def add_overrides(parser) -> None:
+    """Options that override the experiment file (shared with sweep, tune, curve)."""
+    parser.add_argument("--ranks", type=int, help="override the rank count (whole nodes of gpus_per_node)")
+    parser.add_argument("--merge", help="override comm.merge")
+    parser.add_argument("--collective", help="override comm.collective")
+    parser.add_argument("--threshold", help='override comm.threshold, e.g. "25MiB"')
+    parser.add_argument("--iterations", type=int, help="override the iteration count")
+    parser.add_argument("--seed", type=int, help="override the seed")
+
+
+def load_with_overrides(args):
+    """The experiment named by args.file (or the embedded default) with command-line overrides applied."""
+    from dataclasses import replace
+
+    from simfog import collectives, experiment, merge
+    from simfog.cli import DEFAULT_EXPERIMENT
+    from simfog.errors import ConfigError
+
+    exp = experiment.load(Path(args.file) if args.file else DEFAULT_EXPERIMENT)
+    if args.ranks is not None:
+        exp = exp.with_ranks(args.ranks)
+    if args.merge is not None:
+        merge.POLICIES.get(args.merge, field="--merge")  # validates the name
+        exp = exp.with_comm(merge=args.merge)
+    if args.collective is not None:
+        collectives.ALGORITHMS.get(args.collective, field="--collective")
+        exp = exp.with_comm(collective=args.collective)
+    if args.threshold is not None:
+        exp = exp.with_comm(threshold_bytes=units.nbytes(args.threshold, field="--threshold"))
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise ConfigError("--iterations", args.iterations, "an integer >= 1")
+        exp = replace(exp, iterations=args.iterations)
+    if args.seed is not None:
+        exp = replace(exp, seed=args.seed)
+    if exp.comm.merge == "threshold" and exp.comm.threshold_bytes is None:
+        raise ConfigError("--threshold", None, 'a size such as "25MiB" when merge = "threshold"')
+    return exp
+
+
+def format_summary(s: dict) -> str:
+    est = "  (ESTIMATED inputs: see the trace's provenance)" if s["estimated"] else ""
+    lines = [
+        f"{s['model']} x {s['ranks']} ranks ({s['nodes']} nodes x {s['gpus_per_node']}), batch {s['batch_size']}/rank, "
+        f"{s['algorithm']} / {s['collective']} / merge {s['merge']} ({s['buckets']} buckets){est}",
+        f"  iteration time     {units.format_time(s['iteration_time_s'])}  (worst {units.format_time(s['iteration_time_max_s'])})",
+        f"  throughput         {s['samples_per_s']:.1f} samples/s",
+        f"  scaling efficiency {100 * s['scaling_efficiency']:.1f} %",
+        f"  compute            {units.format_time(s['compute_s'])} per rank",
+        f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
+        f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
+    ]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from simfog.cli import print_json
+    from simfog.engine import simulate
+    from simfog.files import atomic_open
+
+    result = simulate(load_with_overrides(args))
+    summary = result.summary()
+    if args.intervals:
+        with atomic_open(args.intervals) as f:
+            result.intervals().to_csv(f, index=False)
+    if args.json:
+        print_json(summary)
+    else:
+        print(format_summary(summary))
+    return 0

@@ -1,0 +1,150 @@
+"""The event engine: every rank an explicit SimPy process with a compute stream and a communication stream.
+
+The engine knows nothing about GPUs or networks. It runs each rank's compute (forward, backward, optimizer step)
+from the trace, tells the training algorithm when backward starts, and lets the algorithm drive the rank's
+communication stream through `Collective` rendezvous; durations come from pure cost functions.
+
+Compute draws: with compute = "samples", each (iteration, rank) draws one recorded iteration k of the trace and
+uses sample k of every layer, so layer times keep the correlation they had when measured and stragglers arise
+from the data. With compute = "mean", every layer takes its mean time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simfog import algorithms
+from simfog.collectives import CostModel
+from simfog.experiment import Experiment
+from simfog.results import Result
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, and when each layer's
+    backward ends, measured from the start of backward (seconds)."""
+
+    forward_s: np.ndarray      # (S,)
+    backward_s: np.ndarray     # (S,)
+    optimizer_s: np.ndarray    # (S,)
+    layer_end_s: np.ndarray    # (S, layers)
+
+    @staticmethod
+    def from_trace(trace, mode: str) -> "ComputeModel":
+        fwd = np.array([layer.forward_s for layer in trace.layers]).T        # (S, L)
+        bwd = np.array([layer.backward_s for layer in trace.layers]).T
+        opt = np.asarray(trace.optimizer_s, dtype=float)
+        if opt.size != fwd.shape[0]:
+            opt = np.full(fwd.shape[0], opt.mean() if opt.size else 0.0)
+        if mode == "mean":
+            fwd, bwd, opt = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True), opt.mean(keepdims=True)
+        # Backward runs from the last layer to the first: layer l ends after all layers >= l.
+        layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt, layer_end)
+
+    @property
+    def samples(self) -> int:
+        return self.forward_s.shape[0]
+
+    def single_rank_time_s(self) -> float:
+        """Mean iteration time of one rank with no communication: the reference for scaling efficiency."""
+        return float(np.mean(self.forward_s + self.backward_s + self.optimizer_s))
+
+
+class Collective:
+    """A collective among `expected` ranks: it starts when the last participant arrives (each arrives once it has
+    launched the collective and its communication stream is free) and ends `duration_s` later."""
+
+    __slots__ = ("env", "expected", "arrived", "duration_s", "start", "end", "done", "name")
+
+    def __init__(self, env: simpy.Environment, expected: int, duration_s: float, name: str = ""):
+        self.env, self.expected, self.arrived, self.duration_s = env, expected, 0, duration_s
+        self.start = self.end = None
+        self.done = env.event()
+        self.name = name
+
+    def join(self) -> simpy.Event:
+        """Arrive; returns the event that fires when the collective has finished."""
+        self.arrived += 1
+        if self.arrived == self.expected:
+            self.start = self.env.now
+            self.end = self.start + self.duration_s
+            self.env.timeout(self.duration_s).callbacks.append(self._finish)
+        return self.done
+
+    def _finish(self, _event) -> None:
+        self.done.succeed()
+
+
+class Simulation:
+    """One experiment on the event engine. `symmetric` simulates a single representative rank and is allowed only
+    when all ranks are provably identical (see `symmetric_allowed`); None picks it automatically."""
+
+    def __init__(self, experiment: Experiment, *, symmetric: bool | None = None):
+        self.experiment = exp = experiment
+        self.env = simpy.Environment()
+        self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
+        self.cost = CostModel(exp.cluster, exp.comm.collective, exp.comm.alpha_s, exp.comm.beta_s_per_B,
+                              exp.comm.ps_servers)
+        allowed = self.symmetric_allowed()
+        if symmetric and not allowed:
+            raise ValueError("symmetric fast path requested, but ranks are not provably identical")
+        self.symmetric = allowed if symmetric is None else symmetric
+        self.ranks = exp.ranks
+        self.simulated_ranks = 1 if self.symmetric else self.ranks
+        rng = np.random.default_rng(exp.seed)
+        self.draws = rng.integers(0, self.compute.samples, size=(exp.iterations, self.ranks))
+        self.records: list[tuple] = []
+        self.algorithm = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")(self)
+
+    def symmetric_allowed(self) -> bool:
+        """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike."""
+        exp = self.experiment
+        fixed = self.compute.samples == 1
+        cls = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")
+        return fixed and getattr(cls, "symmetric", False)
+
+    def record(self, rank: int, iteration: int, kind: str, name: str, start: float, end: float) -> None:
+        self.records.append((rank, iteration, kind, name, start, end))
+
+    def _rank(self, rank: int):
+        env, c = self.env, self.compute
+        for it in range(self.experiment.iterations):
+            s = self.draws[it, rank]
+            t0 = env.now
+            yield env.timeout(c.forward_s[s])
+            t_b = env.now
+            self.record(rank, it, "forward", "forward", t0, t_b)
+            comm_done = self.algorithm.backward_started(rank, it, s, t_b)
+            yield env.timeout(c.backward_s[s])
+            t_e = env.now
+            self.record(rank, it, "backward", "backward", t_b, t_e)
+            if comm_done is not None:
+                yield comm_done
+            t_o = env.now
+            yield env.timeout(c.optimizer_s[s])
+            self.record(rank, it, "optimizer", "optimizer", t_o, env.now)
+
+    def run(self) -> Result:
+        """Simulate every iteration of every rank. Returns the Result (intervals and summary)."""
+        started = time.perf_counter()
+        for r in range(self.simulated_ranks):
+            self.env.process(self._rank(r))
+        events = 0
+        step, peek, inf = self.env.step, self.env.peek, float("inf")
+        while peek() < inf:
+            step()
+            events += 1
+        return Result(self.experiment, self.records, symmetric=self.symmetric,
+                      single_rank_time_s=self.compute.single_rank_time_s(),
+                      buckets=self.algorithm.describe_buckets(),
+                      events=events, wall_s=time.perf_counter() - started)
+
+
+def simulate(experiment: Experiment, *, symmetric: bool | None = None) -> Result:
+    """Simulate `experiment`. Returns a Result; see simfog.results for its frames and summary."""
+    return Simulation(experiment, symmetric=symmetric).run()

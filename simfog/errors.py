@@ -1,0 +1,29 @@
+"""The exceptions simfog raises on purpose.
+
+Only the CLI turns them into exit codes; library callers catch `SimfogError`.
+"""
+
+from __future__ import annotations
+
+
+class SimfogError(Exception):
+    """Base of every error simfog raises deliberately."""
+
+
+class ConfigError(SimfogError, ValueError):
+    """Bad input: names where (file), what (field), the value seen and what is allowed."""
+
+    def __init__(self, field: str, value: object, allowed: str, *, source: str | None = None):
+        self.field, self.value, self.allowed, self.source = field, value, allowed, source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{field} = {value!r}: {allowed}")
+
+    def in_file(self, source: str) -> "ConfigError":
+        """The same error, now naming the file it came from (keeps an existing name)."""
+        if self.source:
+            return self
+        return ConfigError(self.field, self.value, self.allowed, source=source)
+
+
+class Infeasible(SimfogError):
+    """Well-formed input asking for something impossible (e.g. rhd on 6 ranks)."""

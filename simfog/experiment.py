@@ -1,0 +1,207 @@
+"""The experiment file: workload × cluster × communication, the contract shared by the simulator and the validator.
+
+TOML, read with tomllib. Paths are relative to the file; every quantity carries its unit; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping
+
+from simfog import units
+from simfog.cluster import Cluster, Link
+from simfog.errors import ConfigError
+from simfog.trace import ModelTrace, load_model_trace
+
+COMPUTE_MODES = ("samples", "mean")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A traced model; `compute` says whether layer times are drawn from the samples (seeded) or fixed at means."""
+
+    trace: ModelTrace
+    trace_path: str
+    compute: str = "samples"
+
+
+@dataclass(frozen=True)
+class Comm:
+    """How gradients are communicated: training algorithm, collective algorithm, merge policy and their knobs."""
+
+    algorithm: str = "allreduce"
+    collective: str = "ring"
+    merge: str = "ddp"
+    threshold_bytes: float | None = None
+    cycle_time_s: float | None = None
+    alpha_s: float | None = None
+    beta_s_per_B: float | None = None
+    ps_servers: int | None = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    seed: int
+    iterations: int
+    workload: Workload
+    cluster: Cluster
+    comm: Comm
+    source: str | None = None          # the file it came from, for messages
+    network_trace: str | None = None   # when the cluster links were calibrated from measurements
+
+    @property
+    def ranks(self) -> int:
+        return self.cluster.ranks
+
+    @property
+    def estimated(self) -> bool:
+        """True when any input was estimated rather than measured."""
+        return bool(self.workload.trace.provenance.estimated)
+
+    def with_ranks(self, ranks: int) -> "Experiment":
+        return replace(self, cluster=self.cluster.with_ranks(ranks))
+
+    def with_comm(self, **changes) -> "Experiment":
+        return replace(self, comm=replace(self.comm, **changes))
+
+
+_TOP = {"seed", "iterations", "workload", "cluster", "comm"}
+_WORKLOAD = {"trace", "compute"}
+_CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
+            "oversubscription", "network_trace", "reduce_bandwidth"}
+_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers"}
+
+
+def _section(d: Mapping, name: str, allowed: set[str], source: str | None, required: bool = True) -> dict:
+    if name not in d:
+        if required:
+            raise ConfigError(name, "(missing)", f"a [{name}] section", source=source)
+        return {}
+    sec = d[name]
+    if not isinstance(sec, dict):
+        raise ConfigError(name, sec, f"a [{name}] table", source=source)
+    _no_unknown(sec, allowed, f"{name}.", source)
+    return sec
+
+
+def _no_unknown(d: Mapping, allowed: set[str], prefix: str, source: str | None) -> None:
+    for key in d:
+        if key not in allowed:
+            raise ConfigError(f"{prefix}{key}", d[key], f"not a known key; allowed: {', '.join(sorted(allowed))}",
+                              source=source)
+
+
+def _int(d: Mapping, key: str, prefix: str, source: str | None, default: int | None = None, minimum: int = 1) -> int:
+    if key not in d:
+        if default is None:
+            raise ConfigError(f"{prefix}{key}", "(missing)", f"an integer >= {minimum}", source=source)
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ConfigError(f"{prefix}{key}", v, f"an integer >= {minimum}", source=source)
+    return v
+
+
+def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, default: str | None = None):
+    if key not in d:
+        if default is None:
+            return None
+        return units.parse(default, kind)
+    return units.parse(d[key], kind, field=f"{prefix}{key}", source=source)
+
+
+def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, registry=None,
+            choices: tuple[str, ...] | None = None) -> str:
+    v = d.get(key, default)
+    names = registry.names() if registry is not None else list(choices or ())
+    if v not in names:
+        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(names)}", source=source)
+    return v
+
+
+def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = None) -> Experiment:
+    """Build and validate an Experiment from parsed TOML. Raises ConfigError naming the file, field and value."""
+    from simfog import algorithms, collectives, merge  # registries; imported here to keep this module light
+
+    _no_unknown(d, _TOP, "", source)
+    seed = _int(d, "seed", "", source, default=0, minimum=0)
+    iterations = _int(d, "iterations", "", source, default=5)
+    w = _section(d, "workload", _WORKLOAD, source)
+    if "trace" not in w or not isinstance(w["trace"], str):
+        raise ConfigError("workload.trace", w.get("trace", "(missing)"), "a path to a model trace (.json or .json.gz)",
+                          source=source)
+    trace_path = (base_dir / w["trace"]).resolve()
+    try:
+        trace = load_model_trace(trace_path)
+    except ConfigError as e:
+        if e.field == "path":
+            raise ConfigError("workload.trace", w["trace"], f"an existing model trace file ({trace_path})",
+                              source=source) from None
+        raise
+    compute = _choice(w, "compute", "workload.", source, "samples", choices=COMPUTE_MODES)
+
+    c = _section(d, "cluster", _CLUSTER, source)
+    p = "cluster."
+    intra = Link(_quantity(c, "intra_latency", "time", p, source, "0us"),
+                 _quantity(c, "intra_bandwidth", "bandwidth", p, source, "150GB/s"))
+    needs_nic = "network_trace" not in c
+    if needs_nic:
+        for key in ("nic_bandwidth",):
+            if key not in c:
+                raise ConfigError(f"{p}{key}", "(missing)", 'a bandwidth such as "25Gbit/s" (or set network_trace)',
+                                  source=source)
+    nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
+               _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s"))
+    over = c.get("oversubscription", 1.0)
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or over < 1:
+        raise ConfigError(f"{p}oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
+    cluster = Cluster(_int(c, "nodes", p, source), _int(c, "gpus_per_node", p, source, default=1), intra, nic,
+                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source))
+    network_trace = None
+    if "network_trace" in c:
+        from simfog.calibrate import cluster_from_network_trace
+
+        path = (base_dir / str(c["network_trace"])).resolve()
+        try:
+            cluster = cluster_from_network_trace(path, cluster)
+        except ConfigError as e:
+            raise e.in_file(str(path)) from None
+        network_trace = str(path)
+
+    m = _section(d, "comm", _COMM, source, required=False)
+    p = "comm."
+    comm = Comm(
+        algorithm=_choice(m, "algorithm", p, source, "allreduce", algorithms.REGISTRY),
+        collective=_choice(m, "collective", p, source, "ring", collectives.ALGORITHMS),
+        merge=_choice(m, "merge", p, source, "ddp", merge.POLICIES),
+        threshold_bytes=_quantity(m, "threshold", "bytes", p, source),
+        cycle_time_s=_quantity(m, "cycle_time", "time", p, source),
+        alpha_s=_quantity(m, "alpha", "time", p, source),
+        beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
+        ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None)
+    if comm.merge == "threshold" and comm.threshold_bytes is None:
+        raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
+                          source=source)
+    if comm.collective == "linear" and (comm.alpha_s is None or comm.beta_s_per_B is None):
+        raise ConfigError("comm.alpha" if comm.alpha_s is None else "comm.beta", "(missing)",
+                          'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"', source=source)
+    return Experiment(seed, iterations, Workload(trace, str(trace_path), compute), cluster, comm, source,
+                      network_trace)
+
+
+def load(path: str | Path) -> Experiment:
+    """Read an experiment TOML file. Raises ConfigError (naming the file) for anything wrong in it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("path", str(path), "an existing experiment file (.toml)") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(e), "valid TOML", source=str(path)) from None
+    try:
+        return from_dict(data, base_dir=path.parent, source=str(path))
+    except ConfigError as e:
+        raise e.in_file(str(path)) from None

@@ -1,0 +1,103 @@
+"""Results: per-rank, per-iteration intervals as pandas DataFrames, and the summary users read.
+
+Interval kinds: forward, backward, optimizer (compute stream); comm (a collective running on the rank's
+communication stream); wait (the rank launched a collective whose peers had not all arrived).
+Per rank and iteration: compute_s (forward + backward + optimizer), comm_s (collective time), comm_exposed_s
+(collective time after backward ended, which the optimizer step waited for), idle_s (the rest of the wait after
+backward: neither computing nor communicating, e.g. waiting for a straggler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+INTERVAL_COLUMNS = ["rank", "iteration", "kind", "name", "start_s", "end_s"]
+
+
+@dataclass
+class Result:
+    experiment: object
+    records: list
+    symmetric: bool
+    single_rank_time_s: float
+    buckets: list = field(default_factory=list)
+    events: int = 0
+    wall_s: float = 0.0
+
+    def intervals(self) -> pd.DataFrame:
+        """Every interval of every rank: columns rank, iteration, kind, name, start_s, end_s. On the symmetric
+        fast path rank 0 was simulated and stands for every rank."""
+        df = pd.DataFrame.from_records(self.records, columns=INTERVAL_COLUMNS)
+        if self.symmetric and self.experiment.ranks > 1:
+            n = self.experiment.ranks
+            df = df.loc[df.index.repeat(n)].reset_index(drop=True)
+            df["rank"] = np.tile(np.arange(n), len(df) // n)
+            df = df.sort_values(["rank", "iteration", "start_s"], kind="stable").reset_index(drop=True)
+        return df
+
+    def iterations(self) -> pd.DataFrame:
+        """One row per simulated rank and iteration: start_s, end_s, iteration_s, compute_s, comm_s,
+        comm_exposed_s, idle_s (seconds)."""
+        df = pd.DataFrame.from_records(self.records, columns=INTERVAL_COLUMNS)
+        dur = df["end_s"] - df["start_s"]
+        keys = ["rank", "iteration"]
+        g = df.assign(dur=dur).groupby(keys)
+        out = pd.DataFrame({"start_s": g["start_s"].min(), "end_s": g["end_s"].max()})
+        for kind in ("forward", "backward", "optimizer", "comm", "wait"):
+            out[f"{kind}_s"] = df[df.kind == kind].assign(d=dur).groupby(keys)["d"].sum()
+        out = out.fillna(0.0)
+        bwd_end = df[df.kind == "backward"].set_index(keys)["end_s"]
+        opt_start = df[df.kind == "optimizer"].set_index(keys)["start_s"]
+        comm = df[df.kind == "comm"].join(bwd_end.rename("bwd_end"), on=keys)
+        comm = comm.join(opt_start.rename("opt_start"), on=keys)
+        after = (comm[["end_s", "opt_start"]].min(axis=1) - comm[["start_s", "bwd_end"]].max(axis=1)).clip(lower=0)
+        out["comm_exposed_s"] = after.groupby([comm["rank"], comm["iteration"]]).sum()
+        out = out.fillna(0.0)
+        out["compute_s"] = out.forward_s + out.backward_s + out.optimizer_s
+        out["iteration_s"] = out.end_s - out.start_s
+        exposed = (opt_start - bwd_end).reindex(out.index).fillna(0.0)
+        out["idle_s"] = (exposed - out.comm_exposed_s).clip(lower=0)
+        return out.reset_index()[["rank", "iteration", "start_s", "end_s", "iteration_s", "compute_s", "forward_s",
+                                  "backward_s", "optimizer_s", "comm_s", "comm_exposed_s", "idle_s", "wait_s"]]
+
+    def summary(self) -> dict:
+        """The numbers of `simfog simulate --json` (seconds, samples/s, fractions)."""
+        exp = self.experiment
+        it = self.iterations()
+        # Iteration k ends when the last rank has finished its optimizer step.
+        ends = it.groupby("iteration")["end_s"].max().to_numpy()
+        per_iteration = np.diff(np.concatenate([[0.0], ends]))
+        t_iter = float(per_iteration.mean())
+        batch = exp.workload.trace.batch_size
+        comm_s, exposed = float(it.comm_s.mean()), float(it.comm_exposed_s.mean())
+        return {
+            "model": exp.workload.trace.model,
+            "batch_size": batch,
+            "ranks": exp.ranks,
+            "nodes": exp.cluster.nodes,
+            "gpus_per_node": exp.cluster.ranks_per_node,
+            "algorithm": exp.comm.algorithm,
+            "collective": exp.comm.collective,
+            "merge": exp.comm.merge,
+            "buckets": len(self.buckets),
+            "bytes_per_iteration": int(exp.workload.trace.nbytes),
+            "iterations": exp.iterations,
+            "seed": exp.seed,
+            "compute_mode": exp.workload.compute,
+            "iteration_time_s": t_iter,
+            "iteration_time_max_s": float(per_iteration.max()),
+            "samples_per_s": exp.ranks * batch / t_iter,
+            "scaling_efficiency": self.single_rank_time_s / t_iter,
+            "compute_s": float(it.compute_s.mean()),
+            "comm_s": comm_s,
+            "comm_exposed_s": exposed,
+            "idle_s": float(it.idle_s.mean()),
+            "overlap_fraction": 1.0 - exposed / comm_s if comm_s > 0 else 1.0,
+            "estimated": bool(exp.estimated),
+            "symmetric_fast_path": self.symmetric,
+            "trace": exp.workload.trace_path,
+            "network_trace": exp.network_trace,
+        }

@@ -1,0 +1,111 @@
+"""Many experiments at once: a grid over ranks, merge policies and collectives (and any Comm field).
+
+Points run in local processes by default (or Dask distributed when a scheduler address is given). Each finished
+point is appended to the CSV at once as one complete row, so an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from simfog.errors import ConfigError, SimfogError
+from simfog.experiment import Experiment
+
+KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
+SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
+                   "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "estimated", "error"]
+
+
+@dataclass(frozen=True)
+class Point:
+    ranks: int
+    merge: str
+    collective: str
+    threshold_bytes: float | None = None
+
+    def key(self) -> tuple:
+        return (str(self.ranks), self.merge, self.collective,
+                "" if self.threshold_bytes is None else repr(float(self.threshold_bytes)))
+
+    def apply(self, exp: Experiment) -> Experiment:
+        return exp.with_ranks(self.ranks).with_comm(merge=self.merge, collective=self.collective,
+                                                    threshold_bytes=self.threshold_bytes)
+
+
+def grid(ranks: Sequence[int], merges: Sequence[str], collectives: Sequence[str],
+         thresholds: Sequence[float | None] = (None,)) -> list[Point]:
+    return [Point(r, m, c, t) for r, m, c, t in itertools.product(ranks, merges, collectives, thresholds)]
+
+
+def run_point(exp: Experiment, point: Point) -> dict:
+    """Simulate one point; a well-formed but impossible point (e.g. rhd on 6 ranks) gives a row with `error`."""
+    from simfog.engine import simulate
+
+    row = {"ranks": point.ranks, "merge": point.merge, "collective": point.collective,
+           "threshold_bytes": "" if point.threshold_bytes is None else float(point.threshold_bytes)}
+    try:
+        s = simulate(point.apply(exp)).summary()
+    except SimfogError as e:
+        return {**row, **{c: "" for c in SUMMARY_COLUMNS}, "error": str(e)}
+    return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, "error": ""}
+
+
+def _done_keys(path: Path) -> set[tuple]:
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != KEY_COLUMNS + SUMMARY_COLUMNS:
+            raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
+        return {tuple(row[k] for k in KEY_COLUMNS) for row in reader}
+
+
+def _key_of_row(row: dict) -> tuple:
+    t = row["threshold_bytes"]
+    return (str(row["ranks"]), row["merge"], row["collective"], "" if t == "" else repr(float(t)))
+
+
+def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, jobs: int = 1,
+        scheduler: str | None = None, progress: bool = True) -> list[dict]:
+    """Run every point not already in `out` (CSV), appending each row as it finishes. Returns all rows of `out`."""
+    import tqdm
+
+    out = Path(out)
+    done = _done_keys(out)
+    todo = [p for p in points if p.key() not in done]
+    new_file = not out.exists() or out.stat().st_size == 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a", newline="") as f, tqdm.tqdm(total=len(todo), disable=not progress, unit="exp") as bar:
+        writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS)
+        if new_file:
+            writer.writeheader()
+            f.flush()
+        for row in _execute(exp, todo, jobs, scheduler):
+            writer.writerow(row)
+            f.flush()  # one whole row at a time: a killed sweep loses at most the points in flight
+            bar.update(1)
+    with open(out, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | None):
+    if scheduler:
+        from simfog.dask_backend import execute
+
+        yield from execute(exp, todo, scheduler)
+    elif jobs <= 1 or len(todo) <= 1:
+        for p in todo:
+            yield run_point(exp, p)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            pending = {pool.submit(run_point, exp, p) for p in todo}
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    yield fut.result()

@@ -1,0 +1,309 @@
+"""Trace format 1: what a model computes per layer (ModelTrace) and what collectives cost (NetworkTrace).
+
+All times are seconds, all sizes bytes. Files are JSON, optionally gzipped; traces/README.md documents the format.
+Every sample is kept (warm-up already dropped by the collector): sample k of every layer belongs to recorded
+iteration k, which is why every layer must have the same number of samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from simfog import files
+from simfog.errors import ConfigError
+
+MODEL_FORMAT = "simfog.model-trace/1"
+NETWORK_FORMAT = "simfog.network-trace/1"
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+               "int32": 4, "int64": 8}
+SOURCES = ("measured", "estimated", "imported")
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor: its gradient is what gets communicated."""
+
+    name: str
+    elements: int
+    dtype: str = "float32"
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A module with its own forward/backward timing; `params` may be empty (e.g. ReLU)."""
+
+    name: str
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    params: tuple[Tensor, ...] = ()
+    flops: float | None = None          # forward FLOPs (backward is usually about 2x)
+    bytes_accessed: float | None = None  # forward memory traffic, for roofline retargeting
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where, when and how a trace was made. `estimated` is true for anything not measured as is."""
+
+    command: str
+    date: str
+    host: str
+    source: str = "measured"
+    estimated: bool = False
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class ModelTrace:
+    model: str
+    batch_size: int
+    dtype: str
+    device: Mapping[str, object]
+    software: Mapping[str, str]
+    provenance: Provenance
+    layers: tuple[Layer, ...]
+    grad_ready_order: tuple[str, ...]
+    optimizer_s: tuple[float, ...] = ()
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        """Recorded iterations (samples per layer)."""
+        return len(self.layers[0].forward_s)
+
+    @property
+    def tensors(self) -> dict[str, Tensor]:
+        return {t.name: t for layer in self.layers for t in layer.params}
+
+    @property
+    def parameters(self) -> int:
+        return sum(t.elements for layer in self.layers for t in layer.params)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for layer in self.layers for t in layer.params)
+
+    def layer_index(self) -> dict[str, int]:
+        """Parameter name -> index of the layer that owns it."""
+        return {t.name: i for i, layer in enumerate(self.layers) for t in layer.params}
+
+    def ready_tensors(self) -> tuple[Tensor, ...]:
+        """Parameter tensors in the order their gradients become ready in backward."""
+        by_name = self.tensors
+        return tuple(by_name[n] for n in self.grad_ready_order)
+
+    def to_dict(self) -> dict:
+        return {
+            "format": MODEL_FORMAT, "model": self.model, "batch_size": self.batch_size, "dtype": self.dtype,
+            "device": dict(self.device), "software": dict(self.software),
+            "provenance": _provenance_dict(self.provenance),
+            "layers": [_layer_dict(layer) for layer in self.layers],
+            "grad_ready_order": list(self.grad_ready_order),
+            "optimizer_s": list(self.optimizer_s), **dict(self.extra),
+        }
+
+    def save(self, path: str | Path) -> None:
+        files.write_json(path, self.to_dict())
+
+
+@dataclass(frozen=True)
+class Measurement:
+    collective: str
+    ranks: int
+    nodes: int
+    bytes: int
+    time_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class NetworkTrace:
+    backend: str
+    transport: str
+    provenance: Provenance
+    measurements: tuple[Measurement, ...]
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "format": NETWORK_FORMAT, "backend": self.backend, "transport": self.transport,
+            "provenance": _provenance_dict(self.provenance),
+            "measurements": [
+                {"collective": m.collective, "ranks": m.ranks, "nodes": m.nodes, "bytes": m.bytes,
+                 "time_s": list(m.time_s)} for m in self.measurements],
+            **dict(self.extra),
+        }
+
+    def save(self, path: str | Path) -> None:
+        files.write_json(path, self.to_dict())
+
+
+def _provenance_dict(p: Provenance) -> dict:
+    d = {"command": p.command, "date": p.date, "host": p.host, "source": p.source, "estimated": p.estimated}
+    if p.notes:
+        d["notes"] = p.notes
+    return d
+
+
+def _layer_dict(layer: Layer) -> dict:
+    d = {"name": layer.name, "forward_s": list(layer.forward_s), "backward_s": list(layer.backward_s),
+         "params": [{"name": t.name, "elements": t.elements, "dtype": t.dtype} for t in layer.params]}
+    if layer.flops is not None:
+        d["flops"] = layer.flops
+    if layer.bytes_accessed is not None:
+        d["bytes_accessed"] = layer.bytes_accessed
+    return d
+
+
+# ---- validation: every check names the field, the value and what is allowed ----
+
+def _get(d: Mapping, key: str, where: str, kind: type | tuple, allowed: str):
+    if not isinstance(d, Mapping):
+        raise ConfigError(where or "(top level)", type(d).__name__, "an object")
+    if key not in d:
+        raise ConfigError(f"{where}{key}", "(missing)", allowed)
+    value = d[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ConfigError(f"{where}{key}", value, allowed)
+    return value
+
+
+def _count(d: Mapping, key: str, where: str, minimum: int = 1) -> int:
+    v = _get(d, key, where, int, f"an integer >= {minimum}")
+    if v < minimum:
+        raise ConfigError(f"{where}{key}", v, f"an integer >= {minimum}")
+    return v
+
+
+def _times(d: Mapping, key: str, where: str, *, allow_empty: bool = False) -> tuple[float, ...]:
+    allowed = "a list of durations in seconds (finite numbers >= 0)"
+    values = _get(d, key, where, list, allowed)
+    if not values and not allow_empty:
+        raise ConfigError(f"{where}{key}", values, allowed + ", at least one")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{where}{key}[{i}]", v, allowed)
+    return tuple(float(v) for v in values)
+
+
+def _optional_number(d: Mapping, key: str, where: str) -> float | None:
+    if d.get(key) is None:
+        return None
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{where}{key}", v, "a finite number >= 0 or null")
+    return float(v)
+
+
+def _provenance(d: Mapping) -> Provenance:
+    p = _get(d, "provenance", "", dict, "an object with command, date, host, source, estimated")
+    text = "a string"
+    source = _get(p, "source", "provenance.", str, f"one of {', '.join(SOURCES)}")
+    if source not in SOURCES:
+        raise ConfigError("provenance.source", source, f"one of {', '.join(SOURCES)}")
+    return Provenance(
+        command=_get(p, "command", "provenance.", str, text), date=_get(p, "date", "provenance.", str, text),
+        host=_get(p, "host", "provenance.", str, text), source=source,
+        estimated=_get(p, "estimated", "provenance.", bool, "true or false"), notes=str(p.get("notes", "")))
+
+
+def _format(d: object, expected: str) -> None:
+    if not isinstance(d, Mapping):
+        raise ConfigError("(top level)", type(d).__name__, "a JSON object")
+    if d.get("format") != expected:
+        raise ConfigError("format", d.get("format", "(missing)"), f'"{expected}"')
+
+
+def model_trace_from_dict(d: Mapping) -> ModelTrace:
+    """Validate a parsed model trace. Raises ConfigError naming the first bad field."""
+    _format(d, MODEL_FORMAT)
+    layers_raw = _get(d, "layers", "", list, "a non-empty list of layers")
+    if not layers_raw:
+        raise ConfigError("layers", [], "a non-empty list of layers")
+    layers, seen, samples = [], set(), None
+    for i, raw in enumerate(layers_raw):
+        w = f"layers[{i}]."
+        fwd, bwd = _times(raw, "forward_s", w), _times(raw, "backward_s", w)
+        samples = samples if samples is not None else len(fwd)
+        for key, values in (("forward_s", fwd), ("backward_s", bwd)):
+            if len(values) != samples:
+                raise ConfigError(f"{w}{key}", f"{len(values)} samples",
+                                  f"{samples} samples, as layers[0].forward_s (sample k is iteration k)")
+        params = []
+        for j, p in enumerate(_get(raw, "params", w, list, "a list of parameter tensors")):
+            pw = f"{w}params[{j}]."
+            name = _get(p, "name", pw, str, "a parameter name")
+            if name in seen:
+                raise ConfigError(f"{pw}name", name, "a name not used by another parameter")
+            seen.add(name)
+            dtype = p.get("dtype", "float32")
+            if dtype not in DTYPE_BYTES:
+                raise ConfigError(f"{pw}dtype", dtype, f"one of {', '.join(DTYPE_BYTES)}")
+            params.append(Tensor(name, _count(p, "elements", pw), dtype))
+        layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
+                            _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w)))
+    order = _get(d, "grad_ready_order", "", list, "a list naming every parameter once")
+    missing, extra = seen - set(order), [n for n in order if n not in seen]
+    if extra or missing or len(order) != len(set(order)):
+        bad = extra[:1] or sorted(missing)[:1] or [n for n in order if order.count(n) > 1][:1]
+        raise ConfigError("grad_ready_order", bad[0],
+                          "every parameter of the layers exactly once (missing, unknown or repeated)")
+    known = {"format", "model", "batch_size", "dtype", "device", "software", "provenance", "layers",
+             "grad_ready_order", "optimizer_s"}
+    return ModelTrace(
+        model=_get(d, "model", "", str, "the model's name"), batch_size=_count(d, "batch_size", ""),
+        dtype=_get(d, "dtype", "", str, "a dtype name"),
+        device=_get(d, "device", "", dict, 'an object such as {"kind": "cpu", "name": "...", "threads": 2}'),
+        software=_get(d, "software", "", dict, 'an object such as {"python": "3.11.7", "torch": "2.13.0"}'),
+        provenance=_provenance(d), layers=tuple(layers), grad_ready_order=tuple(order),
+        optimizer_s=_times(d, "optimizer_s", "", allow_empty=True) if "optimizer_s" in d else (),
+        extra={k: v for k, v in d.items() if k not in known})
+
+
+def network_trace_from_dict(d: Mapping) -> NetworkTrace:
+    """Validate a parsed network trace. Raises ConfigError naming the first bad field."""
+    _format(d, NETWORK_FORMAT)
+    raw = _get(d, "measurements", "", list, "a non-empty list of measurements")
+    if not raw:
+        raise ConfigError("measurements", [], "a non-empty list of measurements")
+    out = []
+    for i, m in enumerate(raw):
+        w = f"measurements[{i}]."
+        coll = _get(m, "collective", w, str, f"one of {', '.join(COLLECTIVES)}").replace("-", "_")
+        if coll not in COLLECTIVES:
+            raise ConfigError(f"{w}collective", m["collective"], f"one of {', '.join(COLLECTIVES)}")
+        ranks, nodes = _count(m, "ranks", w), _count(m, "nodes", w)
+        if nodes > ranks:
+            raise ConfigError(f"{w}nodes", nodes, f"at most ranks ({ranks})")
+        out.append(Measurement(coll, ranks, nodes, _count(m, "bytes", w, 0), _times(m, "time_s", w)))
+    known = {"format", "backend", "transport", "provenance", "measurements"}
+    return NetworkTrace(
+        backend=_get(d, "backend", "", str, 'a backend name such as "gloo", "nccl", "mpi"'),
+        transport=_get(d, "transport", "", str, 'a transport such as "tcp", "ib", "nvlink"'),
+        provenance=_provenance(d), measurements=tuple(out),
+        extra={k: v for k, v in d.items() if k not in known})
+
+
+def _load(path: str | Path, parse):
+    data = files.read_json(path)
+    try:
+        return parse(data)
+    except ConfigError as e:
+        raise e.in_file(str(path)) from None
+
+
+def load_model_trace(path: str | Path) -> ModelTrace:
+    """Read and validate a ModelTrace file (.json or .json.gz)."""
+    return _load(path, model_trace_from_dict)
+
+
+def load_network_trace(path: str | Path) -> NetworkTrace:
+    """Read and validate a NetworkTrace file (.json or .json.gz)."""
+    return _load(path, network_trace_from_dict)

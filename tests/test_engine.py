@@ -1,0 +1,175 @@
+"""The event engine against the closed-form recurrences of ALGORITHMS.md §1, and its own invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfog.engine import simulate
+from simfog.errors import Infeasible
+
+from .conftest import make_experiment, make_trace
+
+ALPHA, BETA = 2e-3, 4e-9  # linear allreduce model T(M) = a + b*M (seconds, seconds per byte)
+
+
+def wfbp_recurrence(t_f, t_b, nbytes, a, b):
+    """MG-WFBP paper's WFBP timeline, written out independently of the engine."""
+    L = len(t_b)
+    t_c = [a + b * p for p in nbytes]
+    tau_b = [0.0] * L
+    for l in range(L - 2, -1, -1):
+        tau_b[l] = tau_b[l + 1] + t_b[l + 1]
+    tau_c = [0.0] * L
+    tau_c[L - 1] = tau_b[L - 1] + t_b[L - 1]
+    for l in range(L - 2, -1, -1):
+        tau_c[l] = max(tau_c[l + 1] + t_c[l + 1], tau_b[l] + t_b[l])
+    return sum(t_f) + tau_c[0] + t_c[0]
+
+
+def test_wfbp_matches_recurrence_worked_example():
+    # 4 layers; layer 3's gradient (8 MB) is ready first and its allreduce (34 ms) outlasts layer 2's backward.
+    t_f, t_b = [0.01, 0.02, 0.01, 0.005], [0.02, 0.04, 0.01, 0.03]
+    elements = [250_000, 1_000_000, 500, 2_000_000]
+    trace = make_trace(t_f, t_b, elements)
+    expected = wfbp_recurrence(t_f, t_b, [4 * e for e in elements], ALPHA, BETA)
+    # By hand: t_c = [6, 18, 2.002, 34] ms; tau_b = [80, 40, 30, 0] ms; tau_c[3] = 30; tau_c[2] = max(64, 40) = 64;
+    # tau_c[1] = max(66.002, 80) = 80; tau_c[0] = max(98, 100) = 100; t_iter = 45 + 100 + 6 = 151 ms.
+    assert expected == pytest.approx(0.151, rel=1e-12)
+    s = simulate(make_experiment(trace, alpha=ALPHA, beta=BETA)).summary()
+    assert s["iteration_time_s"] == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-4, 0.05), st.floats(1e-4, 0.05), st.integers(1, 5_000_000)),
+                min_size=1, max_size=12),
+       st.floats(0, 5e-3), st.floats(1e-10, 1e-8))
+def test_wfbp_matches_recurrence_property(layers, a, b):
+    t_f, t_b, elements = (list(x) for x in zip(*layers))
+    trace = make_trace(t_f, t_b, elements)
+    s = simulate(make_experiment(trace, alpha=a, beta=b, iterations=2)).summary()
+    expected = wfbp_recurrence(t_f, t_b, [4 * e for e in elements], a, b)
+    assert s["iteration_time_s"] == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-4, 0.05), st.floats(1e-4, 0.05), st.integers(1, 5_000_000)),
+                min_size=1, max_size=12))
+def test_single_merge_matches_synceasgd(layers):
+    t_f, t_b, elements = (list(x) for x in zip(*layers))
+    trace = make_trace(t_f, t_b, elements)
+    s = simulate(make_experiment(trace, merge="single", alpha=ALPHA, beta=BETA)).summary()
+    expected = sum(t_f) + sum(t_b) + ALPHA + BETA * 4 * sum(elements)
+    assert s["iteration_time_s"] == pytest.approx(expected, rel=1e-12)
+    assert s["buckets"] == 1
+
+
+def test_optimizer_step_waits_and_next_forward_waits_for_it():
+    trace = make_trace([0.01], [0.02], [1000], optimizer=0.005)
+    res = simulate(make_experiment(trace, merge="single", alpha=ALPHA, beta=BETA, iterations=3))
+    expected = 0.01 + 0.02 + ALPHA + BETA * 4000 + 0.005
+    assert res.summary()["iteration_time_s"] == pytest.approx(expected, rel=1e-12)
+    df = res.intervals()
+    r0 = df[df["rank"] == 0]
+    fwd_starts = r0[r0.kind == "forward"].start_s.to_numpy()
+    opt_ends = r0[r0.kind == "optimizer"].end_s.to_numpy()
+    assert fwd_starts[1:] == pytest.approx(opt_ends[:-1], rel=0, abs=0)
+
+
+CONFIGS = [
+    dict(merge="ddp", collective="ring"), dict(merge="wfbp", collective="tree"),
+    dict(merge="single", collective="hierarchical"), dict(merge="horovod", collective="ring"),
+    dict(merge="bagua", collective="ps"), dict(merge="mgwfbp", collective="linear"),
+    dict(merge="threshold", collective="ring", threshold_bytes=3e6),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c["merge"] + "-" + c["collective"])
+def test_symmetric_fast_path_equals_explicit_engine_exactly(config):
+    rng = np.random.default_rng(3)
+    n = 20
+    trace = make_trace(rng.uniform(1e-3, 5e-3, n), rng.uniform(1e-3, 1e-2, n),
+                       rng.integers(1, 3_000_000, n), optimizer=1e-3)
+    exp = make_experiment(trace, nodes=4, gpus_per_node=2, **config)
+    fast, explicit = simulate(exp), simulate(exp, symmetric=False)
+    assert fast.symmetric and not explicit.symmetric
+    assert fast.summary() | {"symmetric_fast_path": None} == explicit.summary() | {"symmetric_fast_path": None}
+    a = fast.intervals().sort_values(["rank", "iteration", "start_s", "kind", "name"]).reset_index(drop=True)
+    b = explicit.intervals().sort_values(["rank", "iteration", "start_s", "kind", "name"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def _sampled_trace():
+    rng = np.random.default_rng(0)
+    n, k = 6, 7
+    samples = [(list(rng.uniform(1e-3, 4e-3, n)), list(rng.uniform(1e-3, 8e-3, n) * (1 + 3 * (i == 2))))
+               for i in range(k)]
+    return make_trace([0] * n, [0] * n, [400_000] * n, samples=samples)
+
+
+def test_samples_mode_is_deterministic_per_seed_and_not_symmetric():
+    trace = _sampled_trace()
+    a = simulate(make_experiment(trace, compute="samples", seed=5, merge="ddp", collective="ring"))
+    b = simulate(make_experiment(trace, compute="samples", seed=5, merge="ddp", collective="ring"))
+    c = simulate(make_experiment(trace, compute="samples", seed=6, merge="ddp", collective="ring"))
+    assert not a.symmetric
+    pd.testing.assert_frame_equal(a.intervals(), b.intervals(), check_exact=True)
+    assert not a.intervals().equals(c.intervals())
+
+
+def test_collective_starts_when_last_participant_launches():
+    exp = make_experiment(_sampled_trace(), compute="samples", seed=1, merge="wfbp", collective="ring", iterations=4)
+    df = simulate(exp).intervals()
+    comm = df[df.kind == "comm"]
+    # Every rank sees the same start and end for a collective...
+    spread = comm.groupby(["iteration", "name"])[["start_s", "end_s"]].agg(lambda x: x.max() - x.min())
+    assert (spread.to_numpy() == 0).all()
+    # ...and it starts when the last rank launched it: some rank never waited (it arrived last).
+    waits = df[df.kind == "wait"].set_index(["iteration", "name", "rank"])
+    for (it, name), group in comm.groupby(["iteration", "name"]):
+        waited = {r for r in group["rank"] if (it, name, r) in waits.index}
+        assert len(waited) < exp.ranks
+        for r in waited:
+            assert waits.loc[(it, name, r)].end_s == group.start_s.iloc[0]
+
+
+def test_stragglers_from_samples_slow_the_iteration():
+    trace = _sampled_trace()
+    sampled = simulate(make_experiment(trace, compute="samples", nodes=8, gpus_per_node=4, alpha=0, beta=0))
+    mean = simulate(make_experiment(trace, compute="mean", nodes=8, gpus_per_node=4, alpha=0, beta=0))
+    # Free communication: the mean-mode run is perfectly efficient, the sampled one waits for the slowest rank.
+    assert mean.summary()["scaling_efficiency"] == pytest.approx(1.0, rel=1e-12)
+    assert sampled.summary()["iteration_time_s"] > mean.summary()["iteration_time_s"]
+    assert sampled.summary()["idle_s"] > 0
+
+
+def test_one_rank_has_no_communication():
+    trace = make_trace([0.01, 0.01], [0.02, 0.02], [1000, 1000])
+    s = simulate(make_experiment(trace, nodes=1, gpus_per_node=1, collective="ring")).summary()
+    assert s["comm_s"] == 0 and s["scaling_efficiency"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 6, 7, 100, 8192])
+def test_any_rank_count(ranks):
+    trace = make_trace([0.01] * 3, [0.02] * 3, [10_000] * 3)
+    exp = make_experiment(trace, nodes=ranks, gpus_per_node=1, collective="ring", merge="ddp", iterations=1)
+    s = simulate(exp, symmetric=False).summary()
+    assert s["ranks"] == ranks and s["iteration_time_s"] >= 0.09
+
+
+def test_power_of_two_algorithms_say_so():
+    trace = make_trace([0.01], [0.02], [1000])
+    with pytest.raises(Infeasible, match="power of two"):
+        simulate(make_experiment(trace, nodes=6, gpus_per_node=1, collective="rhd"))
+
+
+def test_exposed_comm_and_overlap_accounting():
+    # One layer: nothing overlaps, everything after backward is exposed communication.
+    trace = make_trace([0.01], [0.02], [1_000_000])
+    s = simulate(make_experiment(trace, merge="single", alpha=ALPHA, beta=BETA)).summary()
+    t_c = ALPHA + BETA * 4e6
+    assert s["comm_s"] == pytest.approx(t_c) and s["comm_exposed_s"] == pytest.approx(t_c)
+    assert s["overlap_fraction"] == pytest.approx(0.0, abs=1e-12) and s["idle_s"] == pytest.approx(0, abs=1e-15)

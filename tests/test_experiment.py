@@ -1,0 +1,97 @@
+"""The experiment file: parsing, units, unknown keys, and clear errors naming file, field and value."""
+
+from __future__ import annotations
+
+import pytest
+
+from simfog import experiment
+from simfog.errors import ConfigError
+
+from .conftest import make_trace
+
+BASE = """
+seed = 3
+iterations = 2
+
+[workload]
+trace = "t.json"
+compute = "mean"
+
+[cluster]
+nodes = 2
+gpus_per_node = 4
+intra_bandwidth = "100GB/s"
+intra_latency = "2us"
+nic_bandwidth = "25Gbit/s"
+nic_latency = "10us"
+
+[comm]
+algorithm = "allreduce"
+collective = "ring"
+merge = "ddp"
+"""
+
+
+@pytest.fixture
+def folder(tmp_path):
+    make_trace([0.01, 0.02], [0.02, 0.03], [1000, 2000]).save(tmp_path / "t.json")
+    return tmp_path
+
+
+def _write(folder, text):
+    path = folder / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def test_loads_with_si_units(folder):
+    exp = experiment.load(_write(folder, BASE))
+    assert exp.ranks == 8 and exp.seed == 3 and exp.iterations == 2
+    assert exp.cluster.nic.bandwidth_Bps == 25e9 / 8 and exp.cluster.nic.latency_s == 10e-6
+    assert exp.cluster.intra.bandwidth_Bps == 100e9
+    assert exp.workload.trace.parameters == 3000 and exp.comm.merge == "ddp"
+
+
+@pytest.mark.parametrize("old, new, field, value", [
+    ('nic_bandwidth = "25Gbit/s"', "nic_bandwidth = 25", "cluster.nic_bandwidth", "25"),
+    ('nic_latency = "10us"', 'nic_latency = "10 parsecs"', "cluster.nic_latency", "10 parsecs"),
+    ('merge = "ddp"', 'merge = "ddpp"', "comm.merge", "ddpp"),
+    ('collective = "ring"', 'collective = "torus"', "comm.collective", "torus"),
+    ("nodes = 2", "nodes = 0", "cluster.nodes", "0"),
+    ("nodes = 2", "nodes = 2\nnic_bandwith = \"1GB/s\"", "cluster.nic_bandwith", "1GB/s"),
+    ('compute = "mean"', 'compute = "median"', "workload.compute", "median"),
+    ('trace = "t.json"', 'trace = "missing.json"', "workload.trace", "missing.json"),
+    ('merge = "ddp"', 'merge = "threshold"', "comm.threshold", "(missing)"),
+    ('collective = "ring"', 'collective = "linear"', "comm.alpha", "(missing)"),
+])
+def test_bad_input_names_file_field_and_value(folder, old, new, field, value):
+    path = _write(folder, BASE.replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        experiment.load(path)
+    msg = str(err.value)
+    assert str(path) in msg and field in msg and value in msg
+
+
+def test_bad_trace_inside_names_the_trace_file(folder):
+    (folder / "t.json").write_text('{"format": "simfog.model-trace/1", "layers": []}')
+    with pytest.raises(ConfigError, match=r"t\.json.*layers"):
+        experiment.load(_write(folder, BASE))
+
+
+def test_invalid_toml(folder):
+    with pytest.raises(ConfigError, match="exp.toml.*valid TOML"):
+        experiment.load(_write(folder, BASE + "\n[comm\n"))
+
+
+def test_with_ranks_keeps_node_shape(folder):
+    exp = experiment.load(_write(folder, BASE))
+    assert exp.with_ranks(32).cluster.nodes == 8
+    assert exp.with_ranks(2).cluster.nodes == 1 and exp.with_ranks(2).cluster.ranks_per_node == 2
+    with pytest.raises(ConfigError, match="multiple of gpus_per_node"):
+        exp.with_ranks(6)
+
+
+def test_linear_model_keys(folder):
+    text = BASE.replace('collective = "ring"', 'collective = "linear"\nalpha = "50us"\nbeta = "0.8ns/B"')
+    exp = experiment.load(_write(folder, text))
+    assert exp.comm.alpha_s == pytest.approx(50e-6) and exp.comm.beta_s_per_B == pytest.approx(0.8e-9)
