@@ -6,7 +6,7 @@ Ranks are placed node by node: rank r lives on node r // ranks_per_node. Bandwid
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from simfog.errors import ConfigError
 
@@ -45,6 +45,7 @@ class Cluster:
     nic: Link
     oversubscription: float = 1.0
     reduce_Bps: float | None = None
+    degraded_nics: tuple[tuple[int, float], ...] = ()  # (node, bandwidth_Bps) of NICs slower than `nic`
 
     def __post_init__(self):
         for name in ("nodes", "ranks_per_node"):
@@ -55,6 +56,11 @@ class Cluster:
             raise ConfigError("cluster.oversubscription", self.oversubscription, "a number >= 1 (1 = full bisection)")
         if self.reduce_Bps is not None and not self.reduce_Bps > 0:
             raise ConfigError("cluster.reduce_bandwidth", self.reduce_Bps, "a bandwidth > 0")
+        for node, bw in self.degraded_nics:
+            if not 0 <= node < self.nodes:
+                raise ConfigError("heterogeneity.degraded_nics", node, f"a node in 0..{self.nodes - 1}")
+            if not bw > 0:
+                raise ConfigError("heterogeneity.degraded_nics", bw, "a bandwidth > 0")
 
     @property
     def ranks(self) -> int:
@@ -74,8 +80,19 @@ class Cluster:
     def node_of(self, rank: int) -> int:
         return rank // self.ranks_per_node
 
+    def slowest_inter(self, nodes: Iterable[int] | None = None) -> Link:
+        """The inter-node link as seen by traffic among `nodes` (None: all): the slowest of their NICs."""
+        if not self.degraded_nics:
+            return self.inter
+        wanted = None if nodes is None else set(nodes)
+        bws = [bw for node, bw in self.degraded_nics if wanted is None or node in wanted]
+        if not bws or min(bws) >= self.nic.bandwidth_Bps:
+            return self.inter
+        return Link(self.nic.latency_s, min(bws) / (self.oversubscription if self.nodes > 1 else 1.0))
+
     def link_between(self, a: int, b: int) -> Link:
-        return self.intra if self.node_of(a) == self.node_of(b) else self.inter
+        na, nb = self.node_of(a), self.node_of(b)
+        return self.intra if na == nb else self.slowest_inter((na, nb))
 
     def with_ranks(self, ranks: int) -> "Cluster":
         """The same kind of cluster with `ranks` ranks: whole nodes, or one partly used node if fewer ranks than

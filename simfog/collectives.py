@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simfog.cluster import Cluster, Group, Link
@@ -281,7 +281,14 @@ class CostModel:
             bad = [r for r in members if not (isinstance(r, numbers.Integral) and 0 <= r < self.cluster.ranks)]
             if bad or not len(members):
                 raise ConfigError("members", list(members), f"one or more ranks in 0..{self.cluster.ranks - 1}")
-        return _cost(self, op, float(nbytes), Group.of(self.cluster, members))
+        model = self
+        if self.cluster.degraded_nics:  # a degraded NIC in the group slows its inter-node hops (the bottleneck)
+            nodes = None if members is None else {self.cluster.node_of(r) for r in members}
+            slow = self.cluster.slowest_inter(nodes)
+            if slow != self.cluster.inter:
+                plain = replace(self.cluster, degraded_nics=(), oversubscription=1.0, nic=slow)
+                model = replace(self, cluster=plain)
+        return _cost(model, op, float(nbytes), Group.of(self.cluster, members))
 
     def allreduce(self, nbytes: float) -> float:
         """Seconds for an allreduce of `nbytes` among all ranks (= time("allreduce", nbytes))."""

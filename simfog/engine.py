@@ -98,6 +98,7 @@ class Simulation:
         self.simulated_ranks = 1 if self.symmetric else self.ranks
         rng = np.random.default_rng(exp.seed)
         self.draws = rng.integers(0, self.compute.samples, size=(exp.iterations, self.ranks))
+        self.slowdown, self.delays = _heterogeneity(exp, rng)
         self.records: list[tuple] = []
         self.algorithm = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")(self)
 
@@ -106,27 +107,27 @@ class Simulation:
         exp = self.experiment
         fixed = self.compute.samples == 1
         cls = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")
-        return fixed and getattr(cls, "symmetric", False)
+        return fixed and exp.homogeneous and getattr(cls, "symmetric", False)
 
     def record(self, rank: int, iteration: int, kind: str, name: str, start: float, end: float) -> None:
         self.records.append((rank, iteration, kind, name, start, end))
 
     def _rank(self, rank: int):
-        env, c = self.env, self.compute
+        env, c, slow = self.env, self.compute, self.slowdown[rank]
         for it in range(self.experiment.iterations):
             s = self.draws[it, rank]
             t0 = env.now
-            yield env.timeout(c.forward_s[s])
+            yield env.timeout(c.forward_s[s] * slow + self.delays[it, rank])
             t_b = env.now
             self.record(rank, it, "forward", "forward", t0, t_b)
             comm_done = self.algorithm.backward_started(rank, it, s, t_b)
-            yield env.timeout(c.backward_s[s])
+            yield env.timeout(c.backward_s[s] * slow)
             t_e = env.now
             self.record(rank, it, "backward", "backward", t_b, t_e)
             if comm_done is not None:
                 yield comm_done
             t_o = env.now
-            yield env.timeout(c.optimizer_s[s])
+            yield env.timeout(c.optimizer_s[s] * slow)
             self.record(rank, it, "optimizer", "optimizer", t_o, env.now)
 
     def run(self) -> Result:
@@ -143,6 +144,26 @@ class Simulation:
                       single_rank_time_s=self.compute.single_rank_time_s(),
                       buckets=self.algorithm.describe_buckets(),
                       events=events, wall_s=time.perf_counter() - started)
+
+
+def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank compute-time factors (ranks,) and per-iteration straggler delays in seconds (iterations, ranks).
+    A straggler's delay is added before its backward, as a hiccup during forward."""
+    h, rpn = exp.heterogeneity, exp.cluster.ranks_per_node
+    slowdown = np.ones(exp.ranks)
+    for node, factor in h.node_slowdown:
+        slowdown[node * rpn:(node + 1) * rpn] *= factor
+    for rank, factor in h.rank_slowdown:
+        slowdown[rank] *= factor
+    delays = np.zeros((exp.iterations, exp.ranks))
+    if h.straggler_rate > 0 and h.straggler_delay_s > 0:
+        hit = rng.random(delays.shape) < h.straggler_rate
+        size = int(hit.sum())
+        d = h.straggler_delay_s
+        draw = {"fixed": lambda: np.full(size, d), "exponential": lambda: rng.exponential(d, size),
+                "uniform": lambda: rng.uniform(0, 2 * d, size)}[h.straggler_distribution]
+        delays[hit] = draw()
+    return slowdown, delays
 
 
 def simulate(experiment: Experiment, *, symmetric: bool | None = None) -> Result:

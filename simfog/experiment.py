@@ -41,6 +41,26 @@ class Comm:
     ps_servers: int | None = None
 
 
+STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
+
+
+@dataclass(frozen=True)
+class Heterogeneity:
+    """Ranks that are not alike: compute slowdown factors (1.5 = 50 % slower), random stragglers (each rank's
+    iteration is delayed with probability `straggler_rate` by a delay of mean `straggler_delay_s`), and degraded
+    NICs (in Cluster.degraded_nics)."""
+
+    rank_slowdown: tuple[tuple[int, float], ...] = ()
+    node_slowdown: tuple[tuple[int, float], ...] = ()
+    straggler_rate: float = 0.0
+    straggler_delay_s: float = 0.0
+    straggler_distribution: str = "exponential"
+
+    @property
+    def any(self) -> bool:
+        return bool(self.rank_slowdown or self.node_slowdown or (self.straggler_rate and self.straggler_delay_s))
+
+
 @dataclass(frozen=True)
 class Experiment:
     seed: int
@@ -50,6 +70,11 @@ class Experiment:
     comm: Comm
     source: str | None = None          # the file it came from, for messages
     network_trace: str | None = None   # when the cluster links were calibrated from measurements
+    heterogeneity: Heterogeneity = Heterogeneity()
+
+    @property
+    def homogeneous(self) -> bool:
+        return not self.heterogeneity.any and not self.cluster.degraded_nics
 
     @property
     def ranks(self) -> int:
@@ -67,7 +92,9 @@ class Experiment:
         return replace(self, comm=replace(self.comm, **changes))
 
 
-_TOP = {"seed", "iterations", "workload", "cluster", "comm"}
+_TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity"}
+_HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
+           "degraded_nics"}
 _WORKLOAD = {"trace", "compute"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth"}
@@ -187,8 +214,47 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if comm.collective == "linear" and (comm.alpha_s is None or comm.beta_s_per_B is None):
         raise ConfigError("comm.alpha" if comm.alpha_s is None else "comm.beta", "(missing)",
                           'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"', source=source)
+    hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
+                                      source)
+    if degraded:
+        cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute), cluster, comm, source,
-                      network_trace)
+                      network_trace, hetero)
+
+
+def _index_map(h: Mapping, key: str, limit: int, what: str, source: str | None) -> dict[int, object]:
+    table = h.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"heterogeneity.{key}", table, f'a table of {what} index -> value, e.g. {{ "3" = 1.5 }}',
+                          source=source)
+    out = {}
+    for k, v in table.items():
+        if not (k.isdigit() and int(k) < limit):
+            raise ConfigError(f"heterogeneity.{key}", k, f"a {what} index in 0..{limit - 1}", source=source)
+        out[int(k)] = v
+    return out
+
+
+def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
+    p = "heterogeneity."
+    slow = {}
+    for key, limit, what in (("rank_slowdown", cluster.ranks, "rank"), ("node_slowdown", cluster.nodes, "node")):
+        table = _index_map(h, key, limit, what, source)
+        for i, v in table.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"{p}{key}.{i}", v, "a compute-time factor > 0 (1.5 = 50 % slower)", source=source)
+        slow[key] = tuple(sorted((i, float(v)) for i, v in table.items()))
+    rate = h.get("straggler_rate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+        raise ConfigError(f"{p}straggler_rate", rate, "a probability in [0, 1]", source=source)
+    delay = _quantity(h, "straggler_delay", "time", p, source, "0s")
+    if rate > 0 and "straggler_delay" not in h:
+        raise ConfigError(f"{p}straggler_delay", "(missing)", 'a mean delay such as "50ms" when straggler_rate > 0',
+                          source=source)
+    dist = _choice(h, "straggler_distribution", p, source, "exponential", choices=STRAGGLER_DISTRIBUTIONS)
+    degraded = tuple(sorted((node, units.bandwidth(v, field=f"{p}degraded_nics.{node}", source=source))
+                            for node, v in _index_map(h, "degraded_nics", cluster.nodes, "node", source).items()))
+    return Heterogeneity(slow["rank_slowdown"], slow["node_slowdown"], float(rate), delay, dist), degraded
 
 
 def load(path: str | Path) -> Experiment:

@@ -173,3 +173,42 @@ def test_exposed_comm_and_overlap_accounting():
     t_c = ALPHA + BETA * 4e6
     assert s["comm_s"] == pytest.approx(t_c) and s["comm_exposed_s"] == pytest.approx(t_c)
     assert s["overlap_fraction"] == pytest.approx(0.0, abs=1e-12) and s["idle_s"] == pytest.approx(0, abs=1e-15)
+
+
+def _hetero_exp(trace, **h):
+    from dataclasses import replace
+
+    from simfog.experiment import Heterogeneity
+
+    exp = make_experiment(trace, merge="single", alpha=ALPHA, beta=BETA)
+    return replace(exp, heterogeneity=Heterogeneity(**h))
+
+
+def test_slow_rank_sets_the_pace():
+    trace = make_trace([0.01, 0.01], [0.02, 0.02], [1000, 1000])
+    s = simulate(_hetero_exp(trace, rank_slowdown=((3, 1.5),))).summary()
+    assert s["iteration_time_s"] == pytest.approx(1.5 * 0.06 + ALPHA + BETA * 8000, rel=1e-12)
+    s = simulate(_hetero_exp(trace, node_slowdown=((0, 2.0),))).summary()
+    assert s["iteration_time_s"] == pytest.approx(2.0 * 0.06 + ALPHA + BETA * 8000, rel=1e-12)
+
+
+def test_fixed_stragglers_add_their_delay():
+    trace = make_trace([0.01], [0.02], [1000])
+    res = simulate(_hetero_exp(trace, straggler_rate=1.0, straggler_delay_s=0.05, straggler_distribution="fixed"))
+    assert not res.symmetric
+    assert res.summary()["iteration_time_s"] == pytest.approx(0.03 + 0.05 + ALPHA + BETA * 4000, rel=1e-12)
+
+
+def test_degraded_nic_slows_ring_to_its_bandwidth():
+    from dataclasses import replace
+
+    from simfog.cluster import Link
+
+    trace = make_trace([0.01], [0.02], [10_000_000])
+    exp = make_experiment(trace, merge="single", collective="ring", nodes=4, gpus_per_node=1)
+    slow_everywhere = make_experiment(trace, merge="single", collective="ring", nodes=4, gpus_per_node=1,
+                                      nic=Link(10e-6, 0.25e9))
+    degraded = replace(exp, cluster=replace(exp.cluster, degraded_nics=((2, 0.25e9),)))
+    assert simulate(degraded).summary()["iteration_time_s"] == pytest.approx(
+        simulate(slow_everywhere).summary()["iteration_time_s"], rel=1e-12)
+    assert simulate(degraded).summary()["iteration_time_s"] > simulate(exp).summary()["iteration_time_s"]

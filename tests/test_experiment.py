@@ -95,3 +95,31 @@ def test_linear_model_keys(folder):
     text = BASE.replace('collective = "ring"', 'collective = "linear"\nalpha = "50us"\nbeta = "0.8ns/B"')
     exp = experiment.load(_write(folder, text))
     assert exp.comm.alpha_s == pytest.approx(50e-6) and exp.comm.beta_s_per_B == pytest.approx(0.8e-9)
+
+
+def test_heterogeneity_section(folder):
+    text = BASE + """
+[heterogeneity]
+rank_slowdown = { "3" = 1.5 }
+node_slowdown = { "1" = 1.2 }
+straggler_rate = 0.05
+straggler_delay = "20ms"
+degraded_nics = { "1" = "10Gbit/s" }
+"""
+    exp = experiment.load(_write(folder, text))
+    h = exp.heterogeneity
+    assert h.rank_slowdown == ((3, 1.5),) and h.node_slowdown == ((1, 1.2),)
+    assert h.straggler_rate == 0.05 and h.straggler_delay_s == pytest.approx(0.02)
+    assert exp.cluster.degraded_nics == ((1, 10e9 / 8),) and not exp.homogeneous
+
+
+@pytest.mark.parametrize("line, field", [
+    ('rank_slowdown = { "8" = 1.5 }', "heterogeneity.rank_slowdown"),
+    ('rank_slowdown = { "2" = 0 }', "heterogeneity.rank_slowdown.2"),
+    ("straggler_rate = 0.1", "heterogeneity.straggler_delay"),
+    ("straggler_rate = 2", "heterogeneity.straggler_rate"),
+    ('degraded_nics = { "0" = 10 }', "heterogeneity.degraded_nics.0"),
+])
+def test_bad_heterogeneity(folder, line, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        experiment.load(_write(folder, BASE + "\n[heterogeneity]\n" + line + "\n"))

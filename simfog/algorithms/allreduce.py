@@ -69,8 +69,9 @@ class AllreduceSGD:
 
     def _comm_stream(self, rank, iteration, sample, t_backward):
         env, ready, record = self.sim.env, self.ready[sample], self.sim.record
+        slow = self.sim.slowdown[rank]
         for b in range(len(self.buckets)):
-            launch = t_backward + ready[b]
+            launch = t_backward + ready[b] * slow
             if launch > env.now:  # buckets launch in order: a ready bucket waits for the earlier ones
                 yield env.timeout(launch - env.now)
             arrived = env.now
@@ -100,7 +101,8 @@ class _HorovodCycles:
         return self.fused
 
     def backward_started(self, rank, iteration, sample, t_backward):
-        np.maximum(self.ready_all[iteration], t_backward + self.offsets[sample], out=self.ready_all[iteration])
+        ready = t_backward + self.offsets[sample] * self.sim.slowdown[rank]
+        np.maximum(self.ready_all[iteration], ready, out=self.ready_all[iteration])
         self.registered[iteration] += 1
         return self.done[iteration]
 
