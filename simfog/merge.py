@@ -1,0 +1,361 @@
+"""Gradient-merging policies: which gradient tensors are allreduced together, and in which order.
+
+A policy turns the gradient tensors of a model, in the order their gradients become ready in backward, into
+buckets in launch order; every tensor lands in exactly one bucket. Each policy follows the framework or paper it is
+named after; the source of every rule is cited where it is implemented. Sizes are bytes, times seconds.
+
+The iteration-time recurrences of MG-WFBP (ALGORITHMS.md §1) are exposed too (`predicted_comm_end_s`), for tests
+and quick estimates; the engine does the real simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+from simfog.errors import ConfigError
+from simfog.registry import Registry
+from simfog.trace import DTYPE_BYTES, ModelTrace
+
+MiB = 1 << 20
+# torch 2.13 torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB = 25, _MB_TO_BYTES = 1024 * 1024, and
+# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1048576 (first bucket, only when bucket_cap_mb is left unset).
+DDP_BUCKET_CAP_BYTES = 25 * MiB
+DDP_FIRST_BUCKET_BYTES = 1 * MiB
+# Horovod >= 0.21 defaults (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME).
+HOROVOD_FUSION_BYTES = 128 * MiB
+HOROVOD_CYCLE_S = 1e-3
+# BAGUA bagua/service/autotune_service.py: default_bucket_size = 10 * 1024 ** 2.
+BAGUA_BUCKET_BYTES = 10 * MiB
+# What the MG-WFBP authors' later code uses for small_tensor_elements (off by default here).
+MGWFBP_SMALL_TENSOR_ELEMENTS = 8192
+
+AllreduceTime = Callable[[float], float]
+
+
+@dataclass(frozen=True)
+class GradTensor:
+    """One gradient: `nbytes` bytes, ready `ready_s` seconds after backward starts (mean times)."""
+
+    name: str
+    nbytes: int
+    ready_s: float
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError("tensor.name", self.name, "a non-empty string")
+        if isinstance(self.nbytes, bool) or not isinstance(self.nbytes, int) or self.nbytes < 0:
+            raise ConfigError(f"tensor {self.name}.nbytes", self.nbytes, "an integer >= 0")
+        if not isinstance(self.ready_s, (int, float)) or not math.isfinite(self.ready_s) or self.ready_s < 0:
+            raise ConfigError(f"tensor {self.name}.ready_s", self.ready_s, "a finite time in seconds >= 0")
+        if self.dtype not in DTYPE_BYTES:
+            raise ConfigError(f"tensor {self.name}.dtype", self.dtype, f"one of {', '.join(DTYPE_BYTES)}")
+
+    @property
+    def elements(self) -> int:
+        return self.nbytes // DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Tensors allreduced together: their names in ready order and their total size in bytes."""
+
+    tensors: tuple[str, ...]
+    nbytes: int
+
+    @classmethod
+    def of(cls, tensors: Sequence[GradTensor]) -> Bucket:
+        return cls(tuple(t.name for t in tensors), sum(t.nbytes for t in tensors))
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    """Knobs of the policies; None means the policy's own default."""
+
+    threshold_bytes: float | None = None  # threshold policy (required); overrides ddp/horovod/bagua sizes
+    cycle_time_s: float | None = None     # horovod (default 1 ms)
+    small_tensor_elements: int = 0        # mgwfbp: also merge every group under this many elements (0 = off)
+
+    def __post_init__(self):
+        t = self.threshold_bytes
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                              or t < 0):
+            raise ConfigError("comm.threshold", t, "a size in bytes >= 0")
+        c = self.cycle_time_s
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
+                              or c <= 0):
+            raise ConfigError("comm.cycle_time", c, "a time in seconds > 0")
+        s = self.small_tensor_elements
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ConfigError("comm.small_tensor_elements", s, "an integer >= 0 (0 = off)")
+
+
+Policy = Callable[[tuple[GradTensor, ...], MergeSettings, AllreduceTime | None], list[list[GradTensor]]]
+POLICIES: Registry[Policy] = Registry("merge policy")
+DYNAMIC = {"horovod"}  # fusion decided at run time, cycle by cycle (the engine calls horovod_fuse)
+
+
+def grad_tensors(trace: ModelTrace) -> tuple[GradTensor, ...]:
+    """The trace's gradients in `trace.grad_ready_order`, each ready when its layer's backward ends.
+
+    Backward runs over `trace.layers` in reverse order from time 0, each layer taking its mean backward time, so a
+    tensor's `ready_s` is the sum of the mean backward times of its layer and of every later layer (seconds).
+    """
+    ready, end = {}, 0.0
+    for layer in reversed(trace.layers):
+        end += fmean(layer.backward_s)
+        for t in layer.params:
+            ready[t.name] = end
+    by_name = trace.tensors
+    return tuple(GradTensor(n, by_name[n].nbytes, ready[n], by_name[n].dtype) for n in trace.grad_ready_order)
+
+
+def plan(policy: str, tensors: Sequence[GradTensor], settings: MergeSettings = MergeSettings(),
+         allreduce_time: AllreduceTime | None = None) -> tuple[Bucket, ...]:
+    """Buckets in launch order for `tensors` (given in gradient-ready order); every tensor exactly once.
+
+    `allreduce_time(nbytes) -> seconds` is the cost model in use: mgwfbp needs it, horovod uses it for how long a
+    cycle's allreduces keep its background thread busy (0 when absent). For horovod the result is the static plan
+    the cycles produce on identical ranks. Raises ConfigError for an unknown policy (field comm.merge), a missing
+    threshold for "threshold" (comm.threshold), mgwfbp without a cost model, or repeated tensor names.
+    """
+    fn = POLICIES.get(policy, field="comm.merge")
+    tensors = tuple(tensors)
+    names = [t.name for t in tensors]
+    if len(set(names)) != len(names):
+        raise ConfigError("tensors", next(n for n in names if names.count(n) > 1), "unique tensor names")
+    if not tensors:
+        return ()
+    return tuple(Bucket.of(g) for g in fn(tensors, settings, allreduce_time) if g)
+
+
+def _close_at(tensors: Sequence[GradTensor], limits: Sequence[float]) -> list[list[GradTensor]]:
+    """Greedy in order: add a tensor, then close the bucket once its size >= the current limit (so buckets
+    overshoot the limit); limits[k] applies to the k-th bucket, the last one to all later buckets."""
+    out, cur, size = [], [], 0
+    for t in tensors:
+        cur.append(t)
+        size += t.nbytes
+        if size >= limits[min(len(out), len(limits) - 1)]:
+            out.append(cur)
+            cur, size = [], 0
+    return out + [cur] if cur else out
+
+
+@POLICIES.register("wfbp")
+def _wfbp(tensors, settings, allreduce_time):
+    """Wait-free backpropagation: one allreduce per tensor, as soon as it is ready."""
+    return [[t] for t in tensors]
+
+
+@POLICIES.register("single")
+def _single(tensors, settings, allreduce_time):
+    """SyncEASGD: one allreduce of every gradient after backward."""
+    return [list(tensors)]
+
+
+@POLICIES.register("threshold")
+def _threshold(tensors, settings, allreduce_time):
+    """Greedy in ready order: add a tensor, close the bucket once it holds >= threshold bytes."""
+    # The rule of DDP's reducer, BAGUA and the MG-WFBP authors' _generate_groups_with_threshold: buckets overshoot
+    # the threshold by at most their last tensor. Dtypes are not separated.
+    if settings.threshold_bytes is None:
+        raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"')
+    return _close_at(tensors, [settings.threshold_bytes])
+
+
+@POLICIES.register("ddp")
+def _ddp(tensors, settings, allreduce_time):
+    """PyTorch DDP (torch 2.13) rebuilt buckets: per dtype, first 1 MiB then 25 MiB, overshooting, in ready order."""
+    # torch/csrc/distributed/c10d/reducer.cpp: Reducer::rebuild_buckets (iteration 2 on; iteration 1's
+    # whole-model bucket is warm-up) calls compute_bucket_assignment_by_size with the gradient-ready order and the
+    # limits [first_bucket_bytes_cap, bucket_bytes_cap]. Per (dtype, device) key a tensor is added, then the bucket
+    # closes once size >= limit and that key's limit iterator advances; buckets are kept in the order they close
+    # (no sort, as tensor_indices is given), then the still-open ones follow (in unordered_map order in torch;
+    # here in order of first appearance). distributed.py _BucketCapacityConfig: an explicit bucket_cap_mb makes
+    # the first cap equal to it.
+    if settings.threshold_bytes is None:
+        limits = (DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES)
+    else:
+        limits = (settings.threshold_bytes,)
+    out, open_, size, level = [], {}, {}, {}
+    for t in tensors:
+        open_.setdefault(t.dtype, []).append(t)
+        size[t.dtype] = size.get(t.dtype, 0) + t.nbytes
+        k = level.get(t.dtype, 0)
+        if size[t.dtype] >= limits[k]:
+            out.append(open_[t.dtype])
+            open_[t.dtype], size[t.dtype] = [], 0
+            level[t.dtype] = min(k + 1, len(limits) - 1)
+    return out + [b for b in open_.values() if b]
+
+
+@POLICIES.register("bagua")
+def _bagua(tensors, settings, allreduce_time):
+    """BAGUA: greedy 10 MiB buckets in ready order, closed once >= the size, launched in order."""
+    # BaguaSys/bagua bagua/service/autotune_task_manager.py (and autotune_service.py) split_bucket_by_bucket_size:
+    # dtypes are visited in sorted order of their names ("f16" < "f32" < "u8"), each dtype's tensors in the given
+    # order; a tensor is added, then the bucket closes once its size >= bucket_size. The open bucket is NOT reset
+    # between dtypes, so a bucket may span two dtypes, as in BAGUA. BAGUA knows no other dtype (it would drop
+    # such tensors); simfog appends them afterwards, in order of first appearance, under the same rule.
+    size_limit = BAGUA_BUCKET_BYTES if settings.threshold_bytes is None else settings.threshold_bytes
+    known = ["float16", "float32", "uint8"]
+    dtypes = known + [d for d in dict.fromkeys(t.dtype for t in tensors) if d not in known]
+    ordered = [t for d in dtypes for t in tensors if t.dtype == d]
+    position = {t.name: i for i, t in enumerate(tensors)}  # names within a bucket listed in ready order
+    return [sorted(g, key=lambda t: position[t.name]) for g in _close_at(ordered, [size_limit])]
+
+
+def _fuse(ready: Sequence[GradTensor], threshold_bytes: float) -> list[list[GradTensor]]:
+    # horovod/common/controller.cc Controller::FuseResponses: take the first response; a following one of the
+    # same dtype joins while the fused size stays <= threshold; one that cannot join is skipped (look-ahead, for
+    # mixed dtypes) as long as fused size + all skipped sizes <= threshold, otherwise the look-ahead stops.
+    # Skipped ones go back to the front of the queue. (Horovod's 16-byte GPU padding is not modelled.)
+    queue, out = list(ready), []
+    while queue:
+        first = queue.pop(0)
+        group, size, skipped, skipped_size = [first], first.nbytes, [], 0
+        while queue:
+            t = queue[0]
+            if t.dtype == first.dtype and size + t.nbytes <= threshold_bytes:
+                group.append(queue.pop(0))
+                size += t.nbytes
+            else:
+                skipped_size += t.nbytes
+                if size + skipped_size > threshold_bytes:
+                    break
+                skipped.append(queue.pop(0))
+        queue = skipped + queue
+        out.append(group)
+    return out
+
+
+def horovod_fuse(ready: Sequence[GradTensor], threshold_bytes: float) -> list[Bucket]:
+    """One Horovod negotiation cycle: the given ready tensors fused, in order, into buckets of at most
+    `threshold_bytes` of one dtype (a larger tensor goes alone), by Horovod's FuseResponses rule."""
+    return [Bucket.of(g) for g in _fuse(ready, threshold_bytes)]
+
+
+@POLICIES.register("horovod")
+def _horovod(tensors, settings, allreduce_time):
+    """Horovod: every cycle (1 ms) fuse what is ready on all ranks, up to the 128 MiB fusion threshold."""
+    # horovod/common/operations.cc RunLoopOnce: a cycle starts cycle_time after the previous one started, or when
+    # its operations have finished if that is later; it negotiates what is ready everywhere and fuses it.
+    threshold = HOROVOD_FUSION_BYTES if settings.threshold_bytes is None else settings.threshold_bytes
+    cycle = HOROVOD_CYCLE_S if settings.cycle_time_s is None else settings.cycle_time_s
+    pending, tick, out = list(tensors), 0.0, []
+    while pending:
+        ready = [t for t in pending if t.ready_s <= tick]
+        if not ready:
+            tick = _next_tick(tick, cycle, min(t.ready_s for t in pending))
+            continue
+        groups = _fuse(ready, threshold)
+        out.extend(groups)
+        sent = {t.name for t in ready}
+        pending = [t for t in pending if t.name not in sent]
+        busy = sum(allreduce_time(sum(t.nbytes for t in g)) for g in groups) if allreduce_time else 0.0
+        tick += max(cycle, busy)
+    return out
+
+
+def _next_tick(tick: float, cycle: float, when: float) -> float:
+    """The first tick + k·cycle (k >= 1) at or after `when`, without stepping through idle cycles."""
+    k = max(1, math.ceil((when - tick) / cycle))
+    while tick + k * cycle < when:  # guard against rounding in the division
+        k += 1
+    while k > 1 and tick + (k - 1) * cycle >= when:
+        k -= 1
+    return tick + k * cycle
+
+
+# ---- MG-WFBP (Shi, Chu, Li, INFOCOM'19; HKBU-HPML/MG-WFBP distributed_optimizer.py _generate_groups_mgwfbp) ----
+
+def linear_cost(allreduce_time: AllreduceTime, nbytes: float) -> tuple[float, float]:
+    """(a, b) of T(M) = a + b·M through allreduce_time at 0 and at `nbytes` bytes (b = 0 when nbytes is 0)."""
+    a = float(allreduce_time(0))
+    b = (float(allreduce_time(nbytes)) - a) / nbytes if nbytes > 0 else 0.0
+    return a, b
+
+
+def _mgwfbp_core(ready: Sequence[float], nbytes: Sequence[float], a: float, b: float,
+                 elements: Sequence[int], small: int) -> list[list[int]]:
+    """The authors' merge pass over layers in forward order (ready[l] = τ_b[l] + t_b[l])."""
+    L = len(ready)
+    p, el = list(nbytes), list(elements)
+    tc = [a + b * x for x in p]
+    groups, group = [], []
+    start = ready[L - 1]  # τ_c[l] for the current l; τ_c[L-1] = τ_b[L-1] + t_b[L-1]
+    for i in range(L - 1, 0, -1):
+        group.append(i)
+        e = ready[i - 1]  # when layer l-1's gradient is ready
+        merge = e < start + tc[i] and (start > e or e - start < a)
+        if not merge and small and el[i] < small:  # authors' later code: `if not merged and p[l] < 8192`
+            merge = True
+        if merge:  # p[l] joins l-1; τ_c is recomputed (only τ_c[l-1] and below can change)
+            p[i - 1] += p[i]
+            el[i - 1] += el[i]
+            p[i], el[i], tc[i] = 0, 0, 0.0
+            tc[i - 1] = a + b * p[i - 1]
+        else:
+            groups.append(group)
+            group = []
+        start = max(start + tc[i], ready[i - 1])  # τ_c[l-1] = max(τ_c[l] + t_c[l], τ_b[l-1] + t_b[l-1])
+    groups.append(group + [0])
+    return groups
+
+
+def mgwfbp_groups(backward_s: Sequence[float], nbytes: Sequence[float], a: float, b: float, *,
+                  elements: Sequence[int] | None = None, small_tensor_elements: int = 0) -> list[list[int]]:
+    """MG-WFBP's merged groups, in the paper's notation.
+
+    Layers (tensors) l = 0..L-1 in forward order; backward runs from L-1 down to 0 taking `backward_s[l]` each;
+    layer l has `nbytes[l]` gradient bytes; T_ar(M) = a + b·M seconds. Returns the groups in launch order, each a
+    list of layer indices in ready order (descending), e.g. [[4, 3], [2], [1, 0]]. With `small_tensor_elements`
+    > 0, a group still under that many `elements` (default: nbytes / 4) is merged too, as the authors' later code.
+    Raises ConfigError for mismatched lengths or negative times.
+    """
+    L = len(backward_s)
+    if len(nbytes) != L or (elements is not None and len(elements) != L):
+        raise ConfigError("mgwfbp.nbytes", len(nbytes), f"one size per layer ({L})")
+    if any(not math.isfinite(t) or t < 0 for t in backward_s):
+        raise ConfigError("mgwfbp.backward_s", list(backward_s), "finite times >= 0")
+    if L == 0:
+        return []
+    ready, end = [0.0] * L, 0.0
+    for i in range(L - 1, -1, -1):
+        end += backward_s[i]
+        ready[i] = end
+    el = list(elements) if elements is not None else [int(x) // 4 for x in nbytes]
+    return _mgwfbp_core(ready, nbytes, a, b, el, small_tensor_elements)
+
+
+@POLICIES.register("mgwfbp")
+def _mgwfbp(tensors, settings, allreduce_time):
+    """MG-WFBP: merge a gradient into the next one when that finishes communication sooner (a, b from the cost)."""
+    # Per tensor, as the authors' code; a = T(0), b from the secant to the whole model's size (exact for α-β
+    # models). tensors[k] in ready order is the paper's layer L-1-k.
+    if allreduce_time is None:
+        raise ConfigError("comm.merge", "mgwfbp", "a cost model: MG-WFBP needs allreduce_time(nbytes)")
+    a, b = linear_cost(allreduce_time, sum(t.nbytes for t in tensors))
+    fwd = tensors[::-1]
+    groups = _mgwfbp_core([t.ready_s for t in fwd], [t.nbytes for t in fwd], a, b, [t.elements for t in fwd],
+                          settings.small_tensor_elements)
+    return [[fwd[i] for i in g] for g in groups]
+
+
+def predicted_comm_end_s(tensors: Sequence[GradTensor], buckets: Sequence[Bucket],
+                         allreduce_time: AllreduceTime) -> float:
+    """When the last allreduce ends (seconds after backward starts) if buckets run one at a time in launch order,
+    each starting when its last tensor is ready and the previous one has ended: MG-WFBP's τ_c[0] + t_c[0]
+    recurrence (ALGORITHMS.md §1) for any plan. Raises ConfigError for a bucket naming an unknown tensor."""
+    ready = {t.name: t.ready_s for t in tensors}
+    end = 0.0
+    for bucket in buckets:
+        missing = [n for n in bucket.tensors if n not in ready]
+        if missing:
+            raise ConfigError("bucket.tensors", missing[0], "names of the given tensors")
+        end = max(end, *(ready[n] for n in bucket.tensors)) + allreduce_time(bucket.nbytes)
+    return end
