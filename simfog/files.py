@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 from simfog.errors import ConfigError
@@ -22,7 +23,7 @@ def read_text(path: str | os.PathLike) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("path", str(path), "an existing file") from None
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
         raise ConfigError("path", str(path), f"a readable text file ({e})") from None
 
 

@@ -1,0 +1,297 @@
+"""PyTorch profiler (Kineto) trace of data-parallel training -> ModelTrace (layers, buckets, comm summary).
+
+How a trace becomes layers (the attribution, in order of preference):
+1. Forward ops are the top-level operators of the training thread between an iteration's start and its first
+   backward node, outside optimizer annotations and communication. An op that creates an autograd node (its
+   `Sequence number` is the one a backward node carries; the last op with that number created it) is a
+   *layer op*, unless it is a pure view (t, view, reshape, ...).
+2. Ops inside the same innermost nn.Module call (python_function `nn.Module: X` or `..._call_impl` events,
+   recorded with with_stack/with_modules) form one layer; ops outside modules form one layer per layer op.
+   Ops without a layer op (views, DDP buffer sync, BN's num_batches_tracked) join the next layer.
+3. Backward nodes (`autograd::engine::evaluate_function: XBackward`) go to the layer of the forward op with
+   the same sequence number (PyTorch's profiler links them so: torch/csrc/autograd/function.h). AccumulateGrad
+   nodes, and the DDP hooks inside them, go to the layer of the node that ran just before them (the autograd
+   engine runs AccumulateGrad as soon as its input is ready).
+Times: the GPU work (kernels, memcpy, memset) launched from an op when the trace has any, else the CPU
+duration of the op; communication is excluded from both.
+Parameters: from AccumulateGrad's recorded shapes (record_shapes=True), else one pseudo-tensor per DDP
+bucket (the allreduces issued in backward), attached to the layer whose backward issued it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from collections import Counter
+from pathlib import Path
+
+from simfog.errors import ConfigError
+from simfog.importers import kineto_events as ke
+from simfog.trace import DTYPE_BYTES, Layer, ModelTrace, Provenance, Tensor
+
+CLOCKS = ("auto", "gpu", "cpu")
+_VIEWS = {"aten::t", "aten::view", "aten::reshape", "aten::flatten", "aten::transpose", "aten::permute",
+          "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::contiguous", "aten::as_strided",
+          "aten::slice", "aten::select", "aten::narrow", "aten::detach", "aten::_reshape_alias", "aten::alias"}
+# Ops whose first input is the activation batch (to read the batch size from record_shapes).
+_BATCH_OPS = ("aten::conv", "aten::linear", "aten::batch_norm", "aten::layer_norm", "aten::group_norm",
+              "aten::relu", "aten::max_pool", "aten::avg_pool", "aten::matmul")
+
+
+def _bad(path, field, value, allowed):
+    return ConfigError(field, value, allowed, source=path)
+
+
+class _Iteration:
+    """One iteration: forward groups (layers), backward per layer, optimizer, grads and buckets."""
+
+    def __init__(self, trace: ke.Trace, main, window, use_gpu: bool, comms: list):
+        self.name, self.start, self.end = window
+        cost = (lambda e: e.gpu_us) if use_gpu else (lambda e: e.dur - sum(
+            s.dur for s in e.subtree if s.comm and not (s.parent and s.parent.comm)))
+        inside = [e for e in trace.tops() if self.start <= e.ts <= self.end]
+        bwd = [e for e in inside if e.name.startswith("autograd::engine::evaluate_function")]
+        if not bwd:
+            raise ConfigError("backward", f"(none in {self.name})", "an iteration with a backward pass")
+        first_bwd = bwd[0].ts
+        opt = [a for a in trace.annotations("Optimizer.") if a.thread == main and self.start <= a.ts <= self.end]
+        in_opt = lambda e: any(a.ts <= e.ts <= a.end for a in opt)
+        fwd = [e for e in inside if e.thread == main and e.ts < first_bwd and not in_opt(e) and not e.comm]
+        self.optimizer_us = sum(cost(e) for e in inside if e.thread == main and in_opt(e) and not e.comm)
+        creator = {}
+        for i, top in enumerate(fwd):
+            for s in top.subtree:
+                if s.seq is not None:
+                    creator[s.seq] = i
+        wanted = {e.seq for e in bwd if e.seq is not None}
+        layer_ops = {i for s, i in creator.items() if s in wanted and fwd[i].name not in _VIEWS}
+        self.groups = self._group(fwd, layer_ops)
+        if not self.groups:
+            raise ConfigError("forward", f"(no layer ops in {self.name})", "forward ops that autograd records")
+        group_of = {i: g for g, (_, members) in enumerate(self.groups) for i in members}
+        self.names = self._names(fwd, layer_ops)
+        self.forward_us = [sum(cost(fwd[i]) for i in members) for _, members in self.groups]
+        self.backward_us = [0.0] * len(self.groups)
+        self.grads: list[tuple[int, int | None, str | None]] = []   # (layer, elements, dtype) in ready order
+        self.unattributed = 0
+        current = len(self.groups) - 1
+        layer_of_node = {}
+        for e in bwd:
+            if "AccumulateGrad" in e.name:
+                leaf = next((s for s in e.subtree if s.name == "torch::autograd::AccumulateGrad"), e)
+                dims, types = leaf.args.get("Input Dims") or [None], leaf.args.get("Input type") or [None]
+                self.grads.append((current, ke.elements_of(dims[0]), ke.DTYPES.get(str(types[0]).lower())))
+            elif e.seq in creator:
+                current = group_of[creator[e.seq]]
+            else:
+                self.unattributed += 1
+            layer_of_node[id(e)] = current
+            self.backward_us[current] += cost(e)
+        times = [e.ts for e in bwd]
+        self.comms, self.buckets = [], []
+        for c in comms:
+            if not self.start <= c.issue.ts <= self.end:
+                continue
+            self.comms.append(c)
+            if c.collective == "allreduce" and c.issue.ts >= first_bwd and not in_opt(c.issue):
+                k = bisect.bisect_right(times, c.issue.ts) - 1
+                layer = layer_of_node.get(id(c.issue.top), layer_of_node[id(bwd[k])] if k >= 0 else current)
+                self.buckets.append((layer, c))
+        self.batch = None   # the first layer op that takes the activation batch as its first input
+        for i in sorted(layer_ops):
+            dims = fwd[i].args.get("Input Dims") or [[]]
+            if fwd[i].name.startswith(_BATCH_OPS) and dims[0] and isinstance(dims[0][0], int):
+                self.batch = dims[0][0]
+                break
+
+    @staticmethod
+    def _group(fwd, layer_ops) -> list[tuple[object, list[int]]]:
+        groups: list[list] = []   # [module key, member indices, has layer op]
+        for i, e in enumerate(fwd):
+            key = id(e.module) if e.module is not None else None
+            if not groups or groups[-1][0] != key or (key is None and groups[-1][2]):
+                groups.append([key, [], False])
+            groups[-1][1].append(i)
+            groups[-1][2] |= i in layer_ops
+        out, pending = [], []
+        for key, members, has_layer in groups:   # groups without a layer op join the next group
+            if has_layer:
+                out.append((key, pending + members))
+                pending = []
+            else:
+                pending += members
+        if pending and out:
+            out[-1] = (out[-1][0], out[-1][1] + pending)
+        return out
+
+    def _names(self, fwd, layer_ops) -> list[str]:
+        names, seen = [], Counter()
+        for _, members in self.groups:
+            first = fwd[next(i for i in members if i in layer_ops)]
+            if first.module is not None and first.module.name.startswith("nn.Module: "):
+                names.append(first.module.name.removeprefix("nn.Module: "))   # torch's own instance label
+                continue
+            base = first.name.split("::")[-1].rstrip("_")
+            names.append(f"{base}_{seen[base]}")
+            seen[base] += 1
+        if len(set(names)) < len(names):   # module labels repeat when one module instance runs twice
+            names = [f"{n}#{k}" for k, n in enumerate(names)]
+        return names
+
+
+def _tensor_names(layer: str, grads: list) -> list[str]:
+    """weight/bias for one tensor, or a pair whose first (in forward order) is the larger (linear, conv);
+    param<k> otherwise (e.g. batch norm's two equal vectors)."""
+    if len(grads) == 1:
+        return [f"{layer}.weight"]
+    if len(grads) == 2 and grads[0][1] > grads[1][1]:
+        return [f"{layer}.weight", f"{layer}.bias"]
+    return [f"{layer}.param{k}" for k in range(len(grads))]
+
+
+def import_kineto(path, *, model: str | None = None, batch_size: int | None = None, clock: str = "auto",
+                  skip: int = 0) -> ModelTrace:
+    """PyTorch profiler (Kineto) JSON of DDP training -> ModelTrace, one sample per iteration; comm in extra.
+
+    Iterations: ProfilerStep#N spans, else spans ending at each Optimizer.step; the first `skip` are dropped.
+    `clock`: "gpu" sums the GPU work each op launched, "cpu" the op durations, "auto" picks gpu when the trace
+    has GPU activity. `batch_size` is read from the first layer's input shape when shapes were recorded, else
+    must be given. Extra key `kineto`: iterations, every collective (elements, bytes, issue/start/duration in
+    seconds from the iteration start), DDP buckets per iteration. Raises ConfigError naming the file for a
+    truncated or non-Kineto file, a trace without iterations/backward, or bad options.
+    """
+    path = str(path)
+    if clock not in CLOCKS:
+        raise _bad(path, "clock", clock, f"one of {', '.join(CLOCKS)}")
+    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+        raise _bad(path, "skip", skip, "an integer >= 0")
+    data = ke.load(path)
+    trace = ke.Trace(data, path)
+    main = trace.main_thread()
+    windows = trace.windows(main)
+    if skip >= len(windows):
+        raise _bad(path, "skip", skip, f"fewer than the {len(windows)} iterations in the trace")
+    has_gpu = any(t.gpu_us > 0 for t in trace.tops())
+    use_gpu = has_gpu if clock == "auto" else clock == "gpu"
+    if use_gpu and not has_gpu:
+        raise _bad(path, "clock", clock, "cpu: the trace has no GPU activity linked to operators")
+    comms = ke.collectives(trace)
+    try:
+        its = [_Iteration(trace, main, w, use_gpu, comms) for w in windows[skip:]]
+    except ConfigError as e:
+        raise e.in_file(path) from None
+    ref = its[-1]   # the last iteration: DDP has rebuilt its buckets by then
+    for it in its:
+        if it.names != ref.names:
+            raise _bad(path, "layers", f"{len(it.names)} in {it.name}, {len(ref.names)} in {ref.name}",
+                       "the same forward layers in every iteration (use skip=N to drop different ones)")
+    by_layer: dict[int, list] = {}
+    shapes = bool(ref.grads) and all(n is not None for _, n, _ in ref.grads)
+    if shapes:
+        for k, (layer, n, dtype) in enumerate(ref.grads):
+            by_layer.setdefault(layer, []).append((k, n, dtype or "float32"))
+    elif ref.buckets and all(c.elements for _, c in ref.buckets):
+        for k, (layer, c) in enumerate(ref.buckets):
+            by_layer.setdefault(layer, []).append((k, c.elements, c.dtype or "float32"))
+    else:
+        raise _bad(path, "parameters", "(sizes not recorded)",
+                   "a trace with record_shapes=True or with DDP allreduce sizes (record_param_comms / c10d Input Dims)")
+    layers, ready = [], {}
+    for i, name in enumerate(ref.names):
+        grads = list(reversed(by_layer.get(i, [])))   # ready order is backward; forward order is its reverse
+        tnames = _tensor_names(name, grads) if shapes else [f"bucket{k}" for k, _, _ in grads]
+        params = tuple(Tensor(t, n, d) for t, (_, n, d) in zip(tnames, grads, strict=True))
+        ready.update({k: t for t, (k, _, _) in zip(tnames, grads, strict=True)})
+        layers.append(Layer(name, tuple(it.forward_us[i] * 1e-6 for it in its),
+                            tuple(it.backward_us[i] * 1e-6 for it in its), params))
+    batch = batch_size if batch_size is not None else ref.batch
+    if batch is None:
+        raise _bad(path, "batch_size", "(not in the trace: no input shapes recorded)", "pass batch_size=N")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise _bad(path, "batch_size", batch, "an integer >= 1")
+    return _assemble(path, data, trace, its, layers, tuple(ready[k] for k in sorted(ready)), shapes, use_gpu,
+                     model, batch, batch_size is None)
+
+
+def _device(data: dict, trace: ke.Trace, use_gpu: bool) -> dict:
+    if not use_gpu:
+        return {"kind": "cpu", "name": str(data.get("host_name", "unknown")), "threads": "unknown"}
+    ids = Counter(g.args.get("device") for g in trace.gpu if "device" in g.args)
+    dev = ids.most_common(1)[0][0] if ids else 0
+    props = next((p for p in data.get("deviceProperties") or [] if p.get("id") == dev), {})
+    return {"kind": "gpu", "name": props.get("name", "unknown"), "index": dev,
+            "memory_bytes": props.get("totalGlobalMem"),
+            "compute_capability": f"{props['computeMajor']}.{props['computeMinor']}" if props else None}
+
+
+def _date(data: dict, trace: ke.Trace) -> str:
+    t0 = min((e.ts for e in trace.cpu), default=0.0)
+    base = data.get("baseTimeNanoseconds")
+    seconds = base / 1e9 + t0 / 1e6 if isinstance(base, (int, float)) else t0 / 1e6 if t0 > 1e14 else None
+    if seconds is None:
+        return "unknown"
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _assemble(path, data, trace, its, layers, ready, shapes, use_gpu, model, batch, batch_inferred) -> ModelTrace:
+    ref = its[-1]
+    info = data.get("distributedInfo") or {}
+    starts = {id(it): it.start for it in its}
+    rel = lambda it, us: None if us is None else round((us - starts[id(it)]) * 1e-6, 9)
+    comms = [{"iteration": k, "collective": c.collective, "elements": c.elements, "dtype": c.dtype,
+              "bytes": c.elements * DTYPE_BYTES[c.dtype] if c.elements and c.dtype in DTYPE_BYTES else None,
+              "group_size": c.group_size, "issue_s": rel(it, c.issue.ts), "start_s": rel(it, c.start_us),
+              "duration_s": None if c.duration_us is None else c.duration_us * 1e-6}
+             for k, it in enumerate(its) for c in it.comms]
+    dtypes = Counter(c.dtype for _, c in ref.buckets if c.dtype) or Counter(d for _, _, d in ref.grads if d)
+    modules = any(e.module is not None for e in trace.cpu if e.cat == "cpu_op")
+    params_total = sum(t.elements for layer in layers for t in layer.params)
+    bucket_total = sum(c.elements or 0 for _, c in ref.buckets)
+    missing = sum(1 for c in comms if c["duration_s"] is None)
+    coverage = sum(sum(it.forward_us) + sum(it.backward_us) + it.optimizer_us for it in its) / sum(
+        it.end - it.start for it in its)
+    notes = (
+        f"Imported by `simfog import kineto {Path(path).name}` from a PyTorch profiler trace (rank "
+        f"{info.get('rank', '?')} of {info.get('world_size', '?')}, backend {info.get('backend', '?')}). "
+        f"{len(its)} iterations ({', '.join(it.name for it in its)}). Layers: top-level forward ops grouped by "
+        + ("innermost nn.Module call (python stack in the trace)" if modules else
+           "autograd-recording op (no module hierarchy in the trace: layer = op such as conv2d, batch_norm, relu)")
+        + "; backward nodes attributed by autograd sequence number, AccumulateGrad/DDP hooks to the layer before. "
+        + ("Times: GPU kernel/memcpy/memset durations launched by each layer (CPU launch overhead and GPU idle gaps "
+           "not counted)" if use_gpu else "Times: CPU durations of each layer's operators")
+        + ", communication excluded. optimizer_s: ops inside Optimizer.step/zero_grad annotations. "
+        + ("Parameters: one tensor per AccumulateGrad, sizes from its recorded shape; names weight/bias/param<k> "
+           "are inferred. " if shapes else
+           "Parameters: NOT the model's tensors (AccumulateGrad shapes are not in the trace): one pseudo-tensor "
+           f"per DDP bucket of {ref.name}, on the layer whose backward issued it; per-tensor sizes are unknown. ")
+        + f"Sum of parameter elements {params_total}; sum of bucket elements in {ref.name} {bucket_total}. "
+        + ("The bucket layout changes between iterations (DDP rebuilds its buckets after the first). "
+           if len({tuple(c.elements for _, c in it.buckets) for it in its}) > 1 else "")
+        + ("Batch size read from the first layer's input shape. " if batch_inferred else "Batch size given. ")
+        + f"{sum(it.unattributed for it in its)} backward nodes had no forward op (attributed to the layer before). "
+        + f"Layer and optimizer times cover {coverage:.0%} of the iteration spans (the rest: "
+        + ("GPU idle, e.g. waiting for CPU launches, and communication). " if use_gpu else
+           "time outside operators and in communication). ")
+        + f"Communication durations include waiting for the peers (single-rank trace); {missing} of "
+        f"{len(comms)} collectives have no execution record (kernel or gloo annotation) in the trace.")
+    extra = {"kineto": {
+        "file": Path(path).name, "rank": info.get("rank"), "world_size": info.get("world_size"),
+        "backend": info.get("backend"), "clock": "gpu" if use_gpu else "cpu",
+        "attribution": "nn.Module" if modules else "aten ops",
+        "params_from": "AccumulateGrad shapes" if shapes else "DDP buckets",
+        "iterations": [{"name": it.name, "duration_s": (it.end - it.start) * 1e-6,
+                        "compute_s": (sum(it.forward_us) + sum(it.backward_us) + it.optimizer_us) * 1e-6,
+                        "accumulate_grad": len(it.grads), "unattributed_backward": it.unattributed} for it in its],
+        "buckets": [[c.elements for _, c in it.buckets] for it in its],
+        "collectives": comms}}
+    software = {k: str(v) for k, v in (("backend", info.get("backend")), ("nccl", info.get("nccl_version")),
+                                       ("kineto_schema", data.get("schemaVersion"))) if v is not None}
+    return ModelTrace(
+        model=model or Path(path).name.split(".")[0], batch_size=batch,
+        dtype=dtypes.most_common(1)[0][0] if dtypes else "float32",
+        device=_device(data, trace, use_gpu), software=software,
+        provenance=Provenance(command=f"torch.profiler trace {data.get('traceName', Path(path).name)}",
+                              date=_date(data, trace), host=str(data.get("host_name", "unknown")),
+                              source="imported", estimated=False, notes=notes),
+        layers=tuple(layers), grad_ready_order=ready,
+        optimizer_s=tuple(it.optimizer_us * 1e-6 for it in its), extra=extra)
