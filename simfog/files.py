@@ -44,6 +44,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a finished file gets the usual permissions
     try:
         if path.suffix == ".gz":
             # mtime=0 and no name keep gzipped output byte-for-byte reproducible.

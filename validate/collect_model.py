@@ -1,0 +1,340 @@
+"""Measure a zoo model's per-layer training compute on this machine: the ModelTrace (format 1) simfog replays.
+
+One process (or `concurrent` processes at once) runs SGD-with-momentum training steps on fixed random inputs.
+Module hooks on every leaf module time each layer's forward and backward; `Tensor.register_post_accumulate_grad_hook`
+observes the order in which parameter gradients become ready in backward (what WFBP/DDP bucketing overlaps with).
+A separate forward pass on a shape-only ("meta") copy, under `torch.utils.flop_counter.FlopCounterMode`, counts
+each layer's forward FLOPs.
+
+Torch-only module (imports torch at module level); `simfog` never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+import warnings
+from datetime import UTC, datetime
+from queue import Empty
+
+import numpy
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from simfog.errors import ConfigError
+from simfog.trace import ModelTrace, model_trace_from_dict
+from validate import models
+
+_HOOK_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
+
+
+def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: int = 3, threads: int | None = None,
+                  seed: int = 0, concurrent: int = 1, device: str | None = None,
+                  command: str | None = None) -> ModelTrace:
+    """Train zoo model `name` for `warmup + iterations` steps and return the measured, validated ModelTrace.
+
+    Warm-up steps are dropped; every measured step is kept: sample k of each layer (and of `optimizer_s`,
+    `forward_wall_s`, `backward_wall_s`) is measured step k. Times are seconds; per-layer forward (backward) times of
+    step k sum to that step's forward (backward) wall time. `threads`: torch intra-op threads per process (None:
+    torch's default, or cpu_count // concurrent when concurrent > 1). `concurrent` > 1 runs that many processes
+    training at once, in lock step (a barrier before each step, as synchronous data parallelism would); the layers
+    come from rank 0 and every rank's step times go to `extra["concurrent"]`. `device`: "cpu", "cuda" or None (cuda
+    when available). Raises ConfigError for an unknown model or a bad argument.
+    """
+    models.get(name)
+    for field, value, low in (("batch_size", batch_size, 1), ("iterations", iterations, 1), ("warmup", warmup, 0),
+                              ("seed", seed, 0), ("concurrent", concurrent, 1), ("threads", threads, 1)):
+        if value is None and field == "threads":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(field, value, f"an integer >= {low}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") or device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", device, "cpu, or cuda where a CUDA device is available")
+    if threads is None and concurrent > 1:
+        threads = max(1, (os.cpu_count() or 1) // concurrent)
+    job = {"name": name, "batch_size": batch_size, "iterations": iterations, "warmup": warmup,
+           "threads": threads, "seed": seed, "device": device}
+
+    load_before, threads_before = os.getloadavg(), torch.get_num_threads()
+    try:
+        runs = [_measure(job)] if concurrent == 1 else _measure_concurrent(job, concurrent)
+    finally:
+        torch.set_num_threads(threads_before)  # in-process runs must not change the caller's setting
+    load_after = os.getloadavg()
+    run = runs[0]
+    if command is None:
+        command = (f"simfog collect model {name} --batch-size {batch_size} --iterations {iterations} "
+                   f"--warmup {warmup} --seed {seed} --concurrent {concurrent}"
+                   + (f" --threads {threads}" if threads else ""))
+    notes = (f"os.getloadavg() 1/5/15 min before: {_loads(load_before)}; after: {_loads(load_after)}. "
+             f"torch threads per process: {run['threads']}; {concurrent} process(es) training at once"
+             + (", layers from rank 0, every rank's step totals in concurrent.iteration_s" if concurrent > 1 else "")
+             + f". Clock: {run['clock']}. Each layer is charged the time from the previous leaf module's hook to its "
+             "own (work between leaf modules, e.g. residual adds, attention, the loss, goes to the next layer), so "
+             "per-layer sums equal each step's forward/backward wall time. FLOPs: FlopCounterMode, forward only; "
+             "bytes_accessed: parameters + leaf inputs + outputs, an estimate. "
+             f"SGD lr 0.01 momentum 0.9 on fixed random inputs, seed {seed}, {warmup} warm-up steps dropped.")
+    data = {
+        "format": "simfog.model-trace/1", "model": name, "batch_size": batch_size, "dtype": "float32",
+        "device": _device_info(device, run["threads"], concurrent),
+        "software": {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__},
+        "provenance": {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds")
+                       .replace("+00:00", "Z"), "host": socket.gethostname(), "source": "measured",
+                       "estimated": False, "notes": notes},
+        "layers": run["layers"], "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
+        "forward_wall_s": run["forward_wall_s"], "backward_wall_s": run["backward_wall_s"],
+        "grad_ready_order_stable": run["grad_ready_order_stable"],
+    }
+    if concurrent > 1:
+        data["concurrent"] = {"processes": concurrent, "trace_from_rank": 0, "iteration_s": [
+            [f + b + o for f, b, o in zip(r["forward_wall_s"], r["backward_wall_s"], r["optimizer_s"], strict=True)]
+            for r in runs]}
+    # Through JSON and the format-1 validator: what we return is exactly what a saved file reloads as.
+    return model_trace_from_dict(json.loads(json.dumps(data)))
+
+
+def _loads(load: tuple[float, float, float]) -> str:
+    return " ".join(f"{x:.2f}" for x in load)
+
+
+def _device_info(device: str, threads: int, processes: int) -> dict:
+    if device == "cuda":
+        return {"kind": "cuda", "name": torch.cuda.get_device_name(), "threads": threads, "processes": processes}
+    return {"kind": "cpu", "name": _cpu_name(), "threads": threads, "cores": os.cpu_count(), "processes": processes}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+# ---- clocks: host time on CPU, CUDA events on a GPU (kernels run asynchronously to the host there) ----
+
+class _HostClock:
+    name = "time.perf_counter (monotonic host clock)"
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def seconds(self, a: float, b: float) -> float:
+        return b - a
+
+    def sync(self) -> None:
+        pass
+
+
+class _CudaClock:
+    name = "CUDA events on the current stream"
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3  # elapsed_time is in milliseconds
+
+    def sync(self) -> None:
+        torch.cuda.synchronize()
+
+
+def _charge(events: list, start, end, clock, totals: dict[str, float]) -> None:
+    """Add to `totals[layer]` the time from the previous event (the first: from `start`) to each (mark, layer) event;
+    the time after the last event, up to `end`, goes to the last event's layer.
+
+    Hooks fire only at leaf-module boundaries: work done between two leaf modules (functional residual adds,
+    torch.cat, attention, flatten, the loss) belongs to no module. Charging each gap to the layer whose hook closes it
+    keeps every moment of the step in exactly one layer, so the per-layer sums equal the measured wall time and a
+    replay of the layers reproduces the measured step (and when each gradient is ready) rather than undercounting it.
+    """
+    previous = start
+    for mark, layer in events:
+        totals[layer] = totals.get(layer, 0.0) + clock.seconds(previous, mark)
+        previous = mark
+    if events:
+        layer = events[-1][1]
+        totals[layer] += clock.seconds(previous, end)
+
+
+# ---- the measurement, run in this process or in each concurrent one ----
+
+def _leaves(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    return {n: m for n, m in model.named_modules() if n and not any(True for _ in m.children())}
+
+
+def _probe(model, leaves, inputs) -> tuple[list[str], dict[str, float], dict[str, float]]:
+    """One untimed forward pass: leaf modules in call order, and each one's forward FLOPs and bytes (estimated).
+    Works on "meta" tensors (FLOPs and bytes depend only on shapes).
+
+    FLOPs between two leaf hooks are charged to the later leaf, as time is in `_charge`."""
+    order, flops, nbytes, handles = [], {}, {}, []
+    # CPU attention runs this fused kernel, which FlopCounterMode (torch 2.13) has no formula for.
+    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+                lambda q, k, v, *args, out_shape=None, **kw: sdpa_flop_count(q, k, v)}
+    counter = FlopCounterMode(display=False, custom_mapping=cpu_sdpa)
+    seen = [0]
+
+    def size(xs) -> int:
+        xs = xs if isinstance(xs, (tuple, list)) else (xs,)
+        return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+
+    def hook(name):
+        def after(module, args, output):
+            total = counter.get_total_flops()
+            flops[name] = flops.get(name, 0) + total - seen[0]
+            seen[0] = total
+            params = sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
+            nbytes[name] = nbytes.get(name, 0) + params + size(args) + size(output)
+            if name not in order:
+                order.append(name)
+        return after
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in leaves.items()]
+    try:
+        with torch.no_grad(), counter:
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    if order:
+        flops[order[-1]] += counter.get_total_flops() - seen[0]
+    return order, flops, nbytes
+
+
+def _measure(job: dict, barrier=None) -> dict:
+    """Build, probe and train; return plain lists (picklable) for the trace."""
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    torch.manual_seed(job["seed"])
+    entry = models.get(job["name"])
+    dev = torch.device(job["device"])
+    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    model = entry.build().to(dev).train()
+    inputs, targets = entry.make_inputs(job["batch_size"], torch.Generator().manual_seed(job["seed"]))
+    inputs, targets = tuple(x.to(dev) for x in inputs), targets.to(dev)
+    leaves = _leaves(model)
+    with torch.device("meta"):  # shapes are all the probe needs: a copy on "meta" costs no compute
+        shadow = entry.build()
+    order, flops, nbytes = _probe(shadow, _leaves(shadow), tuple(x.to("meta") for x in inputs))
+
+    # Each parameter belongs to the first leaf, in call order, that holds it (a tied tensor to its first user).
+    owner, names = {}, {id(p): n for n, p in model.named_parameters()}
+    params = {layer: [] for layer in order}
+    for layer in order:
+        for p in leaves[layer].parameters(recurse=False):
+            if p.requires_grad and id(p) not in owner:
+                owner[id(p)] = layer
+                params[layer].append(p)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if len(owner) != len(trainable):
+        raise ConfigError("model", job["name"], "a model whose every trainable parameter belongs to a leaf module "
+                          "called in forward")
+
+    fwd_events, bwd_events, ready = [], [], []
+    handles = []
+    for layer in order:
+        module = leaves[layer]
+        handles.append(module.register_forward_hook(lambda m, a, o, n=layer: fwd_events.append((clock.mark(), n))))
+        # A layer's backward is done once autograd has its input gradient (this hook) and its parameter gradients
+        # (the accumulate hook below). Where no input needs a gradient (first conv, embeddings) this hook fires
+        # early, at output-gradient time; the accumulate event that follows closes the layer correctly.
+        handles.append(module.register_full_backward_hook(
+            lambda m, gi, go, n=layer: bwd_events.append((clock.mark(), n))))
+    def accumulated(layer: str, pname: str):
+        def hook(tensor) -> None:
+            bwd_events.append((clock.mark(), layer))
+            ready.append(pname)
+        return hook
+
+    handles += [p.register_post_accumulate_grad_hook(accumulated(owner[id(p)], names[id(p)])) for p in trainable]
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    steps = {k: [] for k in ("forward", "backward", "optimizer_s", "forward_wall_s", "backward_wall_s", "orders")}
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_HOOK_WARNING)
+            for step in range(job["warmup"] + job["iterations"]):
+                optimizer.zero_grad(set_to_none=True)
+                if barrier is not None:
+                    barrier.wait()
+                fwd_events.clear()
+                bwd_events.clear()
+                ready.clear()
+                t0 = clock.mark()
+                loss = entry.loss(model(*inputs), targets)
+                t1 = clock.mark()
+                loss.backward()
+                t2 = clock.mark()
+                optimizer.step()
+                t3 = clock.mark()
+                clock.sync()
+                if step < job["warmup"]:
+                    continue
+                fwd, bwd = {}, {}
+                _charge(fwd_events, t0, t1, clock, fwd)
+                _charge(bwd_events, t1, t2, clock, bwd)
+                steps["forward"].append(fwd)
+                steps["backward"].append(bwd)
+                steps["forward_wall_s"].append(clock.seconds(t0, t1))
+                steps["backward_wall_s"].append(clock.seconds(t1, t2))
+                steps["optimizer_s"].append(clock.seconds(t2, t3))
+                steps["orders"].append(list(ready))
+    finally:
+        for h in handles:
+            h.remove()
+
+    layers = [{"name": layer, "forward_s": [f.get(layer, 0.0) for f in steps["forward"]],
+               "backward_s": [b.get(layer, 0.0) for b in steps["backward"]],
+               "params": [{"name": names[id(p)], "elements": p.numel(), "dtype": str(p.dtype).removeprefix("torch.")}
+                          for p in params[layer]],
+               "flops": flops.get(layer, 0), "bytes_accessed": nbytes.get(layer, 0)} for layer in order]
+    orders = steps["orders"]
+    return {"layers": layers, "grad_ready_order": orders[0], "grad_ready_order_stable": all(o == orders[0]
+                                                                                            for o in orders),
+            "optimizer_s": steps["optimizer_s"], "forward_wall_s": steps["forward_wall_s"],
+            "backward_wall_s": steps["backward_wall_s"], "threads": torch.get_num_threads(), "clock": clock.name}
+
+
+def _worker(rank: int, job: dict, barrier, queue) -> None:
+    try:
+        queue.put((rank, _measure(job, barrier)))
+    except BaseException as e:  # report, never hang the parent on a barrier or a queue
+        barrier.abort()
+        queue.put((rank, f"{type(e).__name__}: {e}"))
+
+
+def _measure_concurrent(job: dict, processes: int) -> list[dict]:
+    """Run `_measure` in `processes` spawned processes at once; their results ordered by rank."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, job, barrier, queue), daemon=True) for r in range(processes)]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    while len(results) < processes:
+        try:
+            rank, result = queue.get(timeout=5)
+            results[rank] = result
+        except Empty:  # a process killed outright (e.g. out of memory) reports nothing
+            for r, p in enumerate(procs):
+                if r not in results and not p.is_alive() and queue.empty():
+                    barrier.abort()
+                    results[r] = f"process exited with code {p.exitcode} without a result"
+    for p in procs:
+        p.join()
+    failed = {r: v for r, v in results.items() if isinstance(v, str)}
+    if failed:
+        raise RuntimeError(f"concurrent measurement failed: {failed}")
+    return [results[r] for r in range(processes)]
