@@ -20,6 +20,11 @@ COMMANDS = {
     "list": ("simfog.commands.listing", "list every registered collective, merge policy, algorithm, ..."),
     "import": ("simfog.importers_cli", "convert a profiler trace or benchmark log into a simfog trace"),
     "calibrate": ("simfog.calibrate_cli", "fit cluster latency and bandwidth from a network trace"),
+    "validate": ("simfog.commands.validate", "run an experiment for real on an emulated cluster; compare with the "
+                 "simulation"),
+    "tune": ("simfog.commands.tune", "search the merge threshold with the least iteration time; plot and CSV"),
+    "plan": ("simfog.commands.plan", "cheapest GPU count, network, collective and merge policy for a target"),
+    "curve": ("simfog.commands.curve", "throughput and scaling efficiency against ranks; PNG, SVG and CSV"),
 }
 COLLECT = {
     "model": ("validate.collect_model_cli", "measure a zoo model's per-layer compute (torch)"),

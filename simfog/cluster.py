@@ -5,8 +5,8 @@ Ranks are placed node by node: rank r lives on node r // ranks_per_node. Bandwid
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from simfog.errors import ConfigError
 
@@ -94,7 +94,7 @@ class Cluster:
         na, nb = self.node_of(a), self.node_of(b)
         return self.intra if na == nb else self.slowest_inter((na, nb))
 
-    def with_ranks(self, ranks: int) -> "Cluster":
+    def with_ranks(self, ranks: int) -> Cluster:
         """The same kind of cluster with `ranks` ranks: whole nodes, or one partly used node if fewer ranks than
         a node holds. Raises ConfigError when `ranks` is not a multiple of ranks_per_node."""
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -116,7 +116,7 @@ class Group:
     per_node: int
 
     @staticmethod
-    def of(cluster: Cluster, members: Sequence[int] | None = None) -> "Group":
+    def of(cluster: Cluster, members: Sequence[int] | None = None) -> Group:
         """The whole cluster when `members` is None, else the nodes those ranks occupy."""
         if members is None:
             return Group(cluster.ranks, cluster.nodes, cluster.ranks_per_node)

@@ -34,7 +34,7 @@ class ComputeModel:
     layer_end_s: np.ndarray    # (S, layers)
 
     @staticmethod
-    def from_trace(trace, mode: str) -> "ComputeModel":
+    def from_trace(trace, mode: str) -> ComputeModel:
         fwd = np.array([layer.forward_s for layer in trace.layers]).T        # (S, L)
         bwd = np.array([layer.backward_s for layer in trace.layers]).T
         opt = np.asarray(trace.optimizer_s, dtype=float)
@@ -143,7 +143,8 @@ class Simulation:
         return Result(self.experiment, self.records, symmetric=self.symmetric,
                       single_rank_time_s=self.compute.single_rank_time_s(),
                       buckets=self.algorithm.describe_buckets(),
-                      events=events, wall_s=time.perf_counter() - started)
+                      events=events, wall_s=time.perf_counter() - started,
+                      mixing=getattr(self.algorithm, "mixing", lambda: None)())
 
 
 def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

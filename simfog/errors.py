@@ -18,7 +18,7 @@ class ConfigError(SimfogError, ValueError):
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{field} = {value!r}: {allowed}")
 
-    def in_file(self, source: str) -> "ConfigError":
+    def in_file(self, source: str) -> ConfigError:
         """The same error, now naming the file it came from (keeps an existing name)."""
         if self.source:
             return self

@@ -6,9 +6,9 @@ TOML, read with tomllib. Paths are relative to the file; every quantity carries 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
 
 from simfog import units
 from simfog.cluster import Cluster, Link
@@ -39,6 +39,17 @@ class Comm:
     alpha_s: float | None = None
     beta_s_per_B: float | None = None
     ps_servers: int | None = None
+    # Decentralized, group, asynchronous and compressed algorithms (None: the algorithm's own default).
+    topology: str | None = None              # a name in simfog.topology.TOPOLOGIES
+    combine: str = "awc"                     # neighbor averaging: "awc" adapt-with-combine, "atc" adapt-then-combine
+    negotiate: bool | None = None            # BlueFog: ops wait for every rank's request (default true; win_put false)
+    hierarchical: bool | None = None         # BAGUA decentralized / low-precision / bytegrad (default true)
+    group_size: int | None = None            # WAGMA group size S (default 8, at most the rank count)
+    global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
+    powersgd_rank: int | None = None         # PowerSGD matrix approximation rank (default 1)
+    encode_bandwidth_Bps: float | None = None  # compression codec throughput, bytes of uncompressed data per s
+    async_period_s: float | None = None      # BAGUA async: sleep between two averaging rounds (default 500 ms)
+    consensus_eps: float | None = None       # mixing report: consensus error to reach (default 0.01)
 
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -85,10 +96,10 @@ class Experiment:
         """True when any input was estimated rather than measured."""
         return bool(self.workload.trace.provenance.estimated)
 
-    def with_ranks(self, ranks: int) -> "Experiment":
+    def with_ranks(self, ranks: int) -> Experiment:
         return replace(self, cluster=self.cluster.with_ranks(ranks))
 
-    def with_comm(self, **changes) -> "Experiment":
+    def with_comm(self, **changes) -> Experiment:
         return replace(self, comm=replace(self.comm, **changes))
 
 
@@ -98,7 +109,10 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
 _WORKLOAD = {"trace", "compute"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth"}
-_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers"}
+_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "topology",
+         "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
+         "async_period", "consensus_eps"}
+COMBINES = ("awc", "atc")
 
 
 def _section(d: Mapping, name: str, allowed: set[str], source: str | None, required: bool = True) -> dict:
@@ -207,7 +221,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         cycle_time_s=_quantity(m, "cycle_time", "time", p, source),
         alpha_s=_quantity(m, "alpha", "time", p, source),
         beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
-        ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None)
+        ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None,
+        **_decentralized_keys(m, p, source))
     if comm.merge == "threshold" and comm.threshold_bytes is None:
         raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
                           source=source)
@@ -220,6 +235,42 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute), cluster, comm, source,
                       network_trace, hetero)
+
+
+def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
+    """The [comm] keys of the decentralized, group, asynchronous and compressed algorithms, validated."""
+    from simfog.topology import TOPOLOGIES
+
+    out: dict = {}
+    if "topology" in m:
+        out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
+    out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
+    for key in ("hierarchical", "negotiate"):
+        if key in m:
+            if not isinstance(m[key], bool):
+                raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)
+            out[key] = m[key]
+    for key, least in (("group_size", 2), ("global_every", 1), ("powersgd_rank", 1)):
+        if key in m:
+            out[key] = _int(m, key, p, source, minimum=least)
+    if "encode_bandwidth" in m:
+        bw = _quantity(m, "encode_bandwidth", "bandwidth", p, source)
+        if not bw > 0:
+            raise ConfigError(f"{p}encode_bandwidth", m["encode_bandwidth"], 'a bandwidth > 0 such as "5GB/s"',
+                              source=source)
+        out["encode_bandwidth_Bps"] = bw
+    if "async_period" in m:
+        period = _quantity(m, "async_period", "time", p, source)
+        if not period > 0:
+            raise ConfigError(f"{p}async_period", m["async_period"], 'a time > 0 such as "500ms"', source=source)
+        out["async_period_s"] = period
+    if "consensus_eps" in m:
+        eps = m["consensus_eps"]
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise ConfigError(f"{p}consensus_eps", eps, "a number in (0, 1): the consensus error to reach, "
+                              "relative to the initial disagreement", source=source)
+        out["consensus_eps"] = float(eps)
+    return out
 
 
 def _index_map(h: Mapping, key: str, limit: int, what: str, source: str | None) -> dict[int, object]:

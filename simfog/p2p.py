@@ -10,8 +10,8 @@ by d, and L ranks of a node sending off-node share the node's NIC L ways.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from simfog.cluster import Cluster
 

@@ -7,7 +7,8 @@ function or class and one decorator line.
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from simfog.errors import ConfigError
 

@@ -26,6 +26,7 @@ class Result:
     buckets: list = field(default_factory=list)
     events: int = 0
     wall_s: float = 0.0
+    mixing: dict | None = None  # how well models agree (decentralized algorithms): see summary()
 
     def intervals(self) -> pd.DataFrame:
         """Every interval of every rank: columns rank, iteration, kind, name, start_s, end_s. On the symmetric
@@ -100,4 +101,18 @@ class Result:
             "symmetric_fast_path": self.symmetric,
             "trace": exp.workload.trace_path,
             "network_trace": exp.network_trace,
+            **_mixing_fields(self.mixing),
         }
+
+
+MIXING_FIELDS = ("topology", "spectral_gap", "iterations_to_consensus", "consensus_eps",
+                 "averaging_rounds_per_iteration")
+
+
+def _mixing_fields(mixing: dict | None) -> dict:
+    """The mixing quality of the run's algorithm (None each where it has none, e.g. allreduce): the averaging
+    graph, its spectral gap (1 = exact average within one period, 0 = never mixes), how many iterations its
+    averaging needs to bring the disagreement between models down to `consensus_eps` of what it was, and, for
+    asynchronous algorithms, how many averaging rounds ran per training iteration."""
+    mixing = mixing or {}
+    return {key: mixing.get(key) for key in MIXING_FIELDS}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from simfog.errors import ConfigError, SimfogError
 from simfog.experiment import Experiment

@@ -8,9 +8,9 @@ iteration k, which is why every layer must have the same number of samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from simfog import files
 from simfog.errors import ConfigError

@@ -10,6 +10,8 @@ from simfog.cluster import Cluster, Link
 from simfog.experiment import Comm, Experiment, Workload
 from simfog.trace import Layer, ModelTrace, Provenance, Tensor
 
+NIC, INTRA = Link(10e-6, 1.25e9), Link(1e-6, 1e11)
+
 REPO = Path(__file__).resolve().parents[1]
 REF = REPO.parent / "shared" / "ref"
 
@@ -30,8 +32,8 @@ def make_trace(forward, backward, param_elements, *, samples=None, optimizer=0.0
 
 
 def make_experiment(trace, *, nodes=2, gpus_per_node=2, merge="wfbp", collective="linear", alpha=1e-3,
-                    beta=1e-9, iterations=3, compute="mean", seed=0, nic=Link(10e-6, 1.25e9),
-                    intra=Link(1e-6, 1e11), **comm):
+                    beta=1e-9, iterations=3, compute="mean", seed=0, nic=NIC,
+                    intra=INTRA, **comm):
     cluster = Cluster(nodes, gpus_per_node, intra, nic)
     c = Comm(collective=collective, merge=merge, alpha_s=alpha, beta_s_per_B=beta, **comm)
     return Experiment(seed, iterations, Workload(trace, "<memory>", compute), cluster, c)

@@ -21,12 +21,12 @@ def wfbp_recurrence(t_f, t_b, nbytes, a, b):
     L = len(t_b)
     t_c = [a + b * p for p in nbytes]
     tau_b = [0.0] * L
-    for l in range(L - 2, -1, -1):
-        tau_b[l] = tau_b[l + 1] + t_b[l + 1]
+    for i in range(L - 2, -1, -1):
+        tau_b[i] = tau_b[i + 1] + t_b[i + 1]
     tau_c = [0.0] * L
     tau_c[L - 1] = tau_b[L - 1] + t_b[L - 1]
-    for l in range(L - 2, -1, -1):
-        tau_c[l] = max(tau_c[l + 1] + t_c[l + 1], tau_b[l] + t_b[l])
+    for i in range(L - 2, -1, -1):
+        tau_c[i] = max(tau_c[i + 1] + t_c[i + 1], tau_b[i] + t_b[i])
     return sum(t_f) + tau_c[0] + t_c[0]
 
 

@@ -11,4 +11,10 @@ from simfog.registry import Registry
 
 REGISTRY = Registry("algorithm")
 
-from simfog.algorithms import allreduce  # noqa: E402,F401  (registers its entries)
+from simfog.algorithms import (  # noqa: E402  (each module registers its entries)
+    allreduce,  # noqa: F401
+    asynchronous,  # noqa: F401
+    compressed,  # noqa: F401
+    decentralized,  # noqa: F401
+    wagma,  # noqa: F401
+)

@@ -12,6 +12,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_overrides(parser)
     parser.add_argument("--intervals", metavar="CSV", help="write every per-rank interval to this CSV")
+    parser.add_argument("--timeline", metavar="OUT.json",
+                        help="write the run as a Chrome trace for ui.perfetto.dev (at most 64 ranks: the first "
+                             "and last 32)")
+    parser.add_argument("--timeline-ranks", metavar="LIST", help='ranks in the timeline, e.g. "0-7,120-127"')
 
 
 def add_overrides(parser) -> None:
@@ -59,7 +63,8 @@ def format_summary(s: dict) -> str:
     lines = [
         f"{s['model']} x {s['ranks']} ranks ({s['nodes']} nodes x {s['gpus_per_node']}), batch {s['batch_size']}/rank, "
         f"{s['algorithm']} / {s['collective']} / merge {s['merge']} ({s['buckets']} buckets){est}",
-        f"  iteration time     {units.format_time(s['iteration_time_s'])}  (worst {units.format_time(s['iteration_time_max_s'])})",
+        f"  iteration time     {units.format_time(s['iteration_time_s'])}"
+        f"  (worst {units.format_time(s['iteration_time_max_s'])})",
         f"  throughput         {s['samples_per_s']:.1f} samples/s",
         f"  scaling efficiency {100 * s['scaling_efficiency']:.1f} %",
         f"  compute            {units.format_time(s['compute_s'])} per rank",
@@ -79,6 +84,15 @@ def run(args) -> int:
     if args.intervals:
         with atomic_open(args.intervals) as f:
             result.intervals().to_csv(f, index=False)
+    if args.timeline:
+        import sys
+
+        from simfog.timeline import parse_rank_list, write_chrome_trace
+
+        ranks = parse_rank_list(args.timeline_ranks, field="--timeline-ranks") if args.timeline_ranks else None
+        shown = write_chrome_trace(result, args.timeline, ranks)
+        # stderr, so that --json output stays one JSON object
+        print(f"wrote {args.timeline}" + (f": {shown['note']}" if "note" in shown else ""), file=sys.stderr)
     if args.json:
         print_json(summary)
     else:
