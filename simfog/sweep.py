@@ -66,7 +66,17 @@ def _done_keys(path: Path) -> set[tuple]:
         return {tuple(row[k] for k in KEY_COLUMNS) for row in reader}
 
 
-def _key_of_row(row: dict) -> tuple:
+def _drop_partial_last_line(path: Path) -> None:
+    """A sweep killed in the middle of a write leaves a line without its newline: cut it, the point reruns."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def key_of_row(row: dict) -> tuple:
     t = row["threshold_bytes"]
     return (str(row["ranks"]), row["merge"], row["collective"], "" if t == "" else repr(float(t)))
 
@@ -79,6 +89,7 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     out = Path(out)
     done = _done_keys(out)
     todo = [p for p in points if p.key() not in done]
+    _drop_partial_last_line(out)
     new_file = not out.exists() or out.stat().st_size == 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a", newline="") as f, tqdm.tqdm(total=len(todo), disable=not progress, unit="exp") as bar:

@@ -212,3 +212,13 @@ def test_degraded_nic_slows_ring_to_its_bandwidth():
     assert simulate(degraded).summary()["iteration_time_s"] == pytest.approx(
         simulate(slow_everywhere).summary()["iteration_time_s"], rel=1e-12)
     assert simulate(degraded).summary()["iteration_time_s"] > simulate(exp).summary()["iteration_time_s"]
+
+
+def test_horovod_fused_buffers_are_named_in_order_every_iteration():
+    rng = np.random.default_rng(1)
+    trace = make_trace(rng.uniform(1e-3, 2e-3, 12), rng.uniform(1e-3, 4e-3, 12), rng.integers(1, 2_000_000, 12))
+    res = simulate(make_experiment(trace, merge="horovod", collective="ring", iterations=3))
+    comm = res.intervals().query("kind == 'comm' and rank == 0")
+    for _, names in comm.groupby("iteration")["name"]:
+        assert list(names) == [f"fused{k}" for k in range(len(names))]
+    assert [b["bucket"] for b in res.buckets] == list(range(len(res.buckets)))

@@ -110,6 +110,7 @@ class _HorovodCycles:
         env, sim = self.sim.env, self.sim
         for it in range(sim.experiment.iterations):
             pending = list(range(len(self.tensors)))
+            fused = 0  # fused buffers of this iteration, named in order
             while pending:
                 cycle_start = env.now
                 if self.registered[it] == sim.simulated_ranks:
@@ -123,10 +124,11 @@ class _HorovodCycles:
                             start = env.now
                             yield env.timeout(duration)
                             for r in range(sim.simulated_ranks):
-                                sim.record(r, it, "comm", f"fused{len(self.fused)}", start, env.now)
+                                sim.record(r, it, "comm", f"fused{fused}", start, env.now)
                             if it == 0:
-                                self.fused.append({"bucket": len(self.fused), "tensors": len(bucket.tensors),
+                                self.fused.append({"bucket": fused, "tensors": len(bucket.tensors),
                                                    "bytes": bucket.nbytes, "allreduce_s": duration})
+                            fused += 1
                 if pending:
                     # A cycle that took longer than cycle_time is followed at once (Horovod's RunLoopOnce).
                     yield env.timeout(max(cycle_start + self.cycle - env.now, 0.0))

@@ -1,0 +1,110 @@
+"""`simfog curve FILE.toml --ranks 4,8,...,2048 --merge ddp,wfbp,mgwfbp -o PREFIX`: throughput and scaling
+efficiency against ranks for several merge policies or collectives: PREFIX.png, PREFIX.svg and PREFIX.csv.
+
+The runs go through simfog.sweep, so PREFIX.csv is a sweep CSV: an interrupted curve resumes where it stopped.
+The CSV does not record the experiment's other settings (compute mode, iterations, seed): use a new PREFIX when
+changing them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pandas as pd
+
+from simfog.commands.sweep import _list
+from simfog.errors import ConfigError
+
+
+def parse_ranks(text: str) -> list[int]:
+    """"4,8,16" as given; "4,8,...,2048" expands geometrically (ratio 8/4) or arithmetically ("8,16,...,64") when
+    the second step is not a whole ratio. Raises ConfigError for anything else."""
+    parts = _list(text)
+    bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
+    if "..." not in parts:
+        try:
+            return [int(p) for p in parts]
+        except ValueError:
+            raise bad from None
+    if len(parts) != 4 or parts[2] != "...":
+        raise bad
+    try:
+        a, b, z = int(parts[0]), int(parts[1]), int(parts[3])
+    except ValueError:
+        raise bad from None
+    if not 0 < a < b <= z:
+        raise bad
+    out = [a]
+    if b % a == 0 and b // a > 1:
+        while out[-1] * (b // a) <= z:
+            out.append(out[-1] * (b // a))
+    else:
+        out = list(range(a, z + 1, b - a))
+    if out[-1] != z:
+        raise ConfigError("--ranks", text, f"a last value the series reaches ({out[-1]} is followed by "
+                          f"{out[-1] * (b // a) if b % a == 0 else out[-1] + b - a})")
+    return out
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded example)")
+    parser.add_argument("--ranks", required=True, help="rank counts: 4,8,16 or 4,8,...,2048")
+    parser.add_argument("--merge", help="comma-separated merge policies (default: the file's)")
+    parser.add_argument("--collective", help="comma-separated collectives (default: the file's)")
+    parser.add_argument("--compute", choices=("mean", "samples"),
+                        help="layer times: means (fast symmetric path for thousands of ranks) or samples "
+                             "(default: the file's)")
+    parser.add_argument("-o", "--output", default="curve", help="writes PREFIX.png, PREFIX.svg, PREFIX.csv")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
+    parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def curve_frame(rows: list[dict], points) -> pd.DataFrame:
+    """The sweep rows of `points` (a CSV may hold others from earlier runs) with numeric columns as numbers."""
+    from simfog.sweep import key_of_row
+
+    wanted = {p.key() for p in points}
+    df = pd.DataFrame([r for r in rows if key_of_row(r) in wanted])
+    for c in ("ranks", "iteration_time_s", "samples_per_s", "scaling_efficiency", "comm_s", "comm_exposed_s"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["error"] = df["error"].fillna("")
+    return df.sort_values(["merge", "collective", "ranks"], kind="stable").reset_index(drop=True)
+
+
+def run(args) -> int:
+    from simfog import collectives, experiment, merge, plot, sweep
+    from simfog.cli import DEFAULT_EXPERIMENT
+
+    exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
+    if args.compute:
+        exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
+    ranks = parse_ranks(args.ranks)
+    merges = _list(args.merge) if args.merge else [exp.comm.merge]
+    colls = _list(args.collective) if args.collective else [exp.comm.collective]
+    for m in merges:
+        merge.POLICIES.get(m, field="--merge")
+    for c in colls:
+        collectives.ALGORITHMS.get(c, field="--collective")
+    for r in ranks:
+        exp.cluster.with_ranks(r)  # validates before anything runs
+    points = sweep.grid(ranks, merges, colls, [exp.comm.threshold_bytes])
+    csv = f"{args.output}.csv"
+    rows = sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+    df = curve_frame(rows, points)
+    c = exp.cluster
+    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {c.ranks_per_node} per node, "
+             f"NIC {c.nic.bandwidth_Bps * 8 / 1e9:g} Gbit/s; {exp.workload.compute} layer times"
+             + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    fig = plot.curve_figure(df, title)
+    for suffix in ("png", "svg"):
+        plot.save(fig, f"{args.output}.{suffix}")
+    from simfog.commands.sweep import format_table
+
+    print(format_table(df.astype({"ranks": int}).to_dict("records")))
+    errors = df[df.error != ""]
+    if len(errors):
+        print(f"{len(errors)} point(s) could not run and are not plotted (see the error column)")
+    print(f"wrote {args.output}.png, {args.output}.svg, {csv}")
+    return 0

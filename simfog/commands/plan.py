@@ -1,0 +1,107 @@
+"""`simfog plan WORKLOAD --target-samples-per-s X` (or `--epoch-samples N --epoch-time 2h`): the cheapest
+configurations of a catalogue of clusters that reach the target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simfog import units
+
+DEFAULT_CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "catalogue.toml"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("workload", nargs="?",
+                        help="experiment TOML or model trace (.json/.json.gz) (default: the embedded example)")
+    parser.add_argument("--catalogue", default=None,
+                        help="cluster options with prices (TOML; default: the embedded example, illustrative prices)")
+    parser.add_argument("--target-samples-per-s", type=float, help="throughput to reach (samples/s)")
+    parser.add_argument("--epoch-samples", type=float, help="samples in one epoch (reports time and cost per epoch)")
+    parser.add_argument("--epoch-time", help='time one epoch may take, e.g. "2h" (target = samples / time)')
+    parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
+    parser.add_argument("-o", "--output", default="plan", help="writes PREFIX.csv (every candidate) and PREFIX.png")
+    parser.add_argument("--top", type=int, default=10, help="configurations printed (cheapest first)")
+
+
+def target_from_args(args) -> tuple[float, float | None]:
+    """(target samples/s, epoch samples or None) from the options. Raises ConfigError when missing or bad."""
+    from simfog.errors import ConfigError
+
+    epoch = args.epoch_samples
+    if epoch is not None and not epoch > 0:
+        raise ConfigError("--epoch-samples", epoch, "a number of samples > 0")
+    if args.epoch_time is not None:
+        if epoch is None:
+            raise ConfigError("--epoch-time", args.epoch_time, "used with --epoch-samples N")
+        if args.target_samples_per_s is not None:
+            raise ConfigError("--target-samples-per-s", args.target_samples_per_s,
+                              "either a throughput or --epoch-samples with --epoch-time, not both")
+        seconds = units.seconds(args.epoch_time, field="--epoch-time")
+        if seconds <= 0:
+            raise ConfigError("--epoch-time", args.epoch_time, 'a time > 0, e.g. "2h"')
+        return epoch / seconds, epoch
+    if args.target_samples_per_s is None:
+        raise ConfigError("--target-samples-per-s", None,
+                          "a throughput to reach (or --epoch-samples N with --epoch-time, e.g. 2h)")
+    if not args.target_samples_per_s > 0:
+        raise ConfigError("--target-samples-per-s", args.target_samples_per_s, "a throughput in samples/s > 0")
+    return args.target_samples_per_s, epoch
+
+
+def _duration(seconds: float) -> str:
+    """'2.03 h', '28.2 min' or units.format_time below a minute (epochs are long)."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return units.format_time(seconds)
+
+
+def format_table(result, top: int) -> str:
+    cur = result.currency
+    epoch = result.epoch_samples is not None
+    head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
+            f"{cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+    lines = [head]
+    for r in result.feasible().head(top).itertuples():
+        line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
+                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% {r.cost_per_hour:>10,.2f}")
+        if epoch:
+            line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _write(result, prefix: str) -> tuple[str, str]:
+    from simfog import plot
+    from simfog.files import atomic_open
+
+    csv, png = f"{prefix}.csv", f"{prefix}.png"
+    with atomic_open(csv) as f:
+        result.candidates.to_csv(f, index=False)
+    plot.save(plot.plan_figure(result), png)
+    return csv, png
+
+
+def run(args) -> int:
+    from simfog.cli import DEFAULT_EXPERIMENT
+    from simfog.errors import Infeasible
+    from simfog.plan import load_catalogue, plan, workload_experiment
+
+    target, epoch = target_from_args(args)
+    exp = workload_experiment(args.workload or DEFAULT_EXPERIMENT)
+    catalogue = load_catalogue(args.catalogue or DEFAULT_CATALOGUE)
+    try:
+        result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples)
+    except Infeasible as e:
+        if getattr(e, "result", None) is not None:
+            csv, png = _write(e.result, args.output)
+            print(f"wrote every candidate to {csv}, {png}")
+        raise
+    csv, png = _write(result, args.output)
+    print(result.title)
+    note = f" ({catalogue.note})" if catalogue.note else ""
+    print(f"prices from {catalogue.source}{note}; cheapest first, by cost per {'epoch' if epoch else 'hour'}:")
+    print(format_table(result, args.top))
+    print(f"wrote {csv}, {png}")
+    return 0

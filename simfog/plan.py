@@ -1,0 +1,263 @@
+"""Capacity planning: the cheapest GPU count, network option, collective and merge policy reaching a throughput.
+
+A catalogue (TOML) lists cluster options with their price per GPU-hour in one currency:
+
+    currency = "USD"
+    [[option]]
+    name = "eth100"
+    gpus_per_node = 8
+    max_nodes = 64
+    intra_bandwidth = "150GB/s"
+    intra_latency = "2us"
+    nic_bandwidth = "100Gbit/s"
+    nic_latency = "10us"
+    price_per_gpu_hour = 2.5
+    collectives = ["ring", "hierarchical"]   # default: the workload's collective
+    merges = ["ddp", "mgwfbp"]               # default: the workload's merge policy
+    # oversubscription = 1.0
+
+For every option, collective and merge policy, GPU counts are tried in increasing order (powers of two up to one
+node, then whole nodes doubling, then the option's maximum) and a series stops at the first count that meets the
+target: more GPUs cost more per hour and, since scaling efficiency does not rise with GPUs in data-parallel
+training, more per epoch too. Cost is GPUs used x price per GPU-hour. Layer times are means by default (see
+simfog.tune for why; it also makes thousands of ranks cheap to simulate).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from simfog import units
+from simfog.cluster import Cluster, Link
+from simfog.errors import ConfigError, Infeasible
+from simfog.experiment import Comm, Experiment, Workload
+
+_TOP = {"currency", "note", "option"}
+_OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
+           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges"}
+
+
+@dataclass(frozen=True)
+class ClusterOption:
+    """One way to buy a cluster: up to `max_nodes` nodes of `gpus_per_node` GPUs at `price_per_gpu_hour`."""
+
+    name: str
+    gpus_per_node: int
+    max_nodes: int
+    intra: Link
+    nic: Link
+    price_per_gpu_hour: float
+    oversubscription: float = 1.0
+    collectives: tuple[str, ...] = ()   # empty: the workload's
+    merges: tuple[str, ...] = ()
+    description: str = ""
+
+    def cluster(self) -> Cluster:
+        """One full node of this option (`with_ranks` scales it)."""
+        return Cluster(1, self.gpus_per_node, self.intra, self.nic, self.oversubscription)
+
+    def gpu_counts(self) -> list[int]:
+        """1, 2, 4, ... below one node, then gpus_per_node x 1, 2, 4, ... nodes, then the maximum if not yet hit."""
+        counts = [1 << k for k in range(self.gpus_per_node.bit_length()) if 1 << k < self.gpus_per_node]
+        nodes = 1
+        while nodes <= self.max_nodes:
+            counts.append(nodes * self.gpus_per_node)
+            nodes *= 2
+        if counts[-1] != self.max_nodes * self.gpus_per_node:
+            counts.append(self.max_nodes * self.gpus_per_node)
+        return counts
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    currency: str
+    options: tuple[ClusterOption, ...]
+    source: str | None = None
+    note: str = ""
+
+
+def _option(d: dict, i: int, source: str) -> ClusterOption:
+    from simfog import collectives, merge
+
+    if not isinstance(d, dict):
+        raise ConfigError(f"option[{i}]", d, "a table [[option]]", source=source)
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"option[{i}].name", name if name is not None else "(missing)", "a non-empty string",
+                          source=source)
+    p = f"option[{i}] ({name})."
+    for key in d:
+        if key not in _OPTION:
+            raise ConfigError(p + key, d[key], f"not a known key; allowed: {', '.join(sorted(_OPTION))}", source=source)
+
+    def integer(key):
+        v = d.get(key, "(missing)")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(p + key, v, "an integer >= 1", source=source)
+        return v
+
+    def quantity(key, kind, default=None):
+        if key not in d and default is None:
+            raise ConfigError(p + key, "(missing)", f"a {kind} with its unit", source=source)
+        return units.parse(d.get(key, default), kind, field=p + key, source=source)
+
+    def names(key, registry):
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(p + key, v, f"a list of names, from: {', '.join(registry.names())}", source=source)
+        for x in v:
+            if x not in registry.names():
+                raise ConfigError(p + key, x, f"one of {', '.join(registry.names())}", source=source)
+        return tuple(v)
+
+    price = d.get("price_per_gpu_hour", "(missing)")
+    if isinstance(price, bool) or not isinstance(price, (int, float)) or not price >= 0:
+        raise ConfigError(p + "price_per_gpu_hour", price, "a number >= 0 (in the catalogue's currency)",
+                          source=source)
+    over = d.get("oversubscription", 1.0)
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or not over >= 1:
+        raise ConfigError(p + "oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
+    return ClusterOption(name, integer("gpus_per_node"), integer("max_nodes"),
+                         Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth")),
+                         Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth")),
+                         float(price), float(over), names("collectives", collectives.ALGORITHMS),
+                         names("merges", merge.POLICIES), str(d.get("description", "")))
+
+
+def load_catalogue(path: str | Path) -> Catalogue:
+    """Read a catalogue TOML. Raises ConfigError naming the file, the field (e.g. "option[1] (eth25).max_nodes")
+    and the value for anything wrong in it."""
+    path, source = Path(path), str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("catalogue", source, "an existing catalogue file (.toml)") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(e), "valid TOML", source=source) from None
+    for key in data:
+        if key not in _TOP:
+            raise ConfigError(key, data[key], f"not a known key; allowed: {', '.join(sorted(_TOP))}", source=source)
+    currency = data.get("currency")
+    if not isinstance(currency, str) or not currency:
+        raise ConfigError("currency", currency if currency is not None else "(missing)",
+                          'the currency of every price, e.g. "USD"', source=source)
+    raw = data.get("option")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("option", raw if raw is not None else "(missing)", "one or more [[option]] tables",
+                          source=source)
+    options = tuple(_option(d, i, source) for i, d in enumerate(raw))
+    seen = [o.name for o in options]
+    dup = next((n for n in seen if seen.count(n) > 1), None)
+    if dup:
+        raise ConfigError("option.name", dup, "unique option names", source=source)
+    return Catalogue(currency, options, source, str(data.get("note", "")))
+
+
+def workload_experiment(path: str | Path) -> Experiment:
+    """The workload to plan for: an experiment file (.toml; its comm settings are the defaults) or a model trace
+    (.json, .json.gz; allreduce, ring, ddp). The cluster is replaced by each option's."""
+    from simfog import experiment
+    from simfog.trace import load_model_trace
+
+    path = Path(path)
+    if path.suffix == ".toml":
+        return experiment.load(path)
+    trace = load_model_trace(path)
+    return Experiment(0, 3, Workload(trace, str(path.resolve()), "mean"),
+                      Cluster(1, 1, Link(0.0, 1e11), Link(0.0, 1e9)), Comm(), str(path))
+
+
+@dataclass(frozen=True, eq=False)
+class PlanResult:
+    """`candidates`: every configuration simulated (option, gpus, nodes, collective, merge, iteration_time_s,
+    samples_per_s, scaling_efficiency, cost_per_hour and, with an epoch, epoch_time_s and cost_per_epoch, in
+    `currency`; meets_target; error). `best`: the cheapest row meeting the target, or None."""
+
+    candidates: pd.DataFrame
+    best: dict | None
+    target_samples_per_s: float
+    currency: str
+    epoch_samples: float | None = None
+    title: str = ""
+    info: dict = field(default_factory=dict)
+
+    @property
+    def cost_column(self) -> str:
+        return "cost_per_epoch" if self.epoch_samples else "cost_per_hour"
+
+    def feasible(self) -> pd.DataFrame:
+        """The configurations meeting the target, cheapest first (per epoch when an epoch was given, else per
+        hour)."""
+        ok = self.candidates[self.candidates.meets_target]
+        return ok.sort_values([self.cost_column, "gpus"], kind="stable").reset_index(drop=True)
+
+
+def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, epoch_samples: float | None = None,
+         samples: bool = False) -> PlanResult:
+    """The cheapest configurations of `catalogue` reaching `target_samples_per_s` for the workload of `exp`.
+    `epoch_samples`: also report the time and cost of one epoch, and rank by cost per epoch. Returns a PlanResult.
+    Raises ConfigError for a target <= 0 or a "threshold" merge without a threshold in the workload; Infeasible
+    when no configuration reaches the target (its message names the best reachable; `.result` holds the
+    PlanResult)."""
+    from simfog.sweep import Point, run_point
+
+    if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
+        raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")
+    compute = "samples" if samples else "mean"
+    exp = replace(exp, workload=replace(exp.workload, compute=compute))
+    rows = []
+    for opt in catalogue.options:
+        base = replace(exp, cluster=opt.cluster())
+        for coll in opt.collectives or (exp.comm.collective,):
+            for m in opt.merges or (exp.comm.merge,):
+                if m == "threshold" and exp.comm.threshold_bytes is None:
+                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
+                                      "workload's experiment sets comm.threshold", source=catalogue.source)
+                for gpus in opt.gpu_counts():
+                    r = run_point(base, Point(gpus, m, coll, exp.comm.threshold_bytes))
+                    row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node),
+                           "collective": coll, "merge": m, "error": r["error"]}
+                    if not r["error"]:
+                        sps = float(r["samples_per_s"])
+                        row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
+                                   scaling_efficiency=float(r["scaling_efficiency"]),
+                                   cost_per_hour=gpus * opt.price_per_gpu_hour)
+                        if epoch_samples:
+                            row["epoch_time_s"] = epoch_samples / sps
+                            row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600
+                    row["meets_target"] = bool(not r["error"] and row["samples_per_s"] >= target_samples_per_s)
+                    rows.append(row)
+                    if row["meets_target"]:
+                        break
+    df = pd.DataFrame(rows)
+    cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
+            "scaling_efficiency", "cost_per_hour"] + (["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
+    df = df.reindex(columns=cols + ["meets_target", "error"])
+    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "
+             f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"
+             + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    result = PlanResult(df, None, float(target_samples_per_s), catalogue.currency, epoch_samples, title,
+                        {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
+    ok = result.feasible()
+    if len(ok):
+        return replace(result, best=ok.iloc[0].to_dict())
+    raise _infeasible(result, catalogue)
+
+
+def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:
+    done = result.candidates[result.candidates.error == ""]
+    if not len(done):
+        err = Infeasible(f"no configuration in {catalogue.source or 'the catalogue'} could be simulated: "
+                         f"{result.candidates.error.iloc[0]}")
+    else:
+        b = done.loc[done.samples_per_s.idxmax()]
+        err = Infeasible(f"no configuration in {catalogue.source or 'the catalogue'} reaches "
+                         f"{result.target_samples_per_s:,.1f} samples/s; the best reachable is "
+                         f"{b.samples_per_s:,.1f} samples/s ({b.option}, {b.gpus} GPUs, {b.collective} / {b['merge']}, "
+                         f"scaling efficiency {100 * b.scaling_efficiency:.1f} %)")
+    err.result = result
+    return err

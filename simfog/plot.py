@@ -1,0 +1,160 @@
+"""Figures: threshold tuning, scaling curves, capacity plans. matplotlib without pyplot (no global state, no
+display needed: figures render with the Agg canvas); files are written atomically, format from the suffix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from simfog import units
+
+#: Labels of the tuning baselines, saying what each default is.
+BASELINE_LABELS = {
+    "ddp": "PyTorch DDP default (1 MiB, then 25 MiB)",
+    "horovod": "Horovod default (128 MiB fusion, 1 ms cycle)",
+    "wfbp": "WFBP (one allreduce per tensor)",
+    "single": "single allreduce after backward",
+    "mgwfbp": "MG-WFBP merging",
+    "bagua": "BAGUA default (10 MiB)",
+}
+
+
+def save(fig: Figure, path: str | os.PathLike) -> Path:
+    """Write `fig` to `path` (format from the suffix: .png, .svg, .pdf) atomically. Returns the path."""
+    from simfog.files import atomic_open
+
+    path = Path(path)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=150, bbox_inches="tight")
+    return path
+
+
+def _ms(seconds) -> np.ndarray:
+    return np.asarray(seconds, dtype=float) * 1e3
+
+
+def _bytes_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: units.format_bytes(x).replace(".0 ", " ")))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _ranks_axis(ax, ranks) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(int(r) for r in ranks))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks], rotation=45 if len(ticks) > 8 else 0)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("ranks (GPUs), log2 scale")
+
+
+def tune_figure(result) -> Figure:
+    """Iteration time (ms) against the merge threshold (log x) for a `simfog.tune.TuneResult`, the best threshold
+    starred and every baseline policy a horizontal line."""
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.add_subplot()
+    curve = result.curve.sort_values("threshold_bytes")
+    ax.plot(curve.threshold_bytes, _ms(curve.iteration_time_s), "-", color="0.35", lw=1, zorder=2)
+    for stage, marker in (("grid", "o"), ("refine", ".")):
+        part = curve[curve.stage == stage]
+        ax.plot(part.threshold_bytes, _ms(part.iteration_time_s), marker, color="0.2", ms=5 if marker == "o" else 7,
+                ls="none", label="threshold search" if stage == "grid" else "refinement", zorder=3)
+    # Distinct colours and dash patterns: baselines often tie (e.g. wfbp and MG-WFBP) and must stay visible.
+    styles = iter(zip(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"],
+                      ["--", (0, (1, 1)), "-.", (0, (5, 2, 1, 2, 1, 2)), (0, (8, 3)), ":"], strict=True))
+    for name, t in result.baselines.items():
+        color, ls = next(styles)
+        if np.isfinite(t):
+            ax.axhline(t * 1e3, color=color, ls=ls, lw=1.4,
+                       label=f"{BASELINE_LABELS.get(name, name)}: {units.format_time(t)}")
+    ax.plot([result.best_threshold_bytes], [result.best_iteration_time_s * 1e3], "*", color="gold", mec="k", ms=16,
+            zorder=4, label=f"best threshold {units.format_bytes(result.best_threshold_bytes)}: "
+                            f"{units.format_time(result.best_iteration_time_s)} ({result.best_buckets} buckets)")
+    _bytes_axis(ax)
+    ax.set_xlabel("merge threshold (bucket size), log scale")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title(result.title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def _series_label(row: pd.Series, vary: list[str]) -> str:
+    return " / ".join(str(row[c]) for c in vary) if vary else f"{row['merge']} / {row['collective']}"
+
+
+def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
+    """Two panels against ranks (log2 x): throughput (samples/s, log y, with ideal linear scaling dashed) and
+    scaling efficiency (%). One line per merge policy / collective in `df` (columns of a simfog sweep CSV)."""
+    fig = Figure(figsize=(11, 4.5))
+    ax_t, ax_e = fig.subplots(1, 2)
+    ok = df[df["error"].fillna("") == ""] if "error" in df else df
+    vary = [c for c in ("merge", "collective") if ok[c].nunique() > 1] if len(ok) else []
+    for _, part in ok.groupby(["merge", "collective"], sort=False):
+        part = part.sort_values("ranks")
+        label = _series_label(part.iloc[0], vary)
+        line, = ax_t.plot(part.ranks, part.samples_per_s, "o-", ms=4, label=label)
+        ax_e.plot(part.ranks, 100 * part.scaling_efficiency, "o-", ms=4, color=line.get_color(), label=label)
+    if len(ok):
+        # Ideal: ranks x the single-rank throughput (= samples_per_s / scaling_efficiency of any row).
+        per_rank = float((ok.samples_per_s / ok.scaling_efficiency / ok.ranks).iloc[0])
+        r = np.array(sorted(ok.ranks.unique()), dtype=float)
+        ax_t.plot(r, r * per_rank, "--", color="0.5", lw=1, label="ideal (linear scaling)")
+        ax_e.axhline(100, color="0.5", ls="--", lw=1)
+    for ax in (ax_t, ax_e):
+        _ranks_axis(ax, ok.ranks if len(ok) else [1])
+        ax.grid(True, which="major", alpha=0.3)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("throughput (samples/s), log scale")
+    ax_e.set_ylabel("scaling efficiency (%)")
+    ax_e.set_ylim(0, 105)
+    ax_t.legend(fontsize=8, title=" / ".join(vary) or None, title_fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plan_figure(result) -> Figure:
+    """Cost against throughput (both log) for every configuration a `simfog.plan.PlanResult` evaluated: cost per
+    epoch when an epoch was given (then lower is better at any throughput), else per hour. One line per option /
+    collective / merge through its GPU counts, the target a vertical line, the cheapest configuration circled."""
+    fig = Figure(figsize=(9, 5))
+    ax = fig.add_subplot()
+    df = result.candidates
+    df = df[df["error"] == ""]
+    y = result.cost_column
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+              "tab:olive", "tab:cyan"]
+    cmap = {o: colors[i % len(colors)] for i, o in enumerate(df.option.unique())}
+    styles = {}
+    for (option, coll, merge), part in df.groupby(["option", "collective", "merge"], sort=False):
+        ls = styles.setdefault((coll, merge), ["-", "--", ":", "-."][len(styles) % 4])
+        ax.plot(part.samples_per_s, part[y], marker="o", ms=3, ls=ls, color=cmap[option], lw=1,
+                label=f"{option}: {coll} / {merge}")
+    ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
+               label=f"target {result.target_samples_per_s:,.0f} samples/s")
+    if result.best is not None:
+        b = result.best
+        ax.plot([b["samples_per_s"]], [b[y]], "o", ms=14, mfc="none", mec="k", mew=2,
+                label=f"cheapest: {b['option']}, {b['gpus']} GPUs, {b['collective']} / {b['merge']}: "
+                      f"{b[y]:,.2f} {result.currency}")
+    ax.set_xscale("log")
+    # Log only when costs span more than a factor 20 (cost per hour usually does; cost per epoch often does not,
+    # and a log axis over a narrow range has almost no tick labels).
+    log_y = len(df) and df[y].max() > 20 * df[y].min() > 0
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("throughput (samples/s), log scale")
+    what = "per epoch" if y == "cost_per_epoch" else "per hour"
+    ax.set_ylabel(f"cost {what} ({result.currency})" + (", log scale" if log_y else ""))
+    ax.set_title(result.title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig

@@ -1,0 +1,136 @@
+"""Merge-threshold tuning: which bucket size (DDP bucket_cap_mb, Horovod fusion threshold) minimises the iteration
+time, and what it gains over the frameworks' defaults and over MG-WFBP.
+
+The search simulates merge = "threshold" on a log grid of thresholds, then a finer log grid between the best
+grid point's neighbours. The grid always holds the two extremes: the smallest gradient's size (every tensor alone,
+the same bucket plan as wfbp) and the model's size (one bucket, as single), so the best found is never worse than
+either. Thresholds that give the same bucket plan are simulated once.
+
+Layer times are fixed at their means (compute = "mean") unless asked otherwise: with sampled times every threshold
+would be scored on a few random draws, and the search would chase the threshold whose draws happened to be fast
+rather than the one whose bucket plan is best. Means also let the engine take its symmetric fast path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from simfog import merge
+from simfog.errors import ConfigError
+from simfog.experiment import Experiment
+
+#: Policies the best threshold is compared with, each with its own default sizes.
+BASELINES = ("ddp", "horovod", "wfbp", "single", "mgwfbp")
+#: The "near best" range: thresholds whose iteration time is within this fraction of the best.
+NEAR_BEST = 0.01
+
+
+@dataclass(frozen=True, eq=False)
+class TuneResult:
+    """`curve`: one row per simulated threshold (threshold_bytes, buckets, iteration_time_s, stage "grid" or
+    "refine"), sorted by threshold. `best_*`: the smallest threshold reaching the least iteration time (s), and its
+    bucket count. `baselines`: policy -> iteration time (s) with that policy's defaults. `near_best_bytes`: the
+    smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples"."""
+
+    curve: pd.DataFrame
+    best_threshold_bytes: float
+    best_iteration_time_s: float
+    best_buckets: int
+    baselines: dict[str, float]
+    near_best_bytes: tuple[float, float]
+    compute: str
+    title: str = ""
+    info: dict = field(default_factory=dict)
+
+    def table(self) -> pd.DataFrame:
+        """Best threshold and baselines: policy, threshold_bytes (NaN for baselines), iteration_time_s,
+        slower_than_best (fraction: 0.05 = 5 % slower)."""
+        rows = [{"policy": "threshold (best)", "threshold_bytes": self.best_threshold_bytes,
+                 "iteration_time_s": self.best_iteration_time_s}]
+        rows += [{"policy": p, "threshold_bytes": math.nan, "iteration_time_s": t} for p, t in self.baselines.items()]
+        df = pd.DataFrame(rows)
+        df["slower_than_best"] = df.iteration_time_s / self.best_iteration_time_s - 1
+        return df
+
+
+def _check(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, value, f"an integer >= {minimum}")
+    return value
+
+
+def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, points: int = 25, refine: int = 10,
+         samples: bool = False) -> TuneResult:
+    """Search the merge threshold of `exp` (its cluster, collective and rank count) between `lo` and `hi` bytes
+    (default: the smallest gradient's size and the model's size) on `points` log-spaced thresholds, then `refine`
+    more between the best one's neighbours. `samples`: use the trace's sampled layer times instead of means.
+    Returns a TuneResult. Raises ConfigError for bad bounds or counts, or a trace without gradients; whatever
+    simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
+    from simfog.engine import simulate
+
+    _check("points", points, 2)
+    _check("refine", refine, 0)
+    tensors = merge.grad_tensors(exp.workload.trace)
+    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
+    if not sizes:
+        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
+                          source=exp.source)
+    smallest, total = float(min(sizes)), float(sum(sizes))
+    lo = smallest if lo is None else float(lo)
+    hi = total if hi is None else float(hi)
+    if not (math.isfinite(lo) and lo > 0):
+        raise ConfigError("lo", lo, "a size in bytes > 0")
+    if not (math.isfinite(hi) and hi >= lo):
+        raise ConfigError("hi", hi, f"a size in bytes >= lo ({lo:g} B)")
+    compute = "samples" if samples else "mean"
+    exp = replace(exp, workload=replace(exp.workload, compute=compute))
+
+    by_plan: dict[tuple, float] = {}
+    rows: dict[float, dict] = {}
+
+    def evaluate(thresholds, stage: str) -> None:
+        for t in thresholds:
+            t = float(t)
+            if t in rows:
+                continue
+            plan = merge.plan("threshold", tensors, merge.MergeSettings(threshold_bytes=t))
+            key = tuple(len(b.tensors) for b in plan)
+            if key not in by_plan:
+                run = exp.with_comm(merge="threshold", threshold_bytes=t)
+                by_plan[key] = simulate(run).summary()["iteration_time_s"]
+            rows[t] = {"threshold_bytes": t, "buckets": len(plan), "iteration_time_s": by_plan[key], "stage": stage}
+
+    evaluate([*_logspace(lo, hi, points), smallest, total], "grid")
+    if refine:
+        ts = sorted(rows)
+        i = ts.index(_best(rows))
+        evaluate(_logspace(ts[max(i - 1, 0)], ts[min(i + 1, len(ts) - 1)], refine + 2)[1:-1], "refine")
+    best = _best(rows)
+    t_best = rows[best]["iteration_time_s"]
+    near = [t for t, r in rows.items() if r["iteration_time_s"] <= t_best * (1 + NEAR_BEST)]
+    baselines = {p: simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
+                 for p in BASELINES}
+    curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
+    c = exp.cluster
+    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {exp.ranks} ranks "
+             f"({c.nodes} x {c.ranks_per_node}), {exp.comm.collective}; {compute} layer times")
+    if exp.estimated:
+        title += " [ESTIMATED inputs]"
+    return TuneResult(curve, best, t_best, rows[best]["buckets"], baselines, (min(near), max(near)), compute, title,
+                      {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
+                       "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest})
+
+
+def _logspace(a: float, b: float, n: int) -> list[float]:
+    """n log-spaced values from a to b, endpoints exact, none outside [a, b] by rounding."""
+    return [a, *np.clip(np.geomspace(a, b, n)[1:-1], a, b), b]
+
+
+def _best(rows: dict[float, dict]) -> float:
+    """The smallest threshold whose iteration time equals the least one (ties: equal plans or exact ties)."""
+    least = min(r["iteration_time_s"] for r in rows.values())
+    return min(t for t, r in rows.items() if r["iteration_time_s"] <= least * (1 + 1e-12))

@@ -1,0 +1,159 @@
+"""Capacity planning on cases computed by hand, and catalogue errors that name the file and the field."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from simfog import cli
+from simfog.commands.plan import DEFAULT_CATALOGUE
+from simfog.errors import ConfigError, Infeasible
+from simfog.plan import ClusterOption, load_catalogue, plan, workload_experiment
+
+from .conftest import make_trace
+
+# One iteration of one GPU: 0.05 s forward + 0.05 s backward, batch 8: 80 samples/s per GPU.
+PER_GPU = 80.0
+
+CATALOGUE = """
+currency = "EUR"
+note = "test prices"
+
+[[option]]
+name = "cheap"
+gpus_per_node = 8
+max_nodes = {cheap_nodes}
+intra_bandwidth = "1000TB/s"
+nic_bandwidth = "1000TB/s"
+price_per_gpu_hour = 1.0
+collectives = ["ring"]
+merges = ["ddp", "wfbp"]
+
+[[option]]
+name = "dear"
+gpus_per_node = 8
+max_nodes = 4
+intra_bandwidth = "1000TB/s"
+nic_bandwidth = "1000TB/s"
+price_per_gpu_hour = 3.0
+collectives = ["ring", "tree"]
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    make_trace([0.02, 0.03], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+
+    def write(cheap_nodes=4, text=None):
+        path = tmp_path / "cat.toml"
+        path.write_text(text if text is not None else CATALOGUE.format(cheap_nodes=cheap_nodes))
+        return tmp_path / "t.json", path
+    return write
+
+
+@pytest.mark.parametrize("target, gpus", [(70, 1), (100, 2), (500, 8), (2000, 32)])
+def test_free_network_needs_ceil_of_target_over_per_gpu_rounded_to_a_power_of_two(files, target, gpus):
+    trace, cat = files()
+    assert gpus == 2 ** math.ceil(math.log2(math.ceil(target / PER_GPU)))
+    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=target)
+    b = r.best
+    assert (b["option"], b["gpus"]) == ("cheap", gpus)
+    assert b["cost_per_hour"] == gpus * 1.0
+    assert b["scaling_efficiency"] == pytest.approx(1.0, abs=1e-6)  # the network is (almost) free
+    assert b["samples_per_s"] == pytest.approx(gpus * PER_GPU, rel=1e-6)
+    # Every series stops at the first count meeting the target.
+    series = r.candidates[(r.candidates.option == "cheap") & (r.candidates["merge"] == "ddp")]
+    assert list(series.gpus) == [1 << k for k in range(int(math.log2(gpus)) + 1)]
+    assert r.currency == "EUR"
+
+
+def test_epoch_costs_and_ranking(files):
+    trace, cat = files()
+    epoch = 640 * 3600  # one hour at 8 GPUs x 80 samples/s
+    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=500, epoch_samples=epoch)
+    assert r.best["gpus"] == 8
+    assert r.best["epoch_time_s"] == pytest.approx(3600, rel=1e-6)
+    assert r.best["cost_per_epoch"] == pytest.approx(8.0, rel=1e-6)
+    ok = r.feasible()
+    assert list(ok.cost_per_epoch) == sorted(ok.cost_per_epoch)
+    # cheap x {ddp, wfbp} at 8 GPUs = 8 EUR per epoch; dear x {ring, tree} x ddp at 8 GPUs = 24 EUR.
+    assert sorted(zip(ok.option, ok.cost_per_epoch.round(6), strict=True)) == [("cheap", 8.0), ("cheap", 8.0),
+                                                                  ("dear", 24.0), ("dear", 24.0)]
+
+
+def test_cheaper_option_that_cannot_reach_the_target_loses(files):
+    trace, cat = files(cheap_nodes=1)  # cheap: at most 8 GPUs = 640 samples/s
+    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=1000)
+    assert (r.best["option"], r.best["gpus"], r.best["cost_per_hour"]) == ("dear", 16, 48.0)
+
+
+def test_unreachable_target_says_what_the_best_reachable_was(files):
+    trace, cat = files()
+    with pytest.raises(Infeasible) as e:
+        plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=1e6)
+    msg = str(e.value)
+    # The most is 32 GPUs x 80 samples/s.
+    assert "1,000,000.0 samples/s" in msg and "best reachable is 2,560.0 samples/s" in msg and "32 GPUs" in msg
+    assert str(cat) in msg
+    assert len(e.value.result.candidates) == 2 * 6 + 2 * 6  # every series ran to 32 GPUs (1, 2, 4, 8, 16, 32)
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ('currency = "EUR"', "", "currency"),
+    ('nic_bandwidth = "1000TB/s"', "nic_bandwidth = 25", "option[0] (cheap).nic_bandwidth"),
+    ("price_per_gpu_hour = 1.0", "price_per_gpu_hour = -1.0", "option[0] (cheap).price_per_gpu_hour"),
+    ("price_per_gpu_hour = 1.0", "prize_per_gpu_hour = 1.0", "option[0] (cheap).prize_per_gpu_hour"),
+    ('merges = ["ddp", "wfbp"]', 'merges = ["ddpp"]', "option[0] (cheap).merges"),
+    ('collectives = ["ring", "tree"]', 'collectives = "ring"', "option[1] (dear).collectives"),
+    ("max_nodes = 4", "max_nodes = 0", "option[1] (dear).max_nodes"),
+    ('name = "dear"', 'name = "cheap"', "option.name"),
+    ('name = "dear"', "", "option[1].name"),
+])
+def test_bad_catalogue_fields_name_the_file_and_field(files, old, new, field):
+    _, cat = files(text=CATALOGUE.format(cheap_nodes=2).replace(old, new, 1))
+    with pytest.raises(ConfigError) as e:
+        load_catalogue(cat)
+    assert e.value.field == field and e.value.source == str(cat)
+    assert str(cat) in str(e.value) and field in str(e.value)
+
+
+def test_shipped_catalogue_loads_and_says_prices_are_examples():
+    cat = load_catalogue(DEFAULT_CATALOGUE)
+    assert cat.currency == "USD" and "not quotes" in cat.note
+    assert {o.name for o in cat.options} >= {"eth25", "eth100", "ib400"}
+    nics = sorted(o.nic.bandwidth_Bps * 8 / 1e9 for o in cat.options)
+    assert 25 in nics and 100 in nics and 400 in nics
+
+
+def test_gpu_counts():
+    from simfog.cluster import Link
+
+    link = Link(0.0, 1e9)
+    assert ClusterOption("a", 8, 64, link, link, 1.0).gpu_counts() == [1 << k for k in range(10)]  # 1 .. 512
+    assert ClusterOption("b", 6, 5, link, link, 1.0).gpu_counts() == [1, 2, 4, 6, 12, 24, 30]
+
+
+def test_cli_epoch_target_writes_table_csv_and_plot(files, tmp_path, capsys):
+    trace, cat = files()
+    prefix = tmp_path / "p"
+    argv = ["plan", str(trace), "--catalogue", str(cat), "--epoch-samples", str(640 * 3600 * 2), "--epoch-time",
+            "2h", "-o", str(prefix)]  # target 640 samples/s
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "cheap" in out and "EUR/epoch" in out and "test prices" in out
+    rows = list(csv.DictReader(open(f"{prefix}.csv")))
+    assert {"option", "gpus", "samples_per_s", "scaling_efficiency", "cost_per_hour", "cost_per_epoch"} <= set(rows[0])
+    assert open(f"{prefix}.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_unreachable_and_missing_target(files, tmp_path, capsys):
+    trace, cat = files()
+    assert cli.main(["plan", str(trace), "--catalogue", str(cat), "--target-samples-per-s", "1e6",
+                     "-o", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "best reachable" in err[0]
+    assert (tmp_path / "p.csv").exists()  # what was tried is kept
+    assert cli.main(["plan", str(trace), "--catalogue", str(cat)]) == 2
+    assert "--target-samples-per-s" in capsys.readouterr().err
