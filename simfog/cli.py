@@ -19,6 +19,7 @@ COMMANDS = {
     "sweep": ("simfog.commands.sweep", "simulate a grid of ranks x merge policies x collectives; table and CSV"),
     "list": ("simfog.commands.listing", "list every registered collective, merge policy, algorithm, ..."),
     "import": ("simfog.importers_cli", "convert a profiler trace or benchmark log into a simfog trace"),
+    "retarget": ("simfog.commands.retarget", "estimate a trace for another device from FLOPs and bytes (roofline)"),
     "calibrate": ("simfog.calibrate_cli", "fit cluster latency and bandwidth from a network trace"),
     "validate": ("simfog.commands.validate", "run an experiment for real on an emulated cluster; compare with the "
                  "simulation"),

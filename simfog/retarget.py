@@ -1,0 +1,87 @@
+"""Retargeting: estimate a trace for another device from each layer's FLOPs and bytes (a roofline).
+
+A layer's forward time on the target is max(FLOPs / (peak · efficiency), bytes / (memory bandwidth · efficiency))
+plus a kernel-launch floor; backward costs twice the forward FLOPs and bytes (gradients of inputs and weights).
+The optimizer step (SGD with momentum) reads and writes parameters, gradients and momentum: ~5 accesses of each
+parameter byte. Everything about the result is an ESTIMATE and the trace says so (provenance.estimated = true),
+so every simulation that uses it reports "estimated": true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from simfog.errors import ConfigError
+from simfog.registry import Registry
+from simfog.trace import ModelTrace, Provenance
+
+
+@dataclass(frozen=True)
+class Device:
+    """Peak arithmetic (FLOP/s) per precision and memory bandwidth (B/s), with where the numbers come from."""
+
+    name: str
+    peak_flops: dict
+    memory_Bps: float
+    source: str
+
+
+DEVICES: Registry[Device] = Registry("device")
+for _d in (
+    Device("v100", {"fp32": 15.7e12, "tf32": 15.7e12, "fp16": 125e12, "bf16": 15.7e12}, 900e9,
+           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 125 TFLOP/s FP16 tensor, 900 GB/s HBM2"),
+    Device("a100", {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}, 1555e9,
+           "NVIDIA A100 40GB SXM datasheet: 19.5 TFLOP/s FP32, 156 TF32 tensor, 312 FP16/BF16 tensor "
+           "(dense), 1,555 GB/s HBM2"),
+    Device("h100", {"fp32": 67e12, "tf32": 494.5e12, "fp16": 989.5e12, "bf16": 989.5e12}, 3.35e12,
+           "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32, 494.5 TF32 tensor, 989.5 FP16/BF16 tensor "
+           "(dense, half the sparse figures), 3.35 TB/s HBM3"),
+):
+    DEVICES.register(_d.name)(_d)
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DEFAULT_EFFICIENCY = 0.5   # fraction of peak reached by real kernels: an assumption, stated in every output
+DEFAULT_LAUNCH_S = 10e-6   # per layer and pass: a few kernel launches of ~3-5 us each
+OPTIMIZER_ACCESSES = 5     # SGD momentum: read param, grad, momentum; write param, momentum
+
+
+def layer_time_s(flops: float, nbytes: float, device: Device, precision: str, efficiency: float,
+                 launch_s: float) -> float:
+    """Roofline time of one pass of one layer (seconds)."""
+    compute = flops / (device.peak_flops[precision] * efficiency)
+    memory = nbytes / (device.memory_Bps * efficiency)
+    return max(compute, memory) + launch_s
+
+
+def retarget(trace: ModelTrace, device: str, *, precision: str = "fp32", efficiency: float = DEFAULT_EFFICIENCY,
+             launch_s: float = DEFAULT_LAUNCH_S) -> ModelTrace:
+    """An estimated trace of the same model and batch on `device`, one sample per layer (no invented noise).
+    Raises ConfigError for an unknown device or precision, a bad efficiency, or a trace without FLOPs/bytes."""
+    dev = DEVICES.get(device, field="device")
+    if precision not in PRECISIONS:
+        raise ConfigError("precision", precision, f"one of {', '.join(PRECISIONS)}")
+    if not 0 < efficiency <= 1:
+        raise ConfigError("efficiency", efficiency, "a fraction of peak in (0, 1]")
+    missing = [layer.name for layer in trace.layers if layer.flops is None or layer.bytes_accessed is None]
+    if missing:
+        raise ConfigError("layers", missing[0], "layers with flops and bytes_accessed (collect the trace with "
+                          "`simfog collect model`, which counts them)")
+    layers = []
+    for layer in trace.layers:
+        fwd = layer_time_s(layer.flops, layer.bytes_accessed, dev, precision, efficiency, launch_s)
+        bwd = layer_time_s(2 * layer.flops, 2 * layer.bytes_accessed, dev, precision, efficiency, launch_s)
+        layers.append(replace(layer, forward_s=(fwd,), backward_s=(bwd,)))
+    optimizer = OPTIMIZER_ACCESSES * trace.nbytes / (dev.memory_Bps * efficiency)
+    notes = (f"ESTIMATED from {trace.model} ({trace.provenance.source} on {trace.device.get('name', '?')}) by a "
+             f"roofline: {precision} peak and memory bandwidth of {dev.name} ({dev.source}) at {efficiency:.0%} "
+             f"efficiency, {launch_s * 1e6:g} us launch floor per layer and pass, backward = 2x forward FLOPs "
+             f"and bytes. Original provenance: {trace.provenance.command}")
+    return replace(
+        trace, device={"kind": "gpu", "name": dev.name, "estimated": True, "precision": precision},
+        provenance=Provenance(command=f"simfog retarget {trace.model} --device {dev.name} --precision {precision} "
+                              f"--efficiency {efficiency:g}",
+                              date=datetime.now(UTC).replace(microsecond=0).isoformat(),
+                              host=trace.provenance.host, source="estimated", estimated=True, notes=notes),
+        layers=tuple(layers), optimizer_s=(optimizer,),
+        extra={"retargeted_from": {"device": dict(trace.device), "date": trace.provenance.date}})
