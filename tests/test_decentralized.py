@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from simfog import experiment
-from simfog.algorithms.decentralized import minmax_uint8_bytes, split_by_iteration
+from simfog.algorithms.dataflow import split_by_iteration
+from simfog.algorithms.decentralized import minmax_uint8_bytes
 from simfog.cluster import Link
 from simfog.engine import Simulation, simulate
 from simfog.errors import ConfigError

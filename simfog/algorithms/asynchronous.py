@@ -23,14 +23,8 @@ from __future__ import annotations
 import math
 
 from simfog.algorithms import REGISTRY
-from simfog.algorithms.decentralized import (
-    DEFAULT_CONSENSUS_EPS,
-    Plan,
-    TopologyAlgorithm,
-    bluefog_fused_buffers,
-    mixing_of,
-    split_by_iteration,
-)
+from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, Plan, mixing_of, split_by_iteration
+from simfog.algorithms.decentralized import TopologyAlgorithm, bluefog_fused_buffers
 from simfog.errors import ConfigError
 
 BAGUA_ASYNC_PERIOD_S = 0.5  # AsyncModelAverageAlgorithm(sync_interval_ms=500)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfog.algorithms import REGISTRY
-from simfog.algorithms.decentralized import DEFAULT_CONSENSUS_EPS, split_by_iteration
+from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, split_by_iteration
 from simfog.errors import ConfigError, Infeasible
 from simfog.p2p import Message, exchange_times
 
