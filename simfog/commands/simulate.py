@@ -58,11 +58,18 @@ def load_with_overrides(args):
     return exp
 
 
+def _what(s: dict) -> str:
+    """What communicates: the collective and merge policy for allreduce-style algorithms, else the topology."""
+    if s.get("topology"):
+        return f"{s['algorithm']} over {s['topology']}"
+    return f"{s['algorithm']} / {s['collective']} / merge {s['merge']} ({s['buckets']} buckets)"
+
+
 def format_summary(s: dict) -> str:
     est = "  (ESTIMATED inputs: see the trace's provenance)" if s["estimated"] else ""
     lines = [
         f"{s['model']} x {s['ranks']} ranks ({s['nodes']} nodes x {s['gpus_per_node']}), batch {s['batch_size']}/rank, "
-        f"{s['algorithm']} / {s['collective']} / merge {s['merge']} ({s['buckets']} buckets){est}",
+        f"{_what(s)}{est}",
         f"  iteration time     {units.format_time(s['iteration_time_s'])}"
         f"  (worst {units.format_time(s['iteration_time_max_s'])})",
         f"  throughput         {s['samples_per_s']:.1f} samples/s",
@@ -71,6 +78,11 @@ def format_summary(s: dict) -> str:
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
     ]
+    if s.get("topology"):
+        reach = s.get("iterations_to_consensus")
+        reach = f"{reach} iterations" if reach is not None else "not within 10,000 iterations"
+        lines.append(f"  mixing             {s['topology']}: spectral gap {s['spectral_gap']:.4g}, consensus error "
+                     f"{s['consensus_eps']:g} after {reach}")
     return "\n".join(lines)
 
 
