@@ -74,22 +74,15 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 
 
 def run(args) -> int:
-    from simfog import collectives, experiment, merge, plot, sweep
+    from simfog import experiment, plot, sweep
     from simfog.cli import DEFAULT_EXPERIMENT
+    from simfog.commands.sweep import checked_grid
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
-    merges = _list(args.merge) if args.merge else [exp.comm.merge]
-    colls = _list(args.collective) if args.collective else [exp.comm.collective]
-    for m in merges:
-        merge.POLICIES.get(m, field="--merge")
-    for c in colls:
-        collectives.ALGORITHMS.get(c, field="--collective")
-    for r in ranks:
-        exp.cluster.with_ranks(r)  # validates before anything runs
-    points = sweep.grid(ranks, merges, colls, [exp.comm.threshold_bytes])
+    points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
     csv = f"{args.output}.csv"
     rows = sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
     df = curve_frame(rows, points)

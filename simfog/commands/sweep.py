@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from simfog import collectives, experiment, merge, sweep
+    from simfog import experiment, sweep
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.errors import ConfigError
 
@@ -33,21 +33,31 @@ def run(args) -> int:
         ranks = [int(r) for r in _list(args.ranks)] if args.ranks else [exp.ranks]
     except ValueError:
         raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
-    merges = _list(args.merge) if args.merge else [exp.comm.merge]
-    colls = _list(args.collective) if args.collective else [exp.comm.collective]
+    thresholds = ([units.nbytes(t, field="--threshold") for t in _list(args.threshold)] if args.threshold
+                  else [exp.comm.threshold_bytes])
+    points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
+    rows = sweep.run(exp, points, args.output, jobs=args.jobs, scheduler=args.scheduler,
+                     progress=not args.no_progress)
+    print(format_table(rows))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
+                 thresholds: list) -> list:
+    """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
+    validated before anything runs (ConfigError naming the option)."""
+    from simfog import collectives, merge, sweep
+
+    merges = _list(merge_text) if merge_text else [exp.comm.merge]
+    colls = _list(collective_text) if collective_text else [exp.comm.collective]
     for m in merges:
         merge.POLICIES.get(m, field="--merge")
     for c in colls:
         collectives.ALGORITHMS.get(c, field="--collective")
     for r in ranks:
-        exp.cluster.with_ranks(r)  # validates before anything runs
-    thresholds = ([units.nbytes(t, field="--threshold") for t in _list(args.threshold)] if args.threshold
-                  else [exp.comm.threshold_bytes])
-    rows = sweep.run(exp, sweep.grid(ranks, merges, colls, thresholds), args.output, jobs=args.jobs,
-                     scheduler=args.scheduler, progress=not args.no_progress)
-    print(format_table(rows))
-    print(f"wrote {args.output}")
-    return 0
+        exp.cluster.with_ranks(r)
+    return sweep.grid(ranks, merges, colls, thresholds)
 
 
 def format_table(rows: list[dict]) -> str:
