@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simfog: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `simfog ... | head`: the reader left; not an error worth a traceback
+        sys.stderr.close()
+        return 0
 
 
 def print_json(data: object) -> None:
