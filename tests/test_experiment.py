@@ -123,3 +123,21 @@ degraded_nics = { "1" = "10Gbit/s" }
 def test_bad_heterogeneity(folder, line, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         experiment.load(_write(folder, BASE + "\n[heterogeneity]\n" + line + "\n"))
+
+
+def test_network_trace_calibrates_the_links(folder):
+    from simfog import files
+
+    # allreduce ring on 2 ranks of one node: T = 2(n-1)a + 2(n-1)/n M b = 2a + M b with a = 20 us, b = 1 ns/B.
+    rows = [{"collective": "allreduce", "ranks": 2, "nodes": 1, "bytes": m, "time_s": [2 * 20e-6 + m * 1e-9]}
+            for m in (1024, 65536, 1 << 20, 1 << 24)]
+    files.write_json(folder / "net.json", {
+        "format": "simfog.network-trace/1", "backend": "gloo", "transport": "tcp",
+        "provenance": {"command": "test", "date": "d", "host": "h", "source": "measured", "estimated": False},
+        "measurements": rows})
+    text = BASE.replace('nic_latency = "10us"', 'nic_latency = "10us"\nnetwork_trace = "net.json"')
+    exp = experiment.load(_write(folder, text))
+    assert exp.cluster.intra.latency_s == pytest.approx(20e-6, rel=1e-6)
+    assert exp.cluster.intra.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
+    assert exp.cluster.nic.bandwidth_Bps == 25e9 / 8  # no inter-node data: kept from the file
+    assert exp.network_trace.endswith("net.json")
