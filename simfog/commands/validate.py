@@ -1,0 +1,87 @@
+"""`simfog validate FILE.toml` and `simfog validate --bench`: run experiments for real, simulate them, compare.
+
+Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `ip` and `tc` needed, else plain
+loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
+allreduce microbenchmarks on that same network and collective "ring". Prints measured and predicted iteration
+time and the relative error per configuration, writes a CSV, optionally both timelines. torch is imported only
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", nargs="?", help="experiment TOML (not with --bench)")
+    parser.add_argument("--bench", action="store_true",
+                        help="run the fixed validation matrix (replay; 2 models x 4 policies x 2/4/8 ranks x "
+                             "2 NIC rates x 2 layouts) and print the median and worst error")
+    parser.add_argument("--quick", action="store_true", help="with --bench: a small matrix (smoke test)")
+    parser.add_argument("--mode", choices=("replay", "model"), default="replay",
+                        help="replay: each layer waits its traced time (default); model: real forward and backward "
+                             "of the zoo model the trace was measured on")
+    parser.add_argument("--merge", help="comma-separated merge policies to validate in one launch "
+                                        "(default: the file's comm.merge)")
+    parser.add_argument("--iterations", type=int, help="override the measured iteration count")
+    parser.add_argument("--warmup", type=int, default=2, help="iterations run first and dropped (default 2)")
+    parser.add_argument("--csv", metavar="CSV", help="where to write the comparison "
+                                                     "(default: validation.csv, or OUT/bench-validation.csv)")
+    parser.add_argument("--out", metavar="DIR", default="bench-validation",
+                        help="with --bench: directory for the CSV and collected traces (default bench-validation)")
+    parser.add_argument("--timeline-dir", metavar="DIR",
+                        help="write measured and predicted intervals (CSV, Result.intervals() schema) and Chrome "
+                             "traces per configuration")
+    net = parser.add_mutually_exclusive_group()
+    net.add_argument("--loopback", action="store_true", help="plain loopback, no emulated network")
+    net.add_argument("--emulate", action="store_true", help="fail unless the emulated network can be built")
+    parser.add_argument("--workdir", metavar="DIR", help="keep the run spec and per-rank records here")
+    parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
+
+
+def run(args) -> int:
+    from simfog import experiment
+    from simfog.errors import ConfigError
+    from validate import compare
+    from validate.run import Options, export_timelines, validate_experiment
+
+    emulate = False if args.loopback else (True if args.emulate else None)
+    if args.warmup is None or args.warmup < 1:
+        raise ConfigError("--warmup", args.warmup, "an integer >= 1")
+    options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir)
+    log = lambda s: print(s, file=sys.stderr, flush=True)
+    if args.bench:
+        if args.file:
+            raise ConfigError("file", args.file, "no experiment file with --bench (the matrix is fixed)")
+        if args.mode != "replay":
+            raise ConfigError("--mode", args.mode, "replay with --bench")
+        from validate.bench import run_bench
+
+        rows = run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=args.csv)
+        return 1 if any(r.get("error") for r in rows) else 0
+    if not args.file:
+        raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
+    exp = experiment.load(args.file)
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise ConfigError("--iterations", args.iterations, "an integer >= 1")
+        exp = replace(exp, iterations=args.iterations)
+    if exp.comm.collective != "ring":
+        log(f"note: comm.collective = {exp.comm.collective!r} is simulated as 'ring' here (gloo's allreduce is a ring)")
+    merges = [m.strip() for m in args.merge.split(",") if m.strip()] if args.merge else None
+    group = validate_experiment(exp, options, merges=merges, log=log)
+    if group.note:
+        log(group.note)
+    if args.show_calibration and group.calibration is not None:
+        print(group.calibration.report())
+    print(compare.format_table(group.rows))
+    csv_path = Path(args.csv or "validation.csv")
+    compare.write_csv(group.rows, csv_path)
+    log(f"wrote {csv_path}")
+    if args.timeline_dir:
+        for v in group.validations:
+            for p in export_timelines(v, args.timeline_dir):
+                log(f"wrote {p}")
+    return 1 if any(r.get("error") for r in group.rows) else 0

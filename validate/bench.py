@@ -1,0 +1,130 @@
+"""`simfog validate --bench`: a fixed matrix of replayed runs on emulated clusters, ending with the error statistics.
+
+Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 configurations):
+
+- models: CIFAR ResNet-20 at batch 32 (61 layers, 59 gradient tensors, 1.08 MB; compute ~0.3 s per iteration on
+  one core here) and the MLP 784-256-128-10 at batch 1024 (5 layers, 6 tensors, 0.94 MB; ~13 ms), traces measured
+  on this machine by `simfog collect model` (taken from traces/ when shipped there, else collected once into the
+  output directory, and the rows name the file). ResNet-20 overlaps a long backward with communication; the MLP
+  barely overlaps, so it checks the collective model directly. (At batch 64 the MLP computes ~2 ms per
+  iteration and host costs no input carries, ~0.3-0.5 ms of gradient copies and Python per iteration, dominate
+  its error on one node: -11 to -37 %.)
+- merge policies: wfbp, single, ddp (torch DDP itself), mgwfbp;
+- ranks: 2, 4, 8; NIC bandwidth: 200 Mbit/s and 1 Gbit/s per node and direction (tbf); layouts: 1 and 2 ranks per
+  node (2 ranks on 2 per node is a single node: no NIC, unshaped loopback; both bandwidth rows of it are then the
+  same configuration measured twice, which shows the run-to-run noise).
+
+At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
+1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
+intra measurements are reused across groups with the same process count and rate) and one launch running all 8
+configurations, 3 warm-up and 10 measured iterations each; errors compare steady-state iteration times (after the
+first measured iteration, see validate.compare.steady_iteration_s).
+
+Targets for the absolute relative error of the iteration time: median <= 5 % and worst <= 15 %, then 3 % and 8 %.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from simfog import units
+from simfog.cluster import Cluster, Link
+from simfog.experiment import Comm, Experiment, Workload
+from simfog.trace import load_model_trace
+from validate import compare
+from validate.run import Options, run_group
+
+MODELS = (("resnet20", 32), ("mlp", 1024))
+POLICIES = ("wfbp", "single", "ddp", "mgwfbp")
+RANKS = (2, 4, 8)
+NIC_BANDWIDTHS = ("200Mbit/s", "1Gbit/s")
+RANKS_PER_NODE = (1, 2)
+ITERATIONS, WARMUP, SEED = 10, 3, 1
+TARGETS = ((0.05, 0.15), (0.03, 0.08))  # (median, worst) |relative error|, first and second goal
+REPO = Path(__file__).resolve().parents[1]
+UNUSED_INTRA = Link(0.0, 1e9)  # replaced by the calibration wherever two ranks share a node
+
+
+def trace_path(model: str, batch: int, out_dir: Path, log: Callable[[str], None] = print) -> Path:
+    """traces/<model>-cpu-b<batch>.json(.gz) when shipped, else out_dir/traces/..., collected here if missing
+    (`simfog collect model <model> --batch-size <batch> --threads 1`)."""
+    name = f"{model}-cpu-b{batch}"
+    for d in (REPO / "traces", out_dir / "traces"):
+        for ext in (".json.gz", ".json"):
+            if (d / f"{name}{ext}").is_file():
+                return d / f"{name}{ext}"
+    from validate.collect_model import collect_model
+
+    path = out_dir / "traces" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"collecting {path} (no shipped trace {name})")
+    collect_model(model, batch, iterations=10, warmup=3, threads=1,
+                  command=f"simfog collect model {model} --batch-size {batch} --iterations 10 --warmup 3 "
+                          f"--threads 1 -o {path}").save(path)
+    return path
+
+
+def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple, list[tuple[str, Experiment]]]]:
+    """The matrix as groups sharing one cluster shape: [((ranks, ranks_per_node, nic_Bps), [(id, Experiment)])].
+    `quick`: 2 and 4 ranks, 200 Mbit/s, wfbp and ddp only (a smoke test of the whole path)."""
+    loaded = {m: load_model_trace(p) for m, p in traces.items()}
+    ranks = RANKS[:2] if quick else RANKS
+    bws = NIC_BANDWIDTHS[:1] if quick else NIC_BANDWIDTHS
+    policies = ("wfbp", "ddp") if quick else POLICIES
+    out = []
+    for n in ranks:
+        for rpn in RANKS_PER_NODE:
+            for bw_text in bws:
+                bw = units.bandwidth(bw_text)
+                cluster = Cluster(n // rpn, rpn, UNUSED_INTRA, Link(0.0, bw))
+                exps = []
+                for model, trace in loaded.items():
+                    for policy in policies:
+                        exp = Experiment(SEED, ITERATIONS, Workload(trace, str(traces[model]), "samples"), cluster,
+                                         Comm(merge=policy))
+                        exps.append((f"{model}-{policy}-{n}r-{n // rpn}x{rpn}-{bw_text.replace('/s', '')}", exp))
+                out.append(((n, rpn, bw), exps))
+    return out
+
+
+def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Options | None = None,
+              log: Callable[[str], None] = print, csv_path: str | os.PathLike | None = None) -> list[dict]:
+    """Run the matrix; write the CSV (default out_dir/bench-validation.csv) after every group, so an interrupted
+    bench keeps what it measured. Returns the rows."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = Path(csv_path) if csv_path else out / "bench-validation.csv"
+    options = options or Options(mode="replay", warmup=WARMUP)
+    traces = {m: trace_path(m, b, out, log) for m, b in MODELS}
+    cache: dict = {}
+    rows: list[dict] = []
+    started = time.monotonic()
+    plan = groups(traces, quick=quick)
+    for k, ((n, rpn, bw), exps) in enumerate(plan):
+        log(f"[{k + 1}/{len(plan)}] {n} ranks, {rpn} per node, {units.format_bandwidth(bw)} "
+            f"({time.monotonic() - started:.0f} s so far)")
+        ids, experiments = zip(*exps, strict=True)
+        run = run_group(list(experiments), options, ids=list(ids), cache=cache, log=log)
+        rows += run.rows
+        compare.write_csv(rows, csv_path)
+    log(compare.format_table(rows))
+    log(verdict(rows))
+    log(f"bench: {len(rows)} configurations in {time.monotonic() - started:.0f} s; CSV {csv_path}")
+    return rows
+
+
+def verdict(rows: list[dict]) -> str:
+    """The error statistics against both targets, one line each."""
+    s = compare.error_stats(rows)
+    if not s["configurations"]:
+        return "no configuration ran"
+    med, worst = s["median_abs_rel_error"], s["worst_abs_rel_error"]
+    lines = []
+    for m, w in TARGETS:
+        ok = med <= m and worst <= w
+        lines.append(f"target median <= {m:.0%}, worst <= {w:.0%}: {'MET' if ok else 'NOT MET'} "
+                     f"(median {med:.1%}, worst {worst:.1%})")
+    return "\n".join(lines)

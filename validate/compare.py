@@ -1,0 +1,156 @@
+"""Measured against predicted: the measured run as a `simfog.results.Result`, one comparison row per configuration,
+error statistics, the CSV and the printed table.
+
+The measured run is turned into the very records the engine writes (rank, iteration, kind, name, start_s, end_s),
+so both sides' iteration times come from the same code (iteration k ends when the last rank ends its optimizer
+step; `steady_iteration_s` averages the differences of those ends after iteration 0), and the two interval frames
+can be joined. Relative errors are signed: (predicted − measured) / measured.
+
+How measured intervals are formed (per rank, perf_counter seconds from the earliest measured iteration start):
+forward = [start, forward_end]; backward = [forward_end, backward_end]; optimizer = [optimizer_start, end]; per
+bucket b, a collective cannot start before its last rank launched it: with S_b the latest launch over ranks, wait =
+[own launch, S_b] and comm = [S_b, own completion]. gloo may run two collectives at once (two threads), so measured
+comm intervals of one rank can overlap, which the simulator never does.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from simfog import units
+from simfog.files import atomic_open
+from simfog.results import Result
+
+COLUMNS = ["id", "model", "mode", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps", "emulated",
+           "iterations", "warmup", "buckets", "buckets_match", "measured_iteration_s", "measured_iteration_std_s",
+           "predicted_iteration_s", "rel_error", "measured_backward_s", "predicted_backward_s",
+           "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s", "predicted_comm_s",
+           "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps", "load_average",
+           "dropped_packets",
+           "trace", "error"]
+
+
+def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",
+                    bucket_bytes: Sequence[int] = (), single_rank_time_s: float = float("nan")) -> Result:
+    """A Result built from every rank's worker record of one configuration (`validate.worker.run_config`, in rank
+    order). Times are rebased so the earliest measured iteration start is 0. Buckets are named
+    f"{bucket_prefix}{b}" as the engine names them; `bucket_bytes[b]` goes into `Result.buckets`."""
+    origin = min(r["iterations"][0]["start"] for r in ranks)
+    n_it = min(len(r["iterations"]) for r in ranks)
+    records, comm_s = [], {}
+    for it in range(n_it):
+        rows = [r["iterations"][it] for r in ranks]
+        n_b = min(len(d["launch"]) for d in rows)
+        latest = [max(d["launch"][b] for d in rows) for b in range(n_b)]
+        for rank, d in enumerate(rows):
+            t = {k: d[k] - origin for k in ("start", "forward_end", "optimizer_start", "end")}
+            bwd = d["backward_end"] - origin if _finite(d["backward_end"]) else t["forward_end"]
+            bwd = min(max(bwd, t["forward_end"]), t["optimizer_start"])
+            records += [(rank, it, "forward", "forward", t["start"], t["forward_end"]),
+                        (rank, it, "backward", "backward", t["forward_end"], bwd),
+                        (rank, it, "optimizer", "optimizer", t["optimizer_start"], t["end"])]
+            for b in range(n_b):
+                launch, done = d["launch"][b] - origin, d["done"][b] - origin
+                start = min(latest[b] - origin, done)
+                name = f"{bucket_prefix}{b}"
+                if start > launch:
+                    records.append((rank, it, "wait", name, launch, start))
+                records.append((rank, it, "comm", name, start, done))
+                comm_s.setdefault(b, []).append(done - start)
+    buckets = [{"bucket": b, "tensors": len(ranks[0]["buckets"][b]) if b < len(ranks[0]["buckets"]) else 0,
+                "bytes": int(bucket_bytes[b]) if b < len(bucket_bytes) else 0,
+                "allreduce_s": float(np.median(v))} for b, v in sorted(comm_s.items())]
+    return Result(experiment, records, symmetric=False, single_rank_time_s=single_rank_time_s, buckets=buckets)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def iteration_times(result: Result) -> np.ndarray:
+    """Per iteration (s): when its last rank ended, minus when the previous iteration's last rank ended (the first
+    from 0), as `Result.summary` averages them."""
+    ends = result.iterations().groupby("iteration")["end_s"].max().to_numpy()
+    return np.diff(np.concatenate([[0.0], ends]))
+
+
+def steady_iteration_s(result: Result) -> float:
+    """Mean iteration time in steady state (s): from the end of iteration 0 to the end of the last, per iteration
+    (ends as in `iteration_times`). Iteration 0 also holds the start-up skew of the ranks (the barrier before it
+    releases them up to a few ms apart), which the simulator, starting every rank at 0, does not have. With one
+    iteration, its time."""
+    times = iteration_times(result)
+    return float(np.mean(times[1:])) if len(times) > 1 else float(times[0])
+
+
+def compare(config: Mapping, measured: Result, predicted: Result) -> dict:
+    """One comparison row (the COLUMNS): `config` gives the keys (id, model, mode, ...) and calibration figures;
+    the Results the rest. Iteration times are `steady_iteration_s` on both sides; the std is over the measured
+    steady-state iterations."""
+    m, p = measured.summary(), predicted.summary()
+    t_m, t_p = steady_iteration_s(measured), steady_iteration_s(predicted)
+    per_it = iteration_times(measured)[1:]
+    row = {c: config.get(c, "") for c in COLUMNS}
+    row.update({
+        "buckets": p["buckets"],
+        "measured_iteration_s": t_m, "measured_iteration_std_s": float(np.std(per_it)) if len(per_it) else 0.0,
+        "predicted_iteration_s": t_p, "rel_error": (t_p - t_m) / t_m if t_m > 0 else float("nan"),
+        "measured_backward_s": float(measured.iterations()["backward_s"].mean()),
+        "predicted_backward_s": float(predicted.iterations()["backward_s"].mean()),
+        "measured_comm_exposed_s": m["comm_exposed_s"], "predicted_comm_exposed_s": p["comm_exposed_s"],
+        "measured_comm_s": m["comm_s"], "predicted_comm_s": p["comm_s"], "error": config.get("error", ""),
+    })
+    return row
+
+
+def failed_row(config: Mapping, error: str) -> dict:
+    """The row of a configuration that could not be measured: keys from `config`, numbers empty, `error` set."""
+    row = {c: config.get(c, "") for c in COLUMNS}
+    row["error"] = error
+    return row
+
+
+def error_stats(rows: Iterable[Mapping]) -> dict:
+    """Over the rows without error: configurations, median and worst |relative error|, mean signed error, and
+    the id of the worst one. NaN statistics when no row succeeded."""
+    ok = [r for r in rows if not r.get("error") and _finite(r.get("rel_error"))]
+    if not ok:
+        return {"configurations": 0, "median_abs_rel_error": float("nan"), "worst_abs_rel_error": float("nan"),
+                "mean_rel_error": float("nan"), "worst_id": ""}
+    errs = [abs(r["rel_error"]) for r in ok]
+    worst = max(ok, key=lambda r: abs(r["rel_error"]))
+    return {"configurations": len(ok), "median_abs_rel_error": statistics.median(errs),
+            "worst_abs_rel_error": max(errs), "mean_rel_error": statistics.fmean(r["rel_error"] for r in ok),
+            "worst_id": worst["id"]}
+
+
+def write_csv(rows: Sequence[Mapping], path) -> None:
+    """Write the rows (COLUMNS, seconds and bytes/s) to `path` atomically."""
+    with atomic_open(path) as f:
+        pd.DataFrame([{c: r.get(c, "") for c in COLUMNS} for r in rows], columns=COLUMNS).to_csv(f, index=False)
+
+
+def format_table(rows: Sequence[Mapping]) -> str:
+    """Measured and predicted iteration time and the relative error, one line per configuration, then the stats."""
+    head = (f"{'configuration':44s} {'buckets':>7s} {'measured':>10s} {'± std':>9s} {'predicted':>10s} "
+            f"{'error':>7s}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        name = (f"{r['model']} {r['merge']} {r['ranks']}r {r['nodes']}x{r['ranks_per_node']} "
+                f"{units.format_bandwidth(r['nic_bandwidth_Bps']) if r['nodes'] > 1 else 'intra'}")
+        if r.get("error"):
+            lines.append(f"{name:44s} FAILED: {str(r['error']).splitlines()[0][:120]}")
+            continue
+        lines.append(f"{name:44s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
+                     f"{units.format_time(r['measured_iteration_std_s']):>9s} "
+                     f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%}")
+    s = error_stats(rows)
+    if s["configurations"]:
+        lines.append(f"{s['configurations']} configurations: median |error| {s['median_abs_rel_error']:.1%}, "
+                     f"worst {s['worst_abs_rel_error']:.1%} ({s['worst_id']}), mean signed {s['mean_rel_error']:+.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""The replay model: a trace's layers as waits of their traced durations, with parameters of the traced sizes.
+
+`compute = "replay"` in a validation run swaps the real network for this module, so the network and the overlap
+model are tested without the CPU contention of several ranks computing on a few cores: a waiting rank sleeps.
+
+Structure: one submodule per traced layer (forward order), owning that layer's parameters (zeros, traced element
+count and dtype). Forward applies, per layer, `_Attach` nodes for its parameters and then a `_Wait` node; backward
+therefore runs the layers from last to first, each `_Wait` waiting for the layer's traced backward time, after
+which the `_Attach` nodes hand out the layer's parameter gradients one by one in the trace's `grad_ready_order`
+(an AccumulateGrad node runs before the next `_Attach`, so post-accumulate hooks and torch DDP see exactly that
+order). A parameter's gradient is thus ready when its layer's backward ends, as `simfog.engine` assumes.
+
+Waits go to absolute deadlines on `time.perf_counter`: layer k of a pass ends at pass start + the traced times of
+layers up to k, so a late wake-up never accumulates. A wait sleeps until `spin_s` before its deadline and spins
+the rest (sleep overshoots by tens of microseconds; spinning only the end keeps waiting ranks off the CPU).
+
+Layer times per recorded iteration come from `LayerTimes`, built exactly as `simfog.engine.ComputeModel` builds
+its totals ("samples": one recorded iteration per rank and iteration; "mean": layer means), so the validator can
+replay the very draws the simulator uses. Torch-only module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from simfog.errors import ConfigError
+from simfog.trace import ModelTrace
+
+SPIN_S = 2e-4  # spin the last 0.2 ms of a wait: Linux sleeps overshoot by ~50-100 us (timer slack + wake-up)
+
+
+def wait_until(deadline_s: float, spin_s: float = SPIN_S) -> float:
+    """Block until time.perf_counter() >= `deadline_s`: sleep, then spin the last `spin_s` seconds. Returns the
+    perf_counter time at return (>= deadline_s). Returns at once for a deadline in the past."""
+    now = time.perf_counter()
+    left = deadline_s - now
+    if left > spin_s:
+        time.sleep(left - spin_s)
+    while now < deadline_s:
+        now = time.perf_counter()
+    return now
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per recorded iteration (row) and layer (column, forward order): forward and backward seconds; optimizer
+    seconds per row. Rows and their means follow `simfog.engine.ComputeModel.from_trace` exactly."""
+
+    forward_s: np.ndarray    # (S, L)
+    backward_s: np.ndarray   # (S, L)
+    optimizer_s: np.ndarray  # (S,)
+
+    @staticmethod
+    def from_trace(trace: ModelTrace, mode: str) -> LayerTimes:
+        """"samples": every recorded iteration; "mean": one row of means. Raises ConfigError for another mode."""
+        if mode not in ("samples", "mean"):
+            raise ConfigError("workload.compute", mode, "samples or mean")
+        fwd = np.array([layer.forward_s for layer in trace.layers], dtype=float).T
+        bwd = np.array([layer.backward_s for layer in trace.layers], dtype=float).T
+        opt = np.asarray(trace.optimizer_s, dtype=float)
+        if opt.size != fwd.shape[0]:
+            opt = np.full(fwd.shape[0], opt.mean() if opt.size else 0.0)
+        if mode == "mean":
+            fwd, bwd, opt = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True), opt.mean(keepdims=True)
+        return LayerTimes(fwd, bwd, opt)
+
+    @property
+    def samples(self) -> int:
+        return self.forward_s.shape[0]
+
+
+class _Clock:
+    """The current iteration's schedule and what happened, shared by the autograd nodes of one ReplayModel."""
+
+    def __init__(self, layers: int, spin_s: float):
+        self.spin_s = spin_s
+        self.fwd_end = np.zeros(layers)   # deadlines relative to the pass start (cumulative traced times)
+        self.bwd_end = np.zeros(layers)
+        self.fwd_origin: float | None = None
+        self.bwd_origin: float | None = None
+        self.events: list[tuple[int, str, float, float]] | None = None  # (layer, phase, start, end) when recording
+        self.backward_done_s: float | None = None
+
+    def wait(self, layer: int, phase: str) -> None:
+        now = time.perf_counter()
+        if phase == "forward":
+            if self.fwd_origin is None:
+                self.fwd_origin = now
+            end = wait_until(self.fwd_origin + self.fwd_end[layer], self.spin_s)
+        else:
+            if self.bwd_origin is None:
+                self.bwd_origin = now
+            end = wait_until(self.bwd_origin + self.bwd_end[layer], self.spin_s)
+            if layer == 0:
+                self.backward_done_s = end
+        if self.events is not None:
+            self.events.append((layer, phase, now, end))
+
+
+class _Wait(torch.autograd.Function):
+    """Identity on a one-element tensor whose forward and backward wait for a layer's traced time."""
+
+    @staticmethod
+    def forward(ctx, x, clock: _Clock, layer: int):
+        ctx.clock, ctx.layer = clock, layer
+        clock.wait(layer, "forward")
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.wait(ctx.layer, "backward")
+        return grad, None, None
+
+
+class _Attach(torch.autograd.Function):
+    """Identity that gives parameter `p` its (constant) gradient in backward, at no cost beyond the copy."""
+
+    @staticmethod
+    def forward(ctx, x, p, grad):
+        ctx.grad = grad
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, ctx.grad, None
+
+
+class ReplayLayer(nn.Module):
+    """One traced layer: its parameters, in the trace's order."""
+
+    def __init__(self, params: Sequence[nn.Parameter]):
+        super().__init__()
+        self.params = nn.ParameterList(params)
+
+
+class ReplayModel(nn.Module):
+    """The trace's layers as waits, with the trace's parameter tensors (see the module docstring).
+
+    `tensor_names[p]` is the trace name of parameter p (`named_tensors()` gives name -> parameter). Call
+    `set_iteration(forward_s, backward_s)` (seconds per layer, forward order) before each forward. `forward(x)`
+    takes a one-element tensor that requires grad and returns one. Raises ConfigError for an unsupported dtype."""
+
+    def __init__(self, trace: ModelTrace, *, spin_s: float = SPIN_S):
+        super().__init__()
+        self.trace = trace
+        ready_pos = {n: i for i, n in enumerate(trace.grad_ready_order)}
+        layers, self._grads, self._names = [], {}, {}
+        for layer in trace.layers:
+            params = []
+            for t in layer.params:
+                dtype = getattr(torch, t.dtype, None)
+                if not isinstance(dtype, torch.dtype):
+                    raise ConfigError(f"tensor {t.name}.dtype", t.dtype, "a torch dtype")
+                p = nn.Parameter(torch.zeros(t.elements, dtype=dtype))
+                self._names[p] = t.name
+                self._grads[t.name] = torch.zeros(t.elements, dtype=dtype)
+                params.append(p)
+            layers.append(ReplayLayer(params))
+        self.layers = nn.ModuleList(layers)
+        # _Attach nodes in reverse ready order: backward meets them, and hands out gradients, in ready order.
+        self._attach_order = [sorted(range(len(traced.params)), key=lambda k, ts=traced.params: ready_pos[ts[k].name],
+                                     reverse=True) for traced in trace.layers]
+        self.clock = _Clock(len(layers), spin_s)
+
+    @property
+    def tensor_names(self) -> dict[nn.Parameter, str]:
+        return dict(self._names)
+
+    def named_tensors(self) -> dict[str, nn.Parameter]:
+        """Trace tensor name -> parameter."""
+        return {n: p for p, n in self._names.items()}
+
+    def set_iteration(self, forward_s: Sequence[float], backward_s: Sequence[float], *,
+                      start_s: float | None = None, record: bool = False) -> None:
+        """Schedule the next forward and backward: per-layer seconds in forward order. The forward deadlines count
+        from `start_s` (perf_counter; default: when the first layer runs). `record` keeps per-layer
+        (layer, phase, start, end) perf_counter intervals in `clock.events`."""
+        fwd, bwd = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
+        if fwd.shape != (len(self.layers),) or bwd.shape != fwd.shape:
+            raise ConfigError("layer times", fwd.shape, f"one time per layer ({len(self.layers)})")
+        c = self.clock
+        c.fwd_end = np.cumsum(fwd)
+        c.bwd_end = np.cumsum(bwd[::-1])[::-1]  # layer l's backward ends after all layers >= l (engine's rule)
+        c.fwd_origin, c.bwd_origin, c.backward_done_s = start_s, None, None
+        c.events = [] if record else None
+
+    def start_backward(self, when_s: float | None = None) -> None:
+        """Anchor the backward deadlines at `when_s` (perf_counter; default now) instead of at the first node."""
+        self.clock.bwd_origin = time.perf_counter() if when_s is None else when_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            for k in self._attach_order[i]:
+                p = layer.params[k]
+                x = _Attach.apply(x, p, self._grads[self._names[p]])
+            x = _Wait.apply(x, self.clock, i)
+        return x
+
+    def wait_optimizer(self, seconds: float) -> float:
+        """The optimizer step: wait `seconds` from now. Returns the perf_counter time at its end."""
+        return wait_until(time.perf_counter() + seconds, self.clock.spin_s)

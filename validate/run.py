@@ -1,0 +1,416 @@
+"""Run experiments for real and simulate them with a calibrated cluster: the heart of `simfog validate`.
+
+For a group of experiments that share one cluster shape (nodes, ranks per node, NIC bandwidth):
+
+1. build the emulated cluster (`validate.netemu.open_cluster`: namespaces + tbf; plain loopback where that is not
+   possible, and every row says so);
+2. calibrate it from microbenchmarks on that same network, never from the validation runs: gloo allreduce at a few
+   sizes on one rank per node (the NIC class; on as many such nodes as the run has ranks, so that as many
+   processes share the cores) and on the ranks of one node (the intra class), timed by `validate.worker
+   --calibrate` as `simfog collect network` times, under the runs' scheduling, fitted by `simfog.calibrate.fit`
+   with ring coefficients;
+3. simulate each experiment with the calibrated cluster and collective "ring" (gloo's allreduce is a ring); the
+   bucket plan comes from `simfog.merge.plan` with the same `CostModel` the simulator uses, and the compute draws
+   from the very `Simulation` that predicts, so both sides replay the same recorded iterations;
+4. run all of them in one launch (`validate.worker` on every rank) and compare (`validate.compare`).
+
+Horovod is run with `merge.plan("horovod", ...)`'s static plan (the fusion its cycles produce on identical ranks),
+launched as soon as each bucket is ready; the simulator models its cycles. Not emulated, hence rejected: degraded
+NICs, oversubscription, algorithms other than allreduce, and (in model mode) compute slowdown factors.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from simfog import merge
+from simfog.calibrate import Calibration, fit
+from simfog.cluster import Cluster
+from simfog.collectives import CostModel
+from simfog.engine import ComputeModel, Simulation
+from simfog.errors import ConfigError
+from simfog.experiment import Experiment
+from simfog.results import Result
+from simfog.trace import NetworkTrace, Provenance
+from validate import compare
+
+MODES = ("replay", "model")
+REPO = Path(__file__).resolve().parents[1]
+# Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
+# bench models lie in between. Decimal, not powers of two: gloo's ring cuts a buffer into at least 2n segments,
+# and exactly 64 KiB segments (1 MiB on 8 ranks) stall here, 16-70 ms instead of 15.7 ms (TCP's 64 KiB
+# segmentation offload limit, presumably), while 940 kB and 1.31 MB take their bandwidth-bound time; a power of
+# two would calibrate that artifact into every size.
+CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
+STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores) and the process group
+# Scheduling of the ranks (calibration and runs alike): other work on a small machine delays every wake-up of a
+# rank or of gloo's threads by milliseconds, which the simulator (dedicated nodes) does not model. "rt": once the
+# process group is up, each rank moves all its threads to SCHED_RR at a low real-time priority (the kernel's RT
+# throttling, 95 % by default, still leaves the rest of the machine some CPU); "nice": nice -20; "none". Measured
+# here (2 cores shared with other jobs, MLP replay, 2 nodes at 200 Mbit/s): the std of the iteration time fell
+# from 2-5 ms to 0.1-0.3 ms with "rt"; nice -20 did not help. Needs root.
+PRIORITIES = ("rt", "nice", "none")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run: compute `mode` ("replay" waits the traced times, "model" runs the zoo model), warm-up
+    iterations dropped, `emulate` (None: an emulated network where possible, else loopback; False: loopback;
+    True: emulated or NetemuError), calibration sizes (bytes) and repeats, replay spin (s), the time bound of the
+    calibration runs (s), and `workdir` to keep the spec and per-rank records (default: a temporary directory)."""
+
+    mode: str = "replay"
+    warmup: int = 2
+    emulate: bool | None = None
+    calibration_sizes: tuple[int, ...] = CALIBRATION_SIZES
+    calibration_repeats: int = 5
+    spin_s: float = 2e-4
+    calibration_timeout_s: float = 300.0
+    workdir: str | None = None
+    priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
+    #                              at real-time priority would starve the rest of the machine)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ConfigError("mode", self.mode, f"one of {', '.join(MODES)}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ConfigError("warmup", self.warmup, "an integer >= 1 (DDP rebuilds its buckets after iteration 1)")
+        if self.priority is not None and self.priority not in PRIORITIES:
+            raise ConfigError("priority", self.priority, f"one of {', '.join(PRIORITIES)}")
+
+    @property
+    def scheduling(self) -> str:
+        """The PRIORITIES entry the ranks use: the chosen one, by default "rt" in replay mode and "nice" in model
+        mode (real compute at real-time priority would starve the machine); "none" without root."""
+        if os.geteuid() != 0:
+            return "none"
+        return self.priority or ("rt" if self.mode == "replay" else "nice")
+
+
+@dataclass
+class Validation:
+    """One configuration: the experiment as given, the one simulated (calibrated cluster, ring), both Results
+    (None when the run failed) and its comparison row (validate.compare.COLUMNS)."""
+
+    id: str
+    experiment: Experiment
+    simulated: Experiment
+    predicted: Result | None
+    measured: Result | None
+    row: dict
+
+
+@dataclass
+class GroupRun:
+    """A group's validations, the calibration used (None for a single rank) and its measurements."""
+
+    validations: list[Validation]
+    calibration: Calibration | None
+    network_trace: NetworkTrace | None
+    emulated: bool
+    note: str = ""
+    rows: list[dict] = field(default_factory=list)
+
+
+def check_experiment(exp: Experiment, mode: str) -> None:
+    """Raise ConfigError for what the emulated cluster or the worker cannot reproduce."""
+    src = exp.source
+    if exp.comm.algorithm != "allreduce":
+        raise ConfigError("comm.algorithm", exp.comm.algorithm, "allreduce (the only algorithm validate runs)",
+                          source=src)
+    if exp.cluster.oversubscription != 1.0:
+        raise ConfigError("cluster.oversubscription", exp.cluster.oversubscription,
+                          "1 (the emulated switch is not oversubscribed)", source=src)
+    if exp.cluster.degraded_nics:
+        raise ConfigError("heterogeneity.degraded_nics", dict(exp.cluster.degraded_nics),
+                          "none (every emulated NIC has the same rate)", source=src)
+    if mode == "model":
+        from validate import models
+
+        h = exp.heterogeneity
+        if h.rank_slowdown or h.node_slowdown:
+            raise ConfigError("heterogeneity", "rank_slowdown/node_slowdown", "none in model mode (real compute "
+                              "cannot be slowed by a factor; use mode replay)", source=src)
+        if exp.workload.trace.model not in models.ZOO:
+            raise ConfigError("workload.trace", exp.workload.trace.model,
+                              f"a trace of a zoo model ({', '.join(models.names())}) in model mode", source=src)
+
+
+def simulated_experiment(exp: Experiment, calibration: Calibration | None) -> Experiment:
+    """`exp` with the calibrated links and collective ring (what gloo runs)."""
+    cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
+    return replace(exp, cluster=cluster, comm=replace(exp.comm, collective="ring"))
+
+
+def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
+    """The buckets both sides use: merge.plan with the trace's gradients and the simulator's cost model (for
+    horovod its static plan)."""
+    comm = sim_exp.comm
+    cost = CostModel(sim_exp.cluster, comm.collective, comm.alpha_s, comm.beta_s_per_B, comm.ps_servers)
+    settings = merge.MergeSettings(threshold_bytes=comm.threshold_bytes, cycle_time_s=comm.cycle_time_s)
+    return merge.plan(comm.merge, merge.grad_tensors(sim_exp.workload.trace), settings, cost.allreduce)
+
+
+class _Nodes:
+    """Some nodes of a cluster, for a launch on just those (e.g. node 0 for the intra-node microbenchmark)."""
+
+    def __init__(self, cluster, nodes):
+        self.cluster, self.nodes, self.shaped = cluster, tuple(nodes), getattr(cluster, "shaped", False)
+
+    def run_in(self, node: int, argv, **kwargs):
+        return self.cluster.run_in(node, argv, **kwargs)
+
+
+def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, work: Path) -> NetworkTrace:
+    """gloo allreduce at options.calibration_sizes on `cluster`'s nodes, timed as `simfog collect network` times
+    (validate.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
+    validate.worker --calibrate so that the scheduling is the runs' own."""
+    from validate.collect_network import TIMING, make_plan, merge_ranks
+    from validate.launcher import launch, python_rank_argv
+
+    n_nodes = len(cluster.nodes)
+    ranks = n_nodes * ranks_per_node
+    plan = make_plan(("allreduce",), options.calibration_sizes, ranks, options.calibration_repeats, 1)
+    out = work / f"calibration-{link}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(plan))
+    argv = python_rank_argv("validate.worker", out / "plan.json", out, "--calibrate", "--priority",
+                            options.scheduling, "--timeout", options.calibration_timeout_s)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    launch(cluster, ranks_per_node, lambda r, node: argv, env_for_rank=lambda r, node: _rank_env(),
+           timeout_s=options.calibration_timeout_s)
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+    where = "emulated network" if cluster.shaped else "plain loopback"
+    notes = (f"{link} class: {ranks} rank(s) on {n_nodes} node(s) of an {where}; {options.calibration_repeats} "
+             f"repeats after 1 warm-up per size; scheduling {options.scheduling}; {TIMING}")
+    return NetworkTrace("gloo", "tcp", Provenance("validate.run calibration microbenchmarks", started,
+                                                  platform.node(), "measured", notes=notes),
+                        merge_ranks(results, ranks, n_nodes), {"link_class": link})
+
+
+def _rank_env() -> dict:
+    return {"OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def measure_network(cluster, ranks_per_node: int, options: Options, work: Path,
+                    cache: dict | None = None) -> NetworkTrace | None:
+    """Calibration measurements for a run of `ranks_per_node` ranks on each node of `cluster` (an EmulatedCluster
+    or LoopbackCluster): gloo allreduce on one rank per node (NIC class, when there are several nodes; on as many
+    nodes as the run has ranks, see below) and on `ranks_per_node` ranks of node 0 (intra class, when more than
+    one). `cache` (keyed by class, process count, NIC rate, emulation) reuses measurements of the same shape.
+    Returns one NetworkTrace, or None for a single rank. Raises LaunchError when one fails."""
+    from validate.netemu import open_cluster
+
+    shaped = bool(getattr(cluster, "shaped", False))
+    ranks = len(cluster.nodes) * ranks_per_node
+    wanted = []
+    if len(cluster.nodes) > 1:
+        wanted.append(("nic", ranks, cluster.nic_bandwidth_Bps, shaped))
+    if ranks_per_node > 1:
+        wanted.append(("intra", ranks_per_node, shaped))
+    parts = []
+    for key in wanted:
+        if cache is not None and key in cache:
+            parts.append(cache[key])
+            continue
+        if key[0] == "intra":
+            trace = _microbenchmark(_Nodes(cluster, cluster.nodes[:1]), ranks_per_node, "intra", options, work)
+        elif ranks == len(cluster.nodes):
+            trace = _microbenchmark(cluster, 1, "nic", options, work)
+        else:
+            # Several ranks per node: measure the NIC class on as many nodes as the run has ranks (one rank each,
+            # same rate), so that as many processes share the machine's cores as in the run. On 2 cores the
+            # per-step latency grows with the process count (fitted 0.1, 0.18, 0.39 ms on 2, 4, 8 nodes), and a
+            # 4-node fit under-predicted an 8-rank ring of 4 nodes x 2 by up to 18 %.
+            with open_cluster(ranks, cluster.nic_bandwidth_Bps, emulate=shaped) as wide:
+                trace = _microbenchmark(wide, 1, "nic", options, work)
+        if cache is not None:
+            cache[key] = trace
+        parts.append(trace)
+    if not parts:
+        return None
+    first = parts[0]
+    return NetworkTrace(first.backend, first.transport,
+                        replace(first.provenance, notes=" | ".join(p.provenance.notes or "" for p in parts)),
+                        tuple(m for p in parts for m in p.measurements), {"parts": [dict(p.extra) for p in parts]})
+
+
+def _config(vid: str, exp: Experiment, sim: Simulation, plan, options: Options, trace_path: str) -> dict:
+    comm = exp.comm
+    cap = None if comm.threshold_bytes is None else comm.threshold_bytes / merge.MiB
+    return {"id": vid, "mode": options.mode, "trace": trace_path, "compute": exp.workload.compute,
+            "seed": exp.seed, "iterations": exp.iterations, "warmup": options.warmup, "merge": comm.merge,
+            "buckets": None if comm.merge == "ddp" else [list(b.tensors) for b in plan], "bucket_cap_mb": cap,
+            "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
+            "spin_s": options.spin_s}
+
+
+def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: Calibration | None) -> dict:
+    c = exp.cluster
+    keys = {"id": vid, "model": exp.workload.trace.model, "mode": options.mode, "merge": exp.comm.merge,
+            "ranks": c.ranks, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
+            "nic_bandwidth_Bps": c.nic.bandwidth_Bps, "emulated": emulated, "iterations": exp.iterations,
+            "warmup": options.warmup, "trace": exp.workload.trace_path}
+    for cls in ("nic", "intra"):
+        if cal is not None and cls in cal.fits:
+            keys[f"{cls}_latency_s"] = cal.fits[cls].latency_s
+            keys[f"{cls}_fit_bandwidth_Bps"] = cal.fits[cls].bandwidth_Bps
+    return keys
+
+
+def run_group(experiments: Sequence[Experiment], options: Options = Options(), *, ids: Sequence[str] | None = None,
+              cache: dict | None = None, log: Callable[[str], None] = lambda s: None) -> GroupRun:
+    """Validate experiments that share nodes, ranks per node and NIC bandwidth, in one emulated cluster and one
+    launch. Returns a GroupRun; a failed calibration or launch gives rows with `error` set (and no measured
+    Result) rather than raising. Raises ConfigError for experiments that differ in shape or that cannot be
+    emulated (`check_experiment`), NetemuError when `options.emulate` is True and no emulated network can be
+    built."""
+    from validate.launcher import LaunchError
+    from validate.netemu import open_cluster
+
+    if not experiments:
+        return GroupRun([], None, None, False)
+    first = experiments[0].cluster
+    shape = (first.nodes, first.ranks_per_node, first.nic.bandwidth_Bps)
+    for exp in experiments:
+        check_experiment(exp, options.mode)
+        if (exp.cluster.nodes, exp.cluster.ranks_per_node, exp.cluster.nic.bandwidth_Bps) != shape:
+            raise ConfigError("cluster", exp.source or "experiment", "the same nodes, gpus_per_node and "
+                              "nic_bandwidth for every experiment of one group")
+    ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
+    with tempfile.TemporaryDirectory(prefix="simfog-validate-") as tmp, \
+            open_cluster(first.nodes, first.nic.bandwidth_Bps, emulate=options.emulate) as cluster:
+        work = Path(options.workdir) if options.workdir else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        emulated = bool(getattr(cluster, "shaped", False))
+        note = "" if emulated else f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})"
+        log(f"cluster {first.nodes} node(s) x {first.ranks_per_node}, NIC {first.nic.bandwidth_Bps * 8 / 1e6:g} "
+            f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}: calibrating")
+        try:
+            net = measure_network(cluster, first.ranks_per_node, options, work, cache)
+        except LaunchError as e:
+            failed = [Validation(vid, exp, exp, None, None, compare.failed_row(
+                _row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
+                for vid, exp in zip(ids, experiments, strict=True)]
+            return GroupRun(failed, None, None, emulated, note, [v.row for v in failed])
+        calibration = fit(net, algorithm="ring") if net is not None else None
+        prepared = [_prepare(vid, exp, calibration, options, work) for vid, exp in zip(ids, experiments, strict=True)]
+        load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
+        drops = _drops(cluster)
+        ranks, error = _run_ranks(cluster, first, prepared, options, work, log)
+        drops = _drops(cluster) - drops  # packets the shapers dropped during the runs (TCP then retransmits)
+    validations = []
+    for k, (vid, exp) in enumerate(zip(ids, experiments, strict=True)):
+        sim_exp, plan, predicted, _ = prepared[k]
+        keys = {**_row_keys(vid, exp, options, emulated, calibration), "load_average": load,
+                "dropped_packets": drops}
+        if ranks is None:
+            validations.append(Validation(vid, exp, sim_exp, predicted, None, compare.failed_row(keys, error)))
+            continue
+        per_rank = [r["configs"][k] for r in ranks]
+        measured = measured_result(sim_exp, per_rank, plan)
+        keys["buckets_match"] = _buckets_match(plan, per_rank)
+        validations.append(Validation(vid, exp, sim_exp, predicted, measured,
+                                      compare.compare(keys, measured, predicted)))
+    return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
+
+
+def _drops(cluster) -> int:
+    return sum(n[d]["dropped_packets"] for n in cluster.shaper_stats() for d in ("upload", "download"))
+
+
+def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path):
+    """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration."""
+    sim_exp = simulated_experiment(exp, calibration)
+    plan = bucket_plan(sim_exp)
+    sim = Simulation(sim_exp)
+    trace_path = exp.workload.trace_path
+    if not Path(trace_path).is_file():  # an in-memory trace: the ranks read it from a file
+        trace_path = str(work / f"{vid}-trace.json")
+        exp.workload.trace.save(trace_path)
+    config = _config(vid, exp, sim, plan, options, trace_path)
+    return sim_exp, plan, sim.run(), config
+
+
+def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, log) -> tuple[list | None, str]:
+    """Launch validate.worker on every rank for all configurations: (per-rank records, "") or (None, error)."""
+    from validate.launcher import LaunchError, launch, python_rank_argv
+
+    budget = STARTUP_S + sum((options.warmup + e.iterations) * (3 * p.summary()["iteration_time_s"] + 1.0)
+                             for e, _, p, _ in prepared)
+    spec = work / "spec.json"
+    spec.write_text(json.dumps({"configs": [c for *_, c in prepared], "threads": 1, "timeout_s": budget,
+                                "priority": options.scheduling}))
+    out = work / "ranks"
+    out.mkdir(exist_ok=True)
+    log(f"running {len(prepared)} configuration(s) on {shape.ranks} rank(s), time bound {budget:.0f} s")
+    try:
+        launch(cluster, shape.ranks_per_node, lambda r, node: python_rank_argv("validate.worker", spec, out),
+               env_for_rank=lambda r, node: _rank_env(), timeout_s=budget)
+    except LaunchError as e:
+        return None, f"launch failed: {e}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(shape.ranks)], ""
+
+
+def measured_result(sim_exp: Experiment, per_rank: Sequence[dict], plan) -> Result:
+    """The measured Result of one configuration, buckets named as the simulator names them."""
+    prefix = "fused" if sim_exp.comm.merge in merge.DYNAMIC else "bucket"
+    single = ComputeModel.from_trace(sim_exp.workload.trace, sim_exp.workload.compute).single_rank_time_s()
+    return compare.measured_result(sim_exp, per_rank, bucket_prefix=prefix, bucket_bytes=[b.nbytes for b in plan],
+                                   single_rank_time_s=single)
+
+
+def _buckets_match(plan, per_rank: Sequence[dict]) -> bool:
+    """True when every rank ran exactly the plan's buckets, launched in plan order in every iteration (for ddp:
+    the buckets torch DDP built, read from its comm hook)."""
+    want = [list(b.tensors) for b in plan]
+    for r in per_rank:
+        if [list(b) for b in r["buckets"]] != want:
+            return False
+        if any(d["launch_order"] != list(range(len(want))) for d in r["iterations"]):
+            return False
+    return True
+
+
+def validate_experiment(exp: Experiment, options: Options = Options(), *, merges: Sequence[str] | None = None,
+                        log: Callable[[str], None] = lambda s: None) -> GroupRun:
+    """Validate one experiment (or the same one under each policy in `merges`). See `run_group`."""
+    if merges:
+        for m in merges:
+            merge.POLICIES.get(m, field="--merge")
+        exps = [exp.with_comm(merge=m) for m in merges]
+        ids = [f"{exp.workload.trace.model}-{m}" for m in merges]
+    else:
+        exps, ids = [exp], [f"{exp.workload.trace.model}-{exp.comm.merge}"]
+    return run_group(exps, options, ids=ids, log=log)
+
+
+def export_timelines(validation: Validation, directory: str | os.PathLike) -> list[Path]:
+    """Write the measured and the predicted intervals of one configuration into `directory`: CSVs in the schema of
+    Result.intervals() (rank, iteration, kind, name, start_s, end_s), so comparing is a join, and Chrome traces
+    (simfog.timeline.write_chrome_trace) for Perfetto. Returns the paths written."""
+    from simfog.files import atomic_open
+    from simfog.timeline import write_chrome_trace
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for side, result in (("measured", validation.measured), ("predicted", validation.predicted)):
+        if result is None:
+            continue
+        csv_path = d / f"{validation.id}-{side}-intervals.csv"
+        with atomic_open(csv_path) as f:
+            result.intervals().to_csv(f, index=False)
+        trace_path = d / f"{validation.id}-{side}.trace.json"
+        write_chrome_trace(result, trace_path)
+        paths += [csv_path, trace_path]
+    return paths
+

@@ -1,0 +1,269 @@
+"""One rank of a validation run: train a replayed or real model under one merge policy, and time everything.
+
+Started by `validate.run` through `validate.launcher`, never by hand:
+
+    python -m validate.worker SPEC.json OUT_DIR
+    python -m validate.worker --calibrate PLAN.json OUT_DIR --priority rt   (microbenchmarks for calibration)
+
+The launcher's environment says who this rank is (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME).
+SPEC.json lists configurations; every rank runs them all, one after the other, in one gloo process group, and
+writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
+
+    id, mode ("replay" | "model"), trace (path of the ModelTrace), compute ("samples" | "mean"), seed,
+    iterations (measured), warmup (dropped), merge (policy name), buckets (lists of tensor names in launch order,
+    for every policy but "ddp"), bucket_cap_mb (for "ddp": None = torch's default), samples[iteration][rank] (the
+    recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
+    delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits).
+
+Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
+hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
+which parameters DDP put in it; every other policy runs `validate.buckets.BucketedAllreduce` with the given plan.
+
+Per measured iteration the rank records (perf_counter seconds, one clock for all processes of the machine):
+start, forward_end, backward_end (the last gradient ready, or in replay the first layer's backward end if later),
+optimizer_start (all communication done), end, and per bucket its launch and completion. A barrier before the
+first measured iteration aligns the ranks; none follows (the simulator starts iteration k+1 at once, too).
+
+Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.run.PRIORITIES)
+moves every thread of the rank to real-time round-robin scheduling (or nice -20), so that other work on the
+machine does not delay the ranks' and gloo's wake-ups; `--calibrate` runs the calibration microbenchmarks the same
+way. Torch-only module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from simfog.errors import ConfigError
+from simfog.trace import load_model_trace
+from validate.buckets import BucketedAllreduce
+from validate.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
+
+RT_PRIORITY = 10  # SCHED_RR, low among real-time priorities; the kernel's RT throttling still applies
+
+
+class DDPTimer:
+    """A DDP comm hook that allreduces and averages a bucket (as torch's default `allreduce_hook`), noting the
+    launch and completion time of each bucket (by DDP's bucket index) and the parameter names in it."""
+
+    def __init__(self, names_by_ptr: dict[int, str], world: int):
+        self.names_by_ptr, self.world = names_by_ptr, world
+        self.start_iteration()
+
+    def start_iteration(self) -> None:
+        self.buckets: dict[int, list[str]] = {}
+        self.launch_s: dict[int, float] = {}
+        self.done_s: dict[int, float] = {}
+        self.launch_order: list[int] = []
+
+    def hook(self, state, bucket):
+        b = bucket.index()
+        self.buckets[b] = [self.names_by_ptr.get(p.data_ptr(), "?") for p in bucket.parameters()]
+        buf = bucket.buffer()
+        buf.div_(self.world)  # torch default_hooks._allreduce_fut: divide first
+        self.launch_s[b] = time.perf_counter()
+        self.launch_order.append(b)
+
+        def done(fut):
+            self.done_s[b] = time.perf_counter()
+            return fut.value()[0]
+
+        return dist.all_reduce(buf, async_op=True).get_future().then(done)
+
+
+def _check_model(trace, named: dict[str, torch.nn.Parameter]) -> None:
+    """A zoo model matches its trace: the same parameter names and element counts."""
+    traced = {t.name: t.elements for t in trace.tensors.values()}
+    real = {n: p.numel() for n, p in named.items() if p.requires_grad}
+    if traced != real:
+        diff = sorted(set(traced.items()) ^ set(real.items()))[:3]
+        raise ConfigError("workload.trace", trace.model, f"a trace of this very model (parameters differ: {diff})")
+
+
+def _build(cfg: dict, trace, rank: int):
+    """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None)."""
+    if cfg["mode"] == "replay":
+        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S))
+        x = torch.zeros(1, requires_grad=True)
+        return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
+    from validate import models
+
+    torch.manual_seed(cfg["seed"])
+    entry = models.get(trace.model)
+    model = entry.build().train()
+    named = dict(model.named_parameters())
+    _check_model(trace, named)
+    inputs, targets = entry.make_inputs(trace.batch_size, torch.Generator().manual_seed(cfg["seed"] + 1 + rank))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # as validate.collect_model
+    return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None
+
+
+def run_config(cfg: dict, rank: int, world: int) -> dict:
+    """Run one configuration on this rank (all ranks must call it together). Returns its JSON-ready record."""
+    trace = load_model_trace(cfg["trace"])
+    model, named, loss_of, optimizer, replay = _build(cfg, trace, rank)
+    times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
+    slow = float(cfg["slowdown"][rank])
+    last_ready = [float("nan")]
+
+    def ready(_p):
+        last_ready[0] = time.perf_counter()
+
+    handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
+    buckets = timer = None
+    if cfg["merge"] == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, bucket_cap_mb=cfg.get("bucket_cap_mb"), broadcast_buffers=False)
+        timer = DDPTimer({p.data_ptr(): n for n, p in named.items()}, world)
+        net.register_comm_hook(None, timer.hook)
+    else:
+        net = model
+        buckets = BucketedAllreduce(named, cfg["buckets"])
+    comm = buckets or timer
+    out = []
+    warmup, iterations = cfg["warmup"], cfg["iterations"]
+    # No cyclic garbage collection while timing: a full collection stalled a rank for up to ~90 ms here, at a
+    # random iteration, which no simulator input accounts for (the traced compute had its own, averaged in).
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(warmup + iterations):
+            it = i - warmup
+            s = cfg["samples"][max(it, 0)][rank]
+            if it == 0:
+                dist.barrier()
+            comm.start_iteration()
+            t0 = time.perf_counter()
+            if replay is not None:
+                replay.set_iteration(times.forward_s[s] * slow, times.backward_s[s] * slow, start_s=t0)
+            loss = loss_of(net)
+            delay = float(cfg["delays"][it][rank]) if it >= 0 else 0.0
+            t_f = wait_until(time.perf_counter() + delay) if delay > 0 else time.perf_counter()
+            if replay is not None:
+                replay.start_backward(t_f)
+            loss.backward()
+            if buckets is not None:
+                buckets.finish()
+            t_o = time.perf_counter()
+            if replay is not None:
+                t_e = replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
+            else:
+                optimizer.step()
+                t_e = time.perf_counter()
+            t_b = last_ready[0]
+            if replay is not None and replay.clock.backward_done_s is not None:
+                t_b = max(t_b, replay.clock.backward_done_s)
+            for p in named.values():
+                p.grad = None
+            if it < 0:
+                continue
+            n_b = len(comm.launch_s)
+            out.append({"start": t0, "forward_end": t_f, "backward_end": t_b, "optimizer_start": t_o, "end": t_e,
+                        "launch": [comm.launch_s[b] for b in range(n_b)],
+                        "done": [comm.done_s[b] for b in range(n_b)], "launch_order": list(comm.launch_order)})
+    finally:
+        gc.enable()
+        for h in handles:
+            h.remove()
+        if buckets is not None:
+            buckets.remove()
+    plan = cfg["buckets"] if buckets is not None else [timer.buckets[b] for b in sorted(timer.buckets)]
+    return {"id": cfg["id"], "iterations": out, "buckets": plan}
+
+
+def raise_priority(kind: str) -> bool:
+    """Give every thread of this process (and the threads they start later) real-time round-robin scheduling at
+    a low priority ("rt") or nice -20 ("nice"); "none" leaves it. Called after the process group is up: at
+    real-time priority from the start, ranks importing torch and retrying the rendezvous on 2 cores can starve
+    one another. Returns False when not permitted (not root)."""
+    if kind == "none":
+        return True
+    ok = True
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            if kind == "rt":
+                os.sched_setscheduler(int(tid), os.SCHED_RR, os.sched_param(RT_PRIORITY))
+            else:
+                os.setpriority(os.PRIO_PROCESS, int(tid), -20)
+        except (PermissionError, ProcessLookupError):
+            ok = False
+    return ok
+
+
+def _init(timeout_s: float) -> tuple[int, int]:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.barrier()  # every rank connected before any changes its scheduling
+    return rank, world
+
+
+def calibrate_main(plan_path: str, out_dir: str, priority: str, timeout_s: float) -> int:
+    """Time a `validate.collect_network` plan (barrier, then each call timed on every rank) on this rank and
+    write out_dir/rank<R>.json as collect_network's workers do; the same scheduling as the validation runs."""
+    from validate.collect_network import time_plan, write_rank_result
+    from validate.collect_network_worker import make_op
+
+    plan = json.loads(Path(plan_path).read_text())
+    rank, world = _init(timeout_s)
+    applied = raise_priority(priority)
+    try:
+        samples = time_plan(plan, lambda c, b: make_op(c, b, rank, world, torch.device("cpu")), dist.barrier)
+    finally:
+        dist.destroy_process_group()
+    write_rank_result(out_dir, rank, samples, {"threads": torch.get_num_threads(), "priority": priority,
+                                               "priority_applied": applied,
+                                               "software": {"torch": torch.__version__}})
+    return 0
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="one rank of a simfog validation run (started by validate.run)")
+    p.add_argument("spec", help="SPEC.json written by validate.run (with --calibrate: a collect_network plan)")
+    p.add_argument("out", help="directory for rank<R>.json")
+    p.add_argument("--calibrate", action="store_true", help="time the microbenchmark plan SPEC instead")
+    p.add_argument("--priority", choices=("rt", "nice", "none"), default="none", help="with --calibrate")
+    p.add_argument("--timeout", type=float, default=600.0, help="with --calibrate: process group timeout (s)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    if a.calibrate:
+        return calibrate_main(a.spec, a.out, a.priority, a.timeout)
+    spec = json.loads(Path(a.spec).read_text())
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    warnings.filterwarnings("ignore", category=UserWarning)  # DDP's notes about comm hooks and bucket views
+    rank, world = _init(float(spec.get("timeout_s", 600)))
+    applied = raise_priority(spec.get("priority", "none"))
+    started = time.perf_counter()
+    results = []
+    try:
+        for cfg in spec["configs"]:
+            dist.barrier()
+            results.append(run_config(cfg, rank, world))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    _write(Path(a.out) / f"rank{rank}.json", {"rank": rank, "world": world, "configs": results,
+                                              "wall_s": time.perf_counter() - started, "priority_applied": applied,
+                                              "torch": torch.__version__, "threads": torch.get_num_threads()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
