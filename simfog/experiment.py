@@ -39,6 +39,7 @@ class Comm:
     alpha_s: float | None = None
     beta_s_per_B: float | None = None
     ps_servers: int | None = None
+    streams: int = 1                         # collectives a rank keeps in flight (gloo: 2 worker threads; NCCL: 1)
     # Decentralized, group, asynchronous and compressed algorithms (None: the algorithm's own default).
     topology: str | None = None              # a name in simfog.topology.TOPOLOGIES
     combine: str = "awc"                     # neighbor averaging: "awc" adapt-with-combine, "atc" adapt-then-combine
@@ -109,7 +110,8 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
 _WORKLOAD = {"trace", "compute"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth"}
-_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "topology",
+_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
+         "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
          "async_period", "consensus_eps"}
 COMBINES = ("awc", "atc")
@@ -222,6 +224,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         alpha_s=_quantity(m, "alpha", "time", p, source),
         beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
         ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None,
+        streams=_int(m, "streams", p, source, default=1),
         **_decentralized_keys(m, p, source))
     if comm.merge == "threshold" and comm.threshold_bytes is None:
         raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',

@@ -17,6 +17,18 @@ import pandas as pd
 INTERVAL_COLUMNS = ["rank", "iteration", "kind", "name", "start_s", "end_s"]
 
 
+def _union_after_backward(comm: pd.DataFrame) -> pd.Series:
+    """Per (rank, iteration): how long at least one collective ran between backward's end and the optimizer step
+    (collectives on several streams may overlap; overlapping time counts once)."""
+    w = pd.DataFrame({"rank": comm["rank"], "iteration": comm["iteration"],
+                      "s": comm[["start_s", "bwd_end"]].max(axis=1), "e": comm[["end_s", "opt_start"]].min(axis=1)})
+    w = w[w.e > w.s].sort_values(["rank", "iteration", "s"], kind="stable")
+    keys = [w["rank"], w["iteration"]]
+    covered = w.groupby(keys)["e"].cummax().groupby(keys).shift(fill_value=-np.inf)
+    part = (w.e - np.maximum(w.s, covered)).clip(lower=0)
+    return part.groupby(keys).sum()
+
+
 @dataclass
 class Result:
     experiment: object
@@ -54,8 +66,7 @@ class Result:
         opt_start = df[df.kind == "optimizer"].set_index(keys)["start_s"]
         comm = df[df.kind == "comm"].join(bwd_end.rename("bwd_end"), on=keys)
         comm = comm.join(opt_start.rename("opt_start"), on=keys)
-        after = (comm[["end_s", "opt_start"]].min(axis=1) - comm[["start_s", "bwd_end"]].max(axis=1)).clip(lower=0)
-        out["comm_exposed_s"] = after.groupby([comm["rank"], comm["iteration"]]).sum()
+        out["comm_exposed_s"] = _union_after_backward(comm)
         out = out.fillna(0.0)
         out["compute_s"] = out.forward_s + out.backward_s + out.optimizer_s
         out["iteration_s"] = out.end_s - out.start_s

@@ -343,3 +343,22 @@ def test_ring_monotone_in_ranks_on_a_uniform_link(n, a, bw, nbytes, op, layout):
         nodes, per_node = (1, k) if layout == "one_node" else (k, 1)
         return CostModel(Cluster(nodes, per_node, intra=link, nic=link), "ring").time(op, nbytes)
     assert t(n) <= t(n + 1)
+
+
+def test_gloo_ring_hides_latency_behind_transfer():
+    from simfog.cluster import Cluster, Link
+
+    nic = Link(100e-6, 1.25e8)  # 1 Gbit/s, 100 us
+    c = Cluster(8, 1, Link(1e-6, 1e11), nic)
+    m = CostModel(c, "gloo_ring")
+    # Bandwidth-bound: each of the 14 steps moves M/8 at 8 ns/B; latency hidden.
+    big = 8e6
+    assert m.time("allreduce", big) == pytest.approx(14 * (big / 8) / 1.25e8, rel=1e-12)
+    # Latency-bound: each step costs alpha.
+    assert m.time("allreduce", 800) == pytest.approx(14 * 100e-6, rel=1e-12)
+    assert m.time("allgather", big) == pytest.approx(7 * (big / 8) / 1.25e8, rel=1e-12)
+    # Never slower than the summed ring, never faster than either term alone.
+    ring = CostModel(c, "ring")
+    for size in (1e3, 1e5, 1e6, 1e8):
+        assert m.time("allreduce", size) <= ring.time("allreduce", size)
+        assert m.time("allreduce", size) >= ring.time("allreduce", size) / 2

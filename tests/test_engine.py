@@ -222,3 +222,29 @@ def test_horovod_fused_buffers_are_named_in_order_every_iteration():
     for _, names in comm.groupby("iteration")["name"]:
         assert list(names) == [f"fused{k}" for k in range(len(names))]
     assert [b["bucket"] for b in res.buckets] == list(range(len(res.buckets)))
+
+
+@pytest.mark.parametrize("streams, expected_comm", [(1, 4 * 0.01), (2, 2 * 0.01), (4, 0.01)])
+def test_several_streams_overlap_latency_bound_collectives(streams, expected_comm):
+    # Four tensors ready almost at once, each allreduce costing alpha = 10 ms and no bandwidth term: with k
+    # streams, k collectives run side by side (latency is not shared).
+    trace = make_trace([0.0] * 4, [1e-9] * 4, [1000] * 4)
+    s = simulate(make_experiment(trace, alpha=0.01, beta=0.0, streams=streams)).summary()
+    assert s["iteration_time_s"] == pytest.approx(expected_comm, abs=1e-8)
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3])
+def test_several_streams_share_bandwidth(streams):
+    # No latency: concurrent collectives share the links, so the total time is the same as one after another.
+    trace = make_trace([0.0] * 4, [1e-9] * 4, [1_000_000] * 4)
+    s = simulate(make_experiment(trace, alpha=0.0, beta=1e-9, streams=streams)).summary()
+    assert s["iteration_time_s"] == pytest.approx(4 * 4e6 * 1e-9, abs=1e-8)
+    assert s["comm_exposed_s"] <= s["iteration_time_s"] + 1e-12  # overlapping streams counted once
+
+
+def test_two_streams_fast_path_equals_explicit():
+    rng = np.random.default_rng(5)
+    trace = make_trace(rng.uniform(1e-3, 2e-3, 10), rng.uniform(1e-3, 4e-3, 10), rng.integers(1, 2_000_000, 10))
+    exp = make_experiment(trace, merge="wfbp", collective="gloo_ring", streams=2)
+    a, b = simulate(exp), simulate(exp, symmetric=False)
+    assert a.summary()["iteration_time_s"] == b.summary()["iteration_time_s"]

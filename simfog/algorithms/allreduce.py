@@ -45,6 +45,12 @@ class AllreduceSGD:
         self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
         self.durations = [sim.cost.allreduce(b.nbytes) for b in self.buckets]
         self.collectives: dict[tuple[int, int], object] = {}
+        self.streams = comm.streams
+        self.channel = None
+        if self.streams > 1:
+            from simfog.engine import SharedChannel
+
+            self.channel = SharedChannel(sim.env, _shared_allreduce_time(sim.cost))
 
     def describe_buckets(self) -> list[dict]:
         if self.dynamic:
@@ -64,22 +70,58 @@ class AllreduceSGD:
         coll = self.collectives.get(key)
         if coll is None:
             coll = self.collectives[key] = Collective(self.sim.env, self.sim.simulated_ranks, self.durations[b],
-                                                      f"bucket{b}")
+                                                      f"bucket{b}", self.channel, self.buckets[b].nbytes)
         return coll
 
     def _comm_stream(self, rank, iteration, sample, t_backward):
         env, ready, record = self.sim.env, self.ready[sample], self.sim.record
         slow = self.sim.slowdown[rank]
+        in_flight: list[tuple[float, object]] = []  # (arrival, collective), launch order
+        running: list = []                          # done events of collectives not yet finished
         for b in range(len(self.buckets)):
             launch = t_backward + ready[b] * slow
             if launch > env.now:  # buckets launch in order: a ready bucket waits for the earlier ones
                 yield env.timeout(launch - env.now)
-            arrived = env.now
+            if self.streams > 1:
+                running = [e for e in running if not e.processed]
+                while len(running) >= self.streams:  # every stream is busy: wait for one to free
+                    yield env.any_of(running)
+                    running = [e for e in running if not e.processed]
             coll = self._collective(iteration, b)
-            yield coll.join()
+            in_flight.append((env.now, coll))
+            event = coll.join()
+            if self.streams == 1:
+                yield event
+            else:
+                running.append(event)
+        for _, coll in in_flight:
+            if not coll.done.processed:
+                yield coll.done
+        for arrived, coll in in_flight:
             if coll.start > arrived:
                 record(rank, iteration, "wait", coll.name, arrived, coll.start)
             record(rank, iteration, "comm", coll.name, coll.start, coll.end)
+
+
+def _shared_allreduce_time(cost):
+    """duration(nbytes, k): allreduce time when k collectives share every link's bandwidth (latency unshared)."""
+    from dataclasses import replace
+
+    from simfog.cluster import Link
+
+    models = {}
+
+    def duration(nbytes: float, k: int) -> float:
+        if k not in models:
+            c = cost.cluster
+            cluster = replace(c, intra=Link(c.intra.latency_s, c.intra.bandwidth_Bps / k),
+                              nic=Link(c.nic.latency_s, c.nic.bandwidth_Bps / k),
+                              degraded_nics=tuple((n, bw / k) for n, bw in c.degraded_nics))
+            beta = None if cost.beta_s_per_B is None else cost.beta_s_per_B * k
+            models[k] = replace(cost, cluster=cluster, beta_s_per_B=beta)
+        return models[k].allreduce(nbytes)
+
+    return duration
 
 
 class _HorovodCycles:
