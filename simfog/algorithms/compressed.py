@@ -77,6 +77,10 @@ class _Compressed(AllreduceSGD):
         self.costs = [self._bucket([self.by_name[n] for n in b.tensors]) for b in self.buckets]
         self.durations = [c["allreduce_s"] for c in self.costs]
         self.collectives = {}
+        if comm.streams != 1:  # bandwidth sharing between concurrent compressed collectives is not modelled
+            raise ConfigError("comm.streams", comm.streams, f'1 for algorithm "{name}" (several streams are '
+                              'modelled for algorithm = "allreduce" only)')
+        self.streams, self.channel = 1, None
 
     def _bucket(self, tensors) -> dict:
         """wire_bytes, comm_s, codec_s (scaled by the slowest codec rank) and their sum allreduce_s (0 alone)."""
