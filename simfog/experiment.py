@@ -226,6 +226,9 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None,
         streams=_int(m, "streams", p, source, default=1),
         **_decentralized_keys(m, p, source))
+    if comm.streams != 1 and comm.algorithm != "allreduce":
+        raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
+                          "flight are modelled for bucketed allreduce only)", source=source)
     if comm.merge == "threshold" and comm.threshold_bytes is None:
         raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
                           source=source)
