@@ -1,6 +1,6 @@
 """`simfog validate --bench`: a fixed matrix of replayed runs on emulated clusters, ending with the error statistics.
 
-Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 configurations):
+Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 allreduce configurations, and 2 x 2 x 2 x 2 x 2 = 32 decentralized):
 
 - models: CIFAR ResNet-20 at batch 32 (61 layers, 59 gradient tensors, 1.08 MB; compute ~0.3 s per iteration on
   one core here) and the MLP 784-256-128-10 at batch 1024 (5 layers, 6 tensors, 0.94 MB; ~13 ms), traces measured
@@ -13,6 +13,14 @@ Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 configurations):
 - ranks: 2, 4, 8; NIC bandwidth: 200 Mbit/s and 1 Gbit/s per node and direction (tbf); layouts: 1 and 2 ranks per
   node (2 ranks on 2 per node is a single node: no NIC, unshaped loopback; both bandwidth rows of it are then the
   same configuration measured twice, which shows the run-to-run noise).
+- decentralized algorithms (validate.decentralized), on 4 and 8 ranks of the same clusters, both models: one-peer
+  exp2 neighbour averaging (BlueFog awc: isend/irecv of the whole model to i + 2^(k mod D), ½/½) and WAGMA with
+  groups of 2 and a global average every 5 iterations (twice among the 10 measured ones). Their links are
+  calibrated from a gloo sendrecv microbenchmark (point-to-point), measured in the same launch as the allreduce
+  one. WAGMA is run as a BLOCKING group allreduce (gloo has no wait-avoiding collective): it waits for the
+  group's members, where simfog's wagma (and real WAGMA) does not; under this homogeneous replay the members arrive
+  together and the two coincide (see validate.decentralized). Groups of 2 keep gloo's ring equal to WAGMA's
+  recursive doubling; the global step is gloo's ring over all ranks, which simfog costs as recursive doubling.
 
 At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
@@ -42,6 +50,10 @@ POLICIES = ("wfbp", "single", "ddp", "mgwfbp")
 RANKS = (2, 4, 8)
 NIC_BANDWIDTHS = ("200Mbit/s", "1Gbit/s")
 RANKS_PER_NODE = (1, 2)
+# Decentralized rows: (label, comm) on these rank counts (WAGMA needs a power of two).
+DECENTRALIZED = (("neighbor", Comm(algorithm="neighbor", topology="one_peer_exp2", combine="awc")),
+                 ("wagma", Comm(algorithm="wagma", group_size=2, global_every=5)))
+DECENTRALIZED_RANKS = (4, 8)
 ITERATIONS, WARMUP, SEED = 10, 3, 1
 TARGETS = ((0.05, 0.15), (0.03, 0.08))  # (median, worst) |relative error|, first and second goal
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +81,8 @@ def trace_path(model: str, batch: int, out_dir: Path, log: Callable[[str], None]
 
 def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple, list[tuple[str, Experiment]]]]:
     """The matrix as groups sharing one cluster shape: [((ranks, ranks_per_node, nic_Bps), [(id, Experiment)])].
-    `quick`: 2 and 4 ranks, 200 Mbit/s, wfbp and ddp only (a smoke test of the whole path)."""
+    `quick`: 2 and 4 ranks, 200 Mbit/s, wfbp and ddp only (a smoke test of the whole path; with the
+    decentralized rows of 4 ranks)."""
     loaded = {m: load_model_trace(p) for m, p in traces.items()}
     ranks = RANKS[:2] if quick else RANKS
     bws = NIC_BANDWIDTHS[:1] if quick else NIC_BANDWIDTHS
@@ -86,6 +99,12 @@ def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple,
                         exp = Experiment(SEED, ITERATIONS, Workload(trace, str(traces[model]), "samples"), cluster,
                                          Comm(merge=policy))
                         exps.append((f"{model}-{policy}-{n}r-{n // rpn}x{rpn}-{bw_text.replace('/s', '')}", exp))
+                    if n not in DECENTRALIZED_RANKS:
+                        continue
+                    for label, comm in DECENTRALIZED:
+                        exp = Experiment(SEED, ITERATIONS, Workload(trace, str(traces[model]), "samples"), cluster,
+                                         comm)
+                        exps.append((f"{model}-{label}-{n}r-{n // rpn}x{rpn}-{bw_text.replace('/s', '')}", exp))
                 out.append(((n, rpn, bw), exps))
     return out
 

@@ -10,7 +10,9 @@ How measured intervals are formed (per rank, perf_counter seconds from the earli
 forward = [start, forward_end]; backward = [forward_end, backward_end]; optimizer = [optimizer_start, end]; per
 bucket b, a collective cannot start before its last rank launched it: with S_b the latest launch over ranks, wait =
 [own launch, S_b] and comm = [S_b, own completion]. gloo may run two collectives at once (two threads), so measured
-comm intervals of one rank can overlap, which the simulator never does.
+comm intervals of one rank can overlap, which the simulator never does. Decentralized records (validate.decentralized)
+name the ranks that gate a rank's exchange ("peers": its neighbours, or its group), so S_b is the latest launch among
+those, and the interval carries the simulator's name ("neighbor", "group", "global").
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ from simfog import units
 from simfog.files import atomic_open
 from simfog.results import Result
 
-COLUMNS = ["id", "model", "mode", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps", "emulated",
-           "iterations", "warmup", "buckets", "buckets_match", "measured_iteration_s", "measured_iteration_std_s",
-           "predicted_iteration_s", "rel_error", "measured_backward_s", "predicted_backward_s",
-           "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s", "predicted_comm_s",
-           "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps", "load_average",
-           "dropped_packets",
-           "trace", "error"]
+COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps",
+           "emulated", "iterations", "warmup", "buckets", "buckets_match", "measured_iteration_s",
+           "measured_iteration_std_s", "predicted_iteration_s", "rel_error", "measured_backward_s",
+           "predicted_backward_s", "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s",
+           "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps",
+           "load_average", "dropped_packets", "calibration", "trace", "note", "error"]
 
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",
@@ -56,8 +57,9 @@ def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str 
                         (rank, it, "optimizer", "optimizer", t["optimizer_start"], t["end"])]
             for b in range(n_b):
                 launch, done = d["launch"][b] - origin, d["done"][b] - origin
-                start = min(latest[b] - origin, done)
-                name = f"{bucket_prefix}{b}"
+                gate = max(rows[q]["launch"][b] for q in d["peers"][b]) if "peers" in d else latest[b]
+                start = min(gate - origin, done)
+                name = d["names"][b] if "names" in d else f"{bucket_prefix}{b}"
                 if start > launch:
                     records.append((rank, it, "wait", name, launch, start))
                 records.append((rank, it, "comm", name, start, done))
@@ -135,22 +137,42 @@ def write_csv(rows: Sequence[Mapping], path) -> None:
         pd.DataFrame([{c: r.get(c, "") for c in COLUMNS} for r in rows], columns=COLUMNS).to_csv(f, index=False)
 
 
+def algorithm_of(row: Mapping) -> str:
+    """The row's training algorithm label ("allreduce" for rows that have none)."""
+    return row.get("algorithm") or "allreduce"
+
+
 def format_table(rows: Sequence[Mapping]) -> str:
-    """Measured and predicted iteration time and the relative error, one line per configuration, then the stats."""
-    head = (f"{'configuration':44s} {'buckets':>7s} {'measured':>10s} {'± std':>9s} {'predicted':>10s} "
+    """Measured and predicted iteration time and the relative error, one line per configuration, then the stats
+    (over all rows, and per algorithm when there are several), then the rows' notes."""
+    head = (f"{'configuration':48s} {'buckets':>7s} {'measured':>10s} {'± std':>9s} {'predicted':>10s} "
             f"{'error':>7s}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        name = (f"{r['model']} {r['merge']} {r['ranks']}r {r['nodes']}x{r['ranks_per_node']} "
+        what = r["merge"] if algorithm_of(r) == "allreduce" else r["algorithm"]
+        name = (f"{r['model']} {what} {r['ranks']}r {r['nodes']}x{r['ranks_per_node']} "
                 f"{units.format_bandwidth(r['nic_bandwidth_Bps']) if r['nodes'] > 1 else 'intra'}")
         if r.get("error"):
-            lines.append(f"{name:44s} FAILED: {str(r['error']).splitlines()[0][:120]}")
+            lines.append(f"{name:48s} FAILED: {str(r['error']).splitlines()[0][:120]}")
             continue
-        lines.append(f"{name:44s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
+        lines.append(f"{name:48s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
                      f"{units.format_time(r['measured_iteration_std_s']):>9s} "
                      f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%}")
+    lines.append(_stats_line(rows, "configurations"))
+    kinds = sorted({algorithm_of(r).split(":")[0] for r in rows})
+    if len(kinds) > 1:
+        for kind in kinds:
+            line = _stats_line([r for r in rows if algorithm_of(r).split(":")[0] == kind], "configurations")
+            if line:
+                lines.append(f"  {kind}: {line}")
+    for note in dict.fromkeys(r.get("note") for r in rows if r.get("note")):
+        lines.append(f"note: {note}")
+    return "\n".join(line for line in lines if line.strip())
+
+
+def _stats_line(rows: Sequence[Mapping], what: str) -> str:
     s = error_stats(rows)
-    if s["configurations"]:
-        lines.append(f"{s['configurations']} configurations: median |error| {s['median_abs_rel_error']:.1%}, "
-                     f"worst {s['worst_abs_rel_error']:.1%} ({s['worst_id']}), mean signed {s['mean_rel_error']:+.1%}")
-    return "\n".join(lines)
+    if not s["configurations"]:
+        return ""
+    return (f"{s['configurations']} {what}: median |error| {s['median_abs_rel_error']:.1%}, "
+            f"worst {s['worst_abs_rel_error']:.1%} ({s['worst_id']}), mean signed {s['mean_rel_error']:+.1%}")

@@ -15,8 +15,17 @@ For a group of experiments that share one cluster shape (nodes, ranks per node, 
 4. run all of them in one launch (`validate.worker` on every rank) and compare (`validate.compare`).
 
 Horovod is run with `merge.plan("horovod", ...)`'s static plan (the fusion its cycles produce on identical ranks),
-launched as soon as each bucket is ready; the simulator models its cycles. Not emulated, hence rejected: degraded
-NICs, oversubscription, algorithms other than allreduce, and (in model mode) compute slowdown factors.
+launched as soon as each bucket is ready; the simulator models its cycles.
+
+Decentralized algorithms (replay mode): "neighbor" (combine "awc", a non-hierarchical topology such as
+one_peer_exp2) and "wagma" run `validate.decentralized` with the simulator's own schedule of messages or groups.
+Their simulated costs are point-to-point messages, so their links are calibrated from a gloo "sendrecv"
+microbenchmark (every rank sends M to its ring neighbour and receives M, both at once; T = α + M·β) on the same
+network instead of the allreduce ring fit. neighbor is simulated with comm.negotiate = false (the real run does not
+negotiate). wagma is run as a blocking group allreduce, which waits for the group's members where simfog's model
+(and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is refused for it (see
+validate.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
+model mode) compute slowdown factors and decentralized algorithms.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from simfog.trace import NetworkTrace, Provenance
 from validate import compare
 
 MODES = ("replay", "model")
+DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
 REPO = Path(__file__).resolve().parents[1]
 # Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
 # bench models lie in between. Decimal, not powers of two: gloo's ring cuts a buffer into at least 2n segments,
@@ -122,9 +132,14 @@ class GroupRun:
 def check_experiment(exp: Experiment, mode: str) -> None:
     """Raise ConfigError for what the emulated cluster or the worker cannot reproduce."""
     src = exp.source
-    if exp.comm.algorithm != "allreduce":
-        raise ConfigError("comm.algorithm", exp.comm.algorithm, "allreduce (the only algorithm validate runs)",
-                          source=src)
+    algorithm = exp.comm.algorithm
+    if algorithm not in ("allreduce", *DECENTRALIZED):
+        raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)} (the "
+                          "algorithms validate runs)", source=src)
+    if algorithm in DECENTRALIZED:
+        from validate.decentralized import check_experiment as check_decentralized
+
+        check_decentralized(exp, mode)
     if exp.cluster.oversubscription != 1.0:
         raise ConfigError("cluster.oversubscription", exp.cluster.oversubscription,
                           "1 (the emulated switch is not oversubscribed)", source=src)
@@ -143,10 +158,29 @@ def check_experiment(exp: Experiment, mode: str) -> None:
                               f"a trace of a zoo model ({', '.join(models.names())}) in model mode", source=src)
 
 
+def calibration_collective(exp: Experiment) -> str:
+    """The microbenchmark that calibrates `exp`'s links: "allreduce" (fitted with ring coefficients) for algorithm
+    allreduce, "sendrecv" (one message of M each way per rank, T = α + M·β) for the decentralized algorithms, whose
+    simulated costs are point-to-point messages."""
+    return "sendrecv" if exp.comm.algorithm in DECENTRALIZED else "allreduce"
+
+
+def calibration_of(net: NetworkTrace | None, collective: str) -> Calibration | None:
+    """The fit of the measurements of `collective` in `net` (ring coefficients; None without measurements)."""
+    if net is None:
+        return None
+    return fit(replace(net, measurements=tuple(m for m in net.measurements if m.collective == collective)),
+               algorithm="ring")
+
+
 def simulated_experiment(exp: Experiment, calibration: Calibration | None) -> Experiment:
-    """`exp` with the calibrated links and collective ring (what gloo runs)."""
+    """`exp` with the calibrated links and collective ring (what gloo runs); neighbor averaging without
+    negotiation (the real run posts its messages at once)."""
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
-    return replace(exp, cluster=cluster, comm=replace(exp.comm, collective="ring"))
+    comm = replace(exp.comm, collective="ring")
+    if exp.comm.algorithm == "neighbor":
+        comm = replace(comm, negotiate=False)
+    return replace(exp, cluster=cluster, comm=comm)
 
 
 def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
@@ -168,8 +202,9 @@ class _Nodes:
         return self.cluster.run_in(node, argv, **kwargs)
 
 
-def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, work: Path) -> NetworkTrace:
-    """gloo allreduce at options.calibration_sizes on `cluster`'s nodes, timed as `simfog collect network` times
+def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, work: Path,
+                    collectives: tuple[str, ...] = ("allreduce",)) -> NetworkTrace:
+    """gloo `collectives` at options.calibration_sizes on `cluster`'s nodes, timed as `simfog collect network` times
     (validate.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
     validate.worker --calibrate so that the scheduling is the runs' own."""
     from validate.collect_network import TIMING, make_plan, merge_ranks
@@ -177,7 +212,7 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
 
     n_nodes = len(cluster.nodes)
     ranks = n_nodes * ranks_per_node
-    plan = make_plan(("allreduce",), options.calibration_sizes, ranks, options.calibration_repeats, 1)
+    plan = make_plan(collectives, options.calibration_sizes, ranks, options.calibration_repeats, 1)
     out = work / f"calibration-{link}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))
@@ -200,38 +235,42 @@ def _rank_env() -> dict:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def measure_network(cluster, ranks_per_node: int, options: Options, work: Path,
-                    cache: dict | None = None) -> NetworkTrace | None:
+def measure_network(cluster, ranks_per_node: int, options: Options, work: Path, cache: dict | None = None,
+                    collectives: tuple[str, ...] = ("allreduce",)) -> NetworkTrace | None:
     """Calibration measurements for a run of `ranks_per_node` ranks on each node of `cluster` (an EmulatedCluster
-    or LoopbackCluster): gloo allreduce on one rank per node (NIC class, when there are several nodes; on as many
-    nodes as the run has ranks, see below) and on `ranks_per_node` ranks of node 0 (intra class, when more than
-    one). `cache` (keyed by class, process count, NIC rate, emulation) reuses measurements of the same shape.
-    Returns one NetworkTrace, or None for a single rank. Raises LaunchError when one fails."""
+    or LoopbackCluster): gloo `collectives` (allreduce; sendrecv for decentralized algorithms) on one rank per node
+    (NIC class, when there are several nodes; on as many nodes as the run has ranks, see below) and on
+    `ranks_per_node` ranks of node 0 (intra class, when more than one), all collectives in one launch per class.
+    `cache` (keyed by class, process count, NIC rate, emulation and, beyond allreduce alone, the collectives)
+    reuses measurements of the same shape. Returns one NetworkTrace, or None for a single rank. Raises LaunchError
+    when one fails."""
     from validate.netemu import open_cluster
 
     shaped = bool(getattr(cluster, "shaped", False))
     ranks = len(cluster.nodes) * ranks_per_node
     wanted = []
+    extra = () if tuple(collectives) == ("allreduce",) else (tuple(collectives),)
     if len(cluster.nodes) > 1:
-        wanted.append(("nic", ranks, cluster.nic_bandwidth_Bps, shaped))
+        wanted.append(("nic", ranks, cluster.nic_bandwidth_Bps, shaped, *extra))
     if ranks_per_node > 1:
-        wanted.append(("intra", ranks_per_node, shaped))
+        wanted.append(("intra", ranks_per_node, shaped, *extra))
     parts = []
     for key in wanted:
         if cache is not None and key in cache:
             parts.append(cache[key])
             continue
         if key[0] == "intra":
-            trace = _microbenchmark(_Nodes(cluster, cluster.nodes[:1]), ranks_per_node, "intra", options, work)
+            trace = _microbenchmark(_Nodes(cluster, cluster.nodes[:1]), ranks_per_node, "intra", options, work,
+                                    collectives)
         elif ranks == len(cluster.nodes):
-            trace = _microbenchmark(cluster, 1, "nic", options, work)
+            trace = _microbenchmark(cluster, 1, "nic", options, work, collectives)
         else:
             # Several ranks per node: measure the NIC class on as many nodes as the run has ranks (one rank each,
             # same rate), so that as many processes share the machine's cores as in the run. On 2 cores the
             # per-step latency grows with the process count (fitted 0.1, 0.18, 0.39 ms on 2, 4, 8 nodes), and a
             # 4-node fit under-predicted an 8-rank ring of 4 nodes x 2 by up to 18 %.
             with open_cluster(ranks, cluster.nic_bandwidth_Bps, emulate=shaped) as wide:
-                trace = _microbenchmark(wide, 1, "nic", options, work)
+                trace = _microbenchmark(wide, 1, "nic", options, work, collectives)
         if cache is not None:
             cache[key] = trace
         parts.append(trace)
@@ -246,19 +285,30 @@ def measure_network(cluster, ranks_per_node: int, options: Options, work: Path,
 def _config(vid: str, exp: Experiment, sim: Simulation, plan, options: Options, trace_path: str) -> dict:
     comm = exp.comm
     cap = None if comm.threshold_bytes is None else comm.threshold_bytes / merge.MiB
-    return {"id": vid, "mode": options.mode, "trace": trace_path, "compute": exp.workload.compute,
-            "seed": exp.seed, "iterations": exp.iterations, "warmup": options.warmup, "merge": comm.merge,
-            "buckets": None if comm.merge == "ddp" else [list(b.tensors) for b in plan], "bucket_cap_mb": cap,
-            "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
-            "spin_s": options.spin_s}
+    config = {"id": vid, "mode": options.mode, "trace": trace_path, "compute": exp.workload.compute,
+              "seed": exp.seed, "iterations": exp.iterations, "warmup": options.warmup, "merge": comm.merge,
+              "buckets": None if comm.merge == "ddp" else [list(b.tensors) for b in plan], "bucket_cap_mb": cap,
+              "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
+              "spin_s": options.spin_s}
+    if comm.algorithm in DECENTRALIZED:
+        from validate.decentralized import worker_fields
+
+        config.update(worker_fields(sim, options.warmup))
+    return config
 
 
 def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: Calibration | None) -> dict:
+    from validate.decentralized import NEIGHBOR_NOTE, WAGMA_NOTE, algorithm_label
+
     c = exp.cluster
-    keys = {"id": vid, "model": exp.workload.trace.model, "mode": options.mode, "merge": exp.comm.merge,
+    decentralized = exp.comm.algorithm in DECENTRALIZED
+    keys = {"id": vid, "model": exp.workload.trace.model, "mode": options.mode, "algorithm": algorithm_label(exp),
+            "merge": "" if decentralized else exp.comm.merge,
             "ranks": c.ranks, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
             "nic_bandwidth_Bps": c.nic.bandwidth_Bps, "emulated": emulated, "iterations": exp.iterations,
-            "warmup": options.warmup, "trace": exp.workload.trace_path}
+            "warmup": options.warmup, "trace": exp.workload.trace_path,
+            "calibration": "" if cal is None else f"gloo {calibration_collective(exp)}",
+            "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE}.get(exp.comm.algorithm, "")}
     for cls in ("nic", "intra"):
         if cal is not None and cls in cal.fits:
             keys[f"{cls}_latency_s"] = cal.fits[cls].latency_s
@@ -294,30 +344,38 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         note = "" if emulated else f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})"
         log(f"cluster {first.nodes} node(s) x {first.ranks_per_node}, NIC {first.nic.bandwidth_Bps * 8 / 1e6:g} "
             f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}: calibrating")
+        collectives = tuple(dict.fromkeys(calibration_collective(e) for e in experiments))
         try:
-            net = measure_network(cluster, first.ranks_per_node, options, work, cache)
+            net = measure_network(cluster, first.ranks_per_node, options, work, cache, collectives)
         except LaunchError as e:
             failed = [Validation(vid, exp, exp, None, None, compare.failed_row(
                 _row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
                 for vid, exp in zip(ids, experiments, strict=True)]
             return GroupRun(failed, None, None, emulated, note, [v.row for v in failed])
-        calibration = fit(net, algorithm="ring") if net is not None else None
-        prepared = [_prepare(vid, exp, calibration, options, work) for vid, exp in zip(ids, experiments, strict=True)]
+        fits = {c: calibration_of(net, c) for c in collectives}
+        calibration = fits[collectives[0]]
+        prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work)
+                    for vid, exp in zip(ids, experiments, strict=True)]
         load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
         drops = _drops(cluster)
         ranks, error = _run_ranks(cluster, first, prepared, options, work, log)
         drops = _drops(cluster) - drops  # packets the shapers dropped during the runs (TCP then retransmits)
     validations = []
     for k, (vid, exp) in enumerate(zip(ids, experiments, strict=True)):
-        sim_exp, plan, predicted, _ = prepared[k]
-        keys = {**_row_keys(vid, exp, options, emulated, calibration), "load_average": load,
+        sim_exp, plan, predicted, config = prepared[k]
+        keys = {**_row_keys(vid, exp, options, emulated, fits[calibration_collective(exp)]), "load_average": load,
                 "dropped_packets": drops}
         if ranks is None:
             validations.append(Validation(vid, exp, sim_exp, predicted, None, compare.failed_row(keys, error)))
             continue
         per_rank = [r["configs"][k] for r in ranks]
         measured = measured_result(sim_exp, per_rank, plan)
-        keys["buckets_match"] = _buckets_match(plan, per_rank)
+        if exp.comm.algorithm in DECENTRALIZED:
+            from validate.decentralized import communication_matches
+
+            keys["buckets_match"] = communication_matches(config, per_rank, int(exp.workload.trace.nbytes))
+        else:
+            keys["buckets_match"] = _buckets_match(plan, per_rank)
         validations.append(Validation(vid, exp, sim_exp, predicted, measured,
                                       compare.compare(keys, measured, predicted)))
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
@@ -328,9 +386,14 @@ def _drops(cluster) -> int:
 
 
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path):
-    """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration."""
+    """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration. A decentralized
+    algorithm's plan is one bucket, the whole model (its flat parameters)."""
     sim_exp = simulated_experiment(exp, calibration)
-    plan = bucket_plan(sim_exp)
+    if exp.comm.algorithm in DECENTRALIZED:
+        trace = exp.workload.trace
+        plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)
+    else:
+        plan = bucket_plan(sim_exp)
     sim = Simulation(sim_exp)
     trace_path = exp.workload.trace_path
     if not Path(trace_path).is_file():  # an in-memory trace: the ranks read it from a file
@@ -383,13 +446,17 @@ def _buckets_match(plan, per_rank: Sequence[dict]) -> bool:
 def validate_experiment(exp: Experiment, options: Options = Options(), *, merges: Sequence[str] | None = None,
                         log: Callable[[str], None] = lambda s: None) -> GroupRun:
     """Validate one experiment (or the same one under each policy in `merges`). See `run_group`."""
+    if merges and exp.comm.algorithm != "allreduce":
+        raise ConfigError("--merge", ",".join(merges), f"no merge policies for algorithm {exp.comm.algorithm} "
+                          "(it averages parameters, not gradients)", source=exp.source)
     if merges:
         for m in merges:
             merge.POLICIES.get(m, field="--merge")
         exps = [exp.with_comm(merge=m) for m in merges]
         ids = [f"{exp.workload.trace.model}-{m}" for m in merges]
     else:
-        exps, ids = [exp], [f"{exp.workload.trace.model}-{exp.comm.merge}"]
+        what = exp.comm.merge if exp.comm.algorithm == "allreduce" else exp.comm.algorithm
+        exps, ids = [exp], [f"{exp.workload.trace.model}-{what}"]
     return run_group(exps, options, ids=ids, log=log)
 
 

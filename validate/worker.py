@@ -13,11 +13,15 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     iterations (measured), warmup (dropped), merge (policy name), buckets (lists of tensor names in launch order,
     for every policy but "ddp"), bucket_cap_mb (for "ddp": None = torch's default), samples[iteration][rank] (the
     recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
-    delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits).
+    delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
+    ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
+    `validate.decentralized.worker_fields`, replay mode only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
 hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
 which parameters DDP put in it; every other policy runs `validate.buckets.BucketedAllreduce` with the given plan.
+Decentralized algorithms average parameters instead (`validate.decentralized`): launched at backward start, waited
+for before the optimizer step, one "bucket" (the flat parameters) per iteration.
 
 Per measured iteration the rank records (perf_counter seconds, one clock for all processes of the machine):
 start, forward_end, backward_end (the last gradient ready, or in replay the first layer's backward end if later),
@@ -120,8 +124,13 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
         last_ready[0] = time.perf_counter()
 
     handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
-    buckets = timer = None
-    if cfg["merge"] == "ddp":
+    buckets = timer = averaging = None
+    if cfg.get("algorithm", "allreduce") != "allreduce":
+        from validate import decentralized
+
+        net = model
+        averaging = decentralized.make(cfg, named, rank)
+    elif cfg["merge"] == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         net = DistributedDataParallel(model, bucket_cap_mb=cfg.get("bucket_cap_mb"), broadcast_buffers=False)
@@ -130,7 +139,7 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
     else:
         net = model
         buckets = BucketedAllreduce(named, cfg["buckets"])
-    comm = buckets or timer
+    comm = buckets or timer or averaging
     out = []
     warmup, iterations = cfg["warmup"], cfg["iterations"]
     # No cyclic garbage collection while timing: a full collection stalled a rank for up to ~90 ms here, at a
@@ -152,9 +161,13 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
             t_f = wait_until(time.perf_counter() + delay) if delay > 0 else time.perf_counter()
             if replay is not None:
                 replay.start_backward(t_f)
+            if averaging is not None:
+                averaging.launch(i)
             loss.backward()
             if buckets is not None:
                 buckets.finish()
+            if averaging is not None:
+                averaging.finish()
             t_o = time.perf_counter()
             if replay is not None:
                 t_e = replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
@@ -171,13 +184,18 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
             n_b = len(comm.launch_s)
             out.append({"start": t0, "forward_end": t_f, "backward_end": t_b, "optimizer_start": t_o, "end": t_e,
                         "launch": [comm.launch_s[b] for b in range(n_b)],
-                        "done": [comm.done_s[b] for b in range(n_b)], "launch_order": list(comm.launch_order)})
+                        "done": [comm.done_s[b] for b in range(n_b)], "launch_order": list(comm.launch_order),
+                        **(averaging.record() if averaging is not None else {})})
     finally:
         gc.enable()
         for h in handles:
             h.remove()
         if buckets is not None:
             buckets.remove()
+        if averaging is not None:
+            averaging.close()
+    if averaging is not None:
+        return {"id": cfg["id"], "iterations": out, "buckets": [list(named)], "values": averaging.values}
     plan = cfg["buckets"] if buckets is not None else [timer.buckets[b] for b in sorted(timer.buckets)]
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 

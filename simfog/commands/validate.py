@@ -2,9 +2,10 @@
 
 Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `ip` and `tc` needed, else plain
 loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
-allreduce microbenchmarks on that same network and collective "ring". Prints measured and predicted iteration
-time and the relative error per configuration, writes a CSV, optionally both timelines. torch is imported only
-when the command runs.
+allreduce microbenchmarks on that same network and collective "ring" (for the decentralized algorithms "neighbor"
+and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run). Prints measured and
+predicted iteration time and the relative error per configuration, writes a CSV, optionally both timelines. torch
+is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (not with --bench)")
     parser.add_argument("--bench", action="store_true",
                         help="run the fixed validation matrix (replay; 2 models x 4 policies x 2/4/8 ranks x "
-                             "2 NIC rates x 2 layouts) and print the median and worst error")
+                             "2 NIC rates x 2 layouts, plus one-peer exp2 neighbour averaging and WAGMA on 4/8 "
+                             "ranks) and print the median and worst error")
     parser.add_argument("--quick", action="store_true", help="with --bench: a small matrix (smoke test)")
     parser.add_argument("--mode", choices=("replay", "model"), default="replay",
                         help="replay: each layer waits its traced time (default); model: real forward and backward "
@@ -68,7 +70,7 @@ def run(args) -> int:
         if args.iterations < 1:
             raise ConfigError("--iterations", args.iterations, "an integer >= 1")
         exp = replace(exp, iterations=args.iterations)
-    if exp.comm.collective != "ring":
+    if exp.comm.algorithm == "allreduce" and exp.comm.collective != "ring":
         log(f"note: comm.collective = {exp.comm.collective!r} is simulated as 'ring' here (gloo's allreduce is a ring)")
     merges = [m.strip() for m in args.merge.split(",") if m.strip()] if args.merge else None
     group = validate_experiment(exp, options, merges=merges, log=log)

@@ -1,0 +1,178 @@
+"""Real runs of decentralized averaging in the validator: the schedules taken from the simulator (hand-checked),
+what cannot be validated, measured records with per-rank peers, and one small emulated run of one-peer exp2 and
+WAGMA (root and tc only) whose ranks must send exactly the scheduled messages and average exactly the right
+parameters."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simfog.engine import Simulation
+from simfog.errors import ConfigError
+from simfog.experiment import Heterogeneity
+from validate import compare, decentralized
+from validate.run import Options, check_experiment
+
+from ..conftest import make_experiment, make_trace
+
+
+def _sim(algorithm, ranks, per_node=1, iterations=4, **comm):
+    trace = make_trace([1e-3] * 3, [2e-3] * 3, [1000] * 3)
+    exp = make_experiment(trace, nodes=ranks // per_node, gpus_per_node=per_node, iterations=iterations,
+                          algorithm=algorithm, **comm)
+    return Simulation(exp)
+
+
+def test_one_peer_exp2_schedule_is_the_topologys():
+    fields = decentralized.worker_fields(_sim("neighbor", 4, topology="one_peer_exp2"), warmup=2)
+    # n = 4: D = 2; phase 0 sends to i + 1 and receives from i - 1, phase 1 to/from i + 2; ½/½.
+    assert fields["exchanges"] == [
+        [[[1], [3], 0.5, [0.5]], [[2], [0], 0.5, [0.5]], [[3], [1], 0.5, [0.5]], [[0], [2], 0.5, [0.5]]],
+        [[[2], [2], 0.5, [0.5]], [[3], [3], 0.5, [0.5]], [[0], [0], 0.5, [0.5]], [[1], [1], 0.5, [0.5]]]]
+    # run iterations are warm-up (simulator iterations -2, -1) then 0..3: phase k mod 2
+    assert fields["schedule"] == [0, 1, 0, 1, 0, 1]
+    cfg = {**fields, "warmup": 2, "iterations": 4}
+    assert decentralized.expected_messages(cfg, 3, 2, 4000) == {"sends": [[0, 4000]], "recvs": [[0, 4000]]}
+
+
+@pytest.mark.parametrize(("size", "groups"), [
+    (2, [[[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]]),
+    (4, [[[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]]),
+])
+def test_wagma_groups_are_the_simulators(size, groups):
+    """8 ranks: groups of S consecutive ranks, then stride-S groups (ALGORITHMS.md §6); with S = 4 the 3 bits
+    leave a last layout of one bit (groups of 2)."""
+    sim = _sim("wagma", 8, iterations=6, group_size=size, global_every=3)
+    fields = decentralized.worker_fields(sim, warmup=1)
+    assert fields["groups"] == groups
+    # simulator iterations -1..5; global when (k + 1) % 3 == 0: k = -1, 2, 5
+    layouts = len(groups)
+    assert fields["schedule"] == [-1 if (k + 1) % 3 == 0 else k % layouts for k in range(-1, 6)]
+    assert fields["schedule"][0] == -1 and fields["schedule"][1] == 0
+    cfg = {**fields, "warmup": 1, "iterations": 6}
+    assert decentralized.group_of(cfg, 0, 5) == list(range(8))
+    assert decentralized.group_of(cfg, 2, 5) == groups[1][3 if size == 2 else 1]
+
+
+def test_what_cannot_be_validated_is_refused():
+    neighbor = _sim("neighbor", 4, topology="one_peer_exp2").experiment
+    check_experiment(neighbor, "replay")
+    with pytest.raises(ConfigError, match="replay"):
+        check_experiment(neighbor, "model")
+    with pytest.raises(ConfigError, match="awc"):
+        check_experiment(neighbor.with_comm(combine="atc"), "replay")
+    with pytest.raises(ConfigError, match="intra-node"):
+        check_experiment(_sim("neighbor", 4, per_node=2, topology="machine_one_peer_exp2").experiment, "replay")
+    wagma = _sim("wagma", 4, group_size=2).experiment
+    check_experiment(wagma, "replay")
+    with pytest.raises(ConfigError, match="waits for its members"):
+        check_experiment(replace(wagma, heterogeneity=Heterogeneity(rank_slowdown=((1, 1.5),))), "replay")
+    with pytest.raises(ConfigError, match="comm.algorithm"):
+        check_experiment(wagma.with_comm(algorithm="decentralized"), "replay")
+
+
+def _it(start, launch, done, end, peers, **extra):
+    return {"start": start, "forward_end": start + 0.1, "backward_end": start + 0.3, "optimizer_start": done,
+            "end": end, "launch": [launch], "done": [done], "launch_order": [0], "peers": [peers],
+            "names": ["neighbor"], **extra}
+
+
+def test_measured_exchange_waits_for_its_own_peers_only():
+    """3 ranks, one iteration: rank 0 exchanges with rank 2 only, so its message starts at the later of their
+    launches (1.15), not at rank 1's (1.3)."""
+    exp = _sim("neighbor", 3, topology="ring").experiment
+    ranks = [{"buckets": [["l0.weight"]], "iterations": [_it(1.0, 1.1, 1.4, 1.5, [0, 2])]},
+             {"buckets": [["l0.weight"]], "iterations": [_it(1.0, 1.3, 1.5, 1.6, [1])]},
+             {"buckets": [["l0.weight"]], "iterations": [_it(1.05, 1.15, 1.45, 1.55, [0, 2])]}]
+    df = compare.measured_result(exp, ranks, bucket_bytes=[4000]).intervals().round(9)
+    got = {(r.rank, r.kind): (r.name, r.start_s, r.end_s) for r in df.itertuples() if r.kind in ("wait", "comm")}
+    assert got[(0, "wait")] == ("neighbor", pytest.approx(0.1), pytest.approx(0.15))
+    assert got[(0, "comm")] == ("neighbor", pytest.approx(0.15), pytest.approx(0.4))
+    assert (2, "wait") not in got and got[(2, "comm")][1:] == (pytest.approx(0.15), pytest.approx(0.45))
+    assert (1, "wait") not in got and got[(1, "comm")][1:] == (pytest.approx(0.3), pytest.approx(0.5))
+
+
+def test_communication_check_catches_a_wrong_peer():
+    fields = decentralized.worker_fields(_sim("neighbor", 2, topology="one_peer_exp2", iterations=1), warmup=1)
+    cfg = {**fields, "warmup": 1, "iterations": 1}
+    good = [{"iterations": [{"sends": [[1, 12]], "recvs": [[1, 12]]}]},
+            {"iterations": [{"sends": [[0, 12]], "recvs": [[0, 12]]}]}]
+    assert decentralized.communication_matches(cfg, good, 12)
+    assert not decentralized.communication_matches(cfg, good, 16)  # not model-sized
+    bad = [good[0], {"iterations": [{"sends": [[0, 12], [0, 12]], "recvs": [[0, 12]]}]}]
+    assert not decentralized.communication_matches(cfg, bad, 12)
+
+
+# ---- real runs: 4 ranks on 2 emulated nodes ----
+
+def _emulation_available() -> tuple[bool, str]:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False, "torch is not installed"
+    from validate import netemu
+
+    return netemu.available()
+
+
+@pytest.mark.root
+def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
+    """2 nodes x 2 ranks at 1 Gbit/s, replay of a 4-layer trace (1 MB of parameters): one-peer exp2 and WAGMA with
+    groups of 2 (global every 3 iterations) in one launch. Every rank must send one model-sized message per
+    iteration to i + 2^(k mod 2) and receive one from i - 2^(k mod 2); the averaged markers must be the right
+    mixtures; times positive, errors finite and bounded by 50 % (a broken exchange or calibration is off by far
+    more; see test_validate_run for the bound's reasoning)."""
+    ok, why = _emulation_available()
+    if not ok:
+        pytest.skip(f"no emulated cluster here: {why}")
+    from validate.run import run_group
+
+    trace = make_trace([2e-3] * 4, [5e-3] * 4, [65536] * 4, samples=[([2e-3] * 4, [5e-3] * 4),
+                                                                      ([2.5e-3] * 4, [4.5e-3] * 4)])
+    trace.save(tmp_path / "trace.json")
+    base = make_experiment(trace, nodes=2, gpus_per_node=2, iterations=4, compute="samples", seed=2)
+    base = replace(base, workload=replace(base.workload, trace_path=str(tmp_path / "trace.json")))
+    exps = [base.with_comm(algorithm="neighbor", topology="one_peer_exp2"),
+            base.with_comm(algorithm="wagma", group_size=2, global_every=3)]
+    warmup = 2
+    options = Options(warmup=warmup, emulate=True, workdir=str(tmp_path / "work"),
+                      calibration_sizes=(10_000, 1_000_000), calibration_repeats=3)
+    run = run_group(exps, options, ids=["neighbor", "wagma"])
+    rows = {r["id"]: r for r in run.rows}
+    for r in rows.values():
+        assert r["error"] == ""
+        assert r["emulated"] is True and r["calibration"] == "gloo sendrecv"
+        assert r["buckets_match"] is True
+        assert r["measured_iteration_s"] > 0 and r["predicted_iteration_s"] > 0
+        assert math.isfinite(r["rel_error"]) and abs(r["rel_error"]) < 0.5
+    assert rows["neighbor"]["algorithm"] == "neighbor:one_peer_exp2"
+    assert rows["wagma"]["algorithm"] == "wagma:S2:every3"
+
+    n, nbytes = 4, 4 * 65536 * 4
+    records = [json.loads((tmp_path / "work" / "ranks" / f"rank{r}.json").read_text())["configs"] for r in range(n)]
+    for rank in range(n):
+        neighbor, wagma = records[rank]
+        assert len(neighbor["iterations"]) == 4
+        for k, d in enumerate(neighbor["iterations"]):
+            d_k = 2 ** (k % 2)
+            assert d["sends"] == [[(rank + d_k) % n, nbytes]]
+            assert d["recvs"] == [[(rank - d_k) % n, nbytes]]
+            assert d["done"][0] >= d["launch"][0] > d["start"]
+        # markers: rank r's average with r - 2^(k mod 2), warm-up (k = -2, -1) included
+        for i, value in enumerate(neighbor["values"]):
+            k = i - warmup
+            assert value == [(rank + (rank - 2 ** (k % 2)) % n) / 2] * 2
+        for i, value in enumerate(wagma["values"]):
+            k = i - warmup
+            if (k + 1) % 3 == 0:
+                members = range(n)
+            else:
+                members = [rank, rank ^ (1 << (k % 2))]
+            assert value == [float(np.mean(list(members)))] * 2
+            if k >= 0:
+                assert sorted(wagma["iterations"][k]["group"]) == sorted(members)
