@@ -47,6 +47,8 @@ class Comm:
     hierarchical: bool | None = None         # BAGUA decentralized / low-precision / bytegrad (default true)
     group_size: int | None = None            # WAGMA group size S (default 8, at most the rank count)
     global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
+    wait_for_group: bool = False             # WAGMA: a group op starts when its LAST member arrives (blocking)
+    global_collective: bool = False          # WAGMA: cost the global step as comm.collective's allreduce
     powersgd_rank: int | None = None         # PowerSGD matrix approximation rank (default 1)
     encode_bandwidth_Bps: float | None = None  # compression codec throughput, bytes of uncompressed data per s
     async_period_s: float | None = None      # BAGUA async: sleep between two averaging rounds (default 500 ms)
@@ -113,7 +115,7 @@ _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_b
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
-         "async_period", "consensus_eps"}
+         "async_period", "consensus_eps", "wait_for_group", "global_collective"}
 COMBINES = ("awc", "atc")
 
 
@@ -251,7 +253,7 @@ def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
     if "topology" in m:
         out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
     out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
-    for key in ("hierarchical", "negotiate"):
+    for key in ("hierarchical", "negotiate", "wait_for_group", "global_collective"):
         if key in m:
             if not isinstance(m[key], bool):
                 raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)

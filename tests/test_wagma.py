@@ -158,3 +158,19 @@ def test_2048_ranks_complete():
     s = Simulation(exp).run().summary()
     assert s["ranks"] == 2048 and s["iterations_to_consensus"] == 4   # 11 bits in layouts of 3
     assert np.isfinite(s["iteration_time_s"])
+
+
+def test_blocking_groups_wait_for_their_last_member_and_global_step_can_use_the_collective():
+    # A straggler (rank 1, 20 ms late every iteration) in a group of 2: wait-avoiding WAGMA leaves rank 0 alone,
+    # a blocking group (wait_for_group, what gloo subgroups run) makes rank 0 wait for it.
+    late = Heterogeneity(straggler_rate=1.0, straggler_delay_s=0.0, rank_slowdown=((1, 3.0),))
+    free = sim_of(4, group_size=2, global_every=100, iterations=3, hetero=late).run().iterations()
+    held = sim_of(4, group_size=2, global_every=100, iterations=3, hetero=late, wait_for_group=True).run()
+    held_it = held.iterations()
+    fast_free = free[free["rank"] == 0].iteration_s.mean()
+    fast_held = held_it[held_it["rank"] == 0].iteration_s.mean()
+    assert fast_held > fast_free + 0.01
+    # global_collective: the global step costs comm.collective's allreduce (linear here: alpha + beta M).
+    sim = sim_of(8, group_size=2, global_every=1, collective="linear", alpha=0.002, beta=1e-9,
+                 global_collective=True)
+    assert sim.run().buckets[0]["global_s"] == pytest.approx(0.002 + 1e-9 * M, rel=1e-12)

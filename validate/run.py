@@ -9,9 +9,10 @@ For a group of experiments that share one cluster shape (nodes, ranks per node, 
    processes share the cores) and on the ranks of one node (the intra class), timed by `validate.worker
    --calibrate` as `simfog collect network` times, under the runs' scheduling, fitted by `simfog.calibrate.fit`
    with ring coefficients;
-3. simulate each experiment with the calibrated cluster and collective "ring" (gloo's allreduce is a ring); the
-   bucket plan comes from `simfog.merge.plan` with the same `CostModel` the simulator uses, and the compute draws
-   from the very `Simulation` that predicts, so both sides replay the same recorded iterations;
+3. simulate each experiment with the calibrated cluster, collective "gloo_ring" (gloo's segmented ring) and 2
+   streams (gloo's 2 worker threads); the bucket plan comes from `simfog.merge.plan` with the same `CostModel`
+   the simulator uses, and the compute draws from the very `Simulation` that predicts, so both sides replay the
+   same recorded iterations;
 4. run all of them in one launch (`validate.worker` on every rank) and compare (`validate.compare`).
 
 Horovod is run with `merge.plan("horovod", ...)`'s static plan (the fusion its cycles produce on identical ranks),
@@ -173,13 +174,22 @@ def calibration_of(net: NetworkTrace | None, collective: str) -> Calibration | N
                algorithm="ring")
 
 
+GLOO_THREADS = 2  # ProcessGroupGloo's default worker threads (torch/csrc/distributed/c10d/ProcessGroupGloo)
+
+
 def simulated_experiment(exp: Experiment, calibration: Calibration | None) -> Experiment:
     """`exp` with the calibrated links and collective ring (what gloo runs); neighbor averaging without
     negotiation (the real run posts its messages at once)."""
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
-    comm = replace(exp.comm, collective="ring")
+    # gloo: a segmented ring whose step latency hides behind the transfer, and 2 worker threads per process group,
+    # so two collectives can run at once sharing the links.
+    comm = replace(exp.comm, collective="gloo_ring")
+    if exp.comm.algorithm == "allreduce":
+        comm = replace(comm, streams=GLOO_THREADS)
     if exp.comm.algorithm == "neighbor":
         comm = replace(comm, negotiate=False)
+    if exp.comm.algorithm == "wagma":  # the real run is a blocking subgroup allreduce; its global step a gloo ring
+        comm = replace(comm, wait_for_group=True, global_collective=True)
     return replace(exp, cluster=cluster, comm=comm)
 
 

@@ -19,6 +19,11 @@ log2(S)·(α + M·β) on a flat network, log2(P)·(α + M·β) for the global st
 
 A late member's share of a group operation is recorded on it when it arrives, split over its iterations as they
 ran (the operation may have run during its previous iteration).
+
+Options for implementations that are not wait-avoiding (e.g. a blocking group allreduce over gloo or NCCL
+subgroups, which validate.decentralized runs): comm.wait_for_group = true starts a group operation when its last
+member arrives and makes every member wait for it, as the global step does; comm.global_collective = true costs the
+global step as comm.collective's allreduce among all ranks (a ring for gloo) instead of recursive doubling.
 """
 
 from __future__ import annotations
@@ -53,11 +58,18 @@ class WAGMA:
         if s & (s - 1) or not 2 <= s <= max(n, 2):
             raise ConfigError("comm.group_size", s, f"a power of two from 2 to the rank count ({n})")
         self.global_every = comm.global_every or WAGMA_GLOBAL_EVERY
+        self.wait_for_group = bool(comm.wait_for_group)
         bits, width = n.bit_length() - 1, s.bit_length() - 1
         self.layouts = [tuple(range(lo, min(lo + width, bits))) for lo in range(0, bits, width)] or [()]
         self._group_s: dict[int, np.ndarray] = {}
-        self.global_s = self._rounds(tuple(range(bits))).max() if n > 1 else 0.0
+        if n == 1:
+            self.global_s = 0.0
+        elif comm.global_collective:
+            self.global_s = sim.cost.allreduce(self.nbytes)
+        else:
+            self.global_s = self._rounds(tuple(range(bits))).max()
         self.ops: dict[tuple[int, int], list] = {}     # (iteration, group id) -> [start, end, event, members seen]
+        self.blocking: dict[tuple[int, int], object] = {}  # wait_for_group: (iteration, group id) -> Collective
         self.globals: dict[int, object] = {}
         self.starts = [[] for _ in range(n)]            # per rank: when each of its iterations began
 
@@ -99,6 +111,8 @@ class WAGMA:
             return sim.env.process(self._global(rank, iteration))
         layout = iteration % len(self.layouts)
         gid = rank & ~sum(1 << b for b in self.layouts[layout])
+        if self.wait_for_group:
+            return sim.env.process(self._blocking_group(rank, iteration, layout, gid))
         key, now = (iteration, gid), sim.env.now
         op = self.ops.get(key)
         if op is None:  # the first member triggers the group's collective
@@ -110,6 +124,24 @@ class WAGMA:
         for it, s, e in split_by_iteration(self.starts[rank], iteration, op[0], op[1]):
             sim.record(rank, it, "comm", "group", s, e)
         return op[2] if op[1] > now else None
+
+    def _blocking_group(self, rank, iteration, layout, gid):
+        """wait_for_group: the group's operation starts when its last member has arrived; every member waits."""
+        from simfog.engine import Collective
+
+        key = (iteration, gid)
+        coll = self.blocking.get(key)
+        if coll is None:
+            coll = self.blocking[key] = Collective(self.sim.env, 2 ** len(self.layouts[layout]),
+                                                   float(self.group_seconds(layout)[rank]), "group")
+        arrived = self.sim.env.now
+        done = coll.join()
+        if coll.arrived == coll.expected:
+            del self.blocking[key]
+        yield done
+        if coll.start > arrived:
+            self.sim.record(rank, iteration, "wait", "group", arrived, coll.start)
+        self.sim.record(rank, iteration, "comm", "group", coll.start, coll.end)
 
     def _global(self, rank, iteration):
         from simfog.engine import Collective

@@ -2,10 +2,10 @@
 
 Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `ip` and `tc` needed, else plain
 loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
-allreduce microbenchmarks on that same network and collective "ring" (for the decentralized algorithms "neighbor"
-and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run). Prints measured and
-predicted iteration time and the relative error per configuration, writes a CSV, optionally both timelines. torch
-is imported only when the command runs.
+allreduce microbenchmarks on that same network, collective "gloo_ring" and 2 streams (for the decentralized
+algorithms "neighbor" and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run).
+Prints measured and predicted iteration time and the relative error per configuration, writes a CSV, optionally
+both timelines. torch is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def run(args) -> int:
         if args.iterations < 1:
             raise ConfigError("--iterations", args.iterations, "an integer >= 1")
         exp = replace(exp, iterations=args.iterations)
-    if exp.comm.algorithm == "allreduce" and exp.comm.collective != "ring":
-        log(f"note: comm.collective = {exp.comm.collective!r} is simulated as 'ring' here (gloo's allreduce is a ring)")
+    if exp.comm.algorithm == "allreduce" and exp.comm.collective not in ("ring", "gloo_ring"):
+        log(f"note: comm.collective = {exp.comm.collective!r} is simulated as 'gloo_ring' here (what gloo runs)")
     merges = [m.strip() for m in args.merge.split(",") if m.strip()] if args.merge else None
     group = validate_experiment(exp, options, merges=merges, log=log)
     if group.note:
