@@ -2,7 +2,7 @@
 
 Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `ip` and `tc` needed, else plain
 loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
-allreduce microbenchmarks on that same network, collective "gloo_ring" and 2 streams (for the decentralized
+allreduce microbenchmarks on that same network and collective "gloo_ring" (for the decentralized
 algorithms "neighbor" and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run).
 Prints measured and predicted iteration time and the relative error per configuration, writes a CSV, optionally
 both timelines. torch is imported only when the command runs.
