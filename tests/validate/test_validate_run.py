@@ -78,6 +78,8 @@ def test_compare_row_and_stats(experiment):
     assert row["measured_iteration_s"] == pytest.approx(0.54)
     assert row["rel_error"] == pytest.approx((t_p - 0.54) / 0.54)
     assert row["measured_iteration_std_s"] == pytest.approx(0.05)  # std of 0.49 and 0.59
+    assert row["measured_median_iteration_s"] == pytest.approx(0.54)  # median of 0.49 and 0.59
+    assert row["rel_error_median"] == pytest.approx((row["predicted_median_iteration_s"] - 0.54) / 0.54)
     assert set(row) == set(compare.COLUMNS)
     rows = [{"id": "a", "rel_error": 0.1}, {"id": "b", "rel_error": -0.2}, {"id": "c", "rel_error": 0.05},
             {"id": "d", "rel_error": "", "error": "launch failed"}]
@@ -86,6 +88,9 @@ def test_compare_row_and_stats(experiment):
     assert s["median_abs_rel_error"] == pytest.approx(0.1) and s["worst_abs_rel_error"] == pytest.approx(0.2)
     assert s["mean_rel_error"] == pytest.approx(-0.05 / 3)
     assert math.isnan(compare.error_stats(rows[3:])["median_abs_rel_error"])
+    robust = compare.error_stats([{**r, "rel_error_median": r["rel_error"] and r["rel_error"] / 2} for r in rows],
+                                 key="rel_error_median")
+    assert robust["worst_abs_rel_error"] == pytest.approx(0.1) and robust["worst_id"] == "b"
 
 
 def test_what_cannot_be_emulated_is_refused(experiment):
