@@ -146,9 +146,4 @@ def verdict(rows: list[dict]) -> str:
         ok = med <= m and worst <= w
         lines.append(f"target median <= {m:.0%}, worst <= {w:.0%}: {'MET' if ok else 'NOT MET'} "
                      f"(median {med:.1%}, worst {worst:.1%})")
-    robust = compare.error_stats(rows, key="rel_error_median")
-    if robust["configurations"]:
-        lines.append(f"with median iteration times on both sides instead of means: median "
-                     f"{robust['median_abs_rel_error']:.1%}, worst {robust['worst_abs_rel_error']:.1%} "
-                     f"({robust['worst_id']}) -- shown for the host's stalls, not a target")
     return "\n".join(lines)

@@ -98,8 +98,8 @@ def compare(config: Mapping, measured: Result, predicted: Result) -> dict:
     m, p = measured.summary(), predicted.summary()
     t_m, t_p = steady_iteration_s(measured), steady_iteration_s(predicted)
     per_it = iteration_times(measured)[1:]
-    # Medians too: one stalled iteration of the shared host (not part of what is modelled) moves a 10-iteration
-    # mean by tens of percent; both sides get the same statistic, and `rel_error` (means) stays the headline.
+    # Medians too, for looking into rows hit by a stalled iteration of the shared host. Not a headline: algorithms
+    # whose iterations alternate (one-peer exp2 intra/inter steps, WAGMA's global step) make medians jump.
     med_m = float(np.median(per_it)) if len(per_it) else t_m
     per_p = iteration_times(predicted)[1:]
     med_p = float(np.median(per_p)) if len(per_p) else t_p
