@@ -19,6 +19,7 @@ from validate import compare, decentralized
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
+from .conftest import emulation_available
 
 
 def _sim(algorithm, ranks, per_node=1, iterations=4, **comm):
@@ -110,16 +111,6 @@ def test_communication_check_catches_a_wrong_peer():
 
 # ---- real runs: 4 ranks on 2 emulated nodes ----
 
-def _emulation_available() -> tuple[bool, str]:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False, "torch is not installed"
-    from validate import netemu
-
-    return netemu.available()
-
-
 @pytest.mark.root
 def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
     """2 nodes x 2 ranks at 1 Gbit/s, replay of a 4-layer trace (1 MB of parameters): one-peer exp2 and WAGMA with
@@ -127,7 +118,7 @@ def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
     iteration to i + 2^(k mod 2) and receive one from i - 2^(k mod 2); the averaged markers must be the right
     mixtures; times positive, errors finite and bounded by 50 % (a broken exchange or calibration is off by far
     more; see test_validate_run for the bound's reasoning)."""
-    ok, why = _emulation_available()
+    ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
     from validate.run import run_group

@@ -18,6 +18,7 @@ from validate import compare
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
+from .conftest import emulation_available
 
 
 def _rank(start, fe, be, launch, done, os_, end):
@@ -107,16 +108,6 @@ def test_what_cannot_be_emulated_is_refused(experiment):
 
 # ---- a real validation: 4 ranks on 2 emulated nodes, 2 policies ----
 
-def _emulation_available() -> tuple[bool, str]:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False, "torch is not installed"
-    from validate import netemu
-
-    return netemu.available()
-
-
 @pytest.mark.root
 def test_small_validation_on_an_emulated_cluster(tmp_path):
     """2 nodes x 2 ranks at 1 Gbit/s, replay of a 6-layer trace (1.5 MB of gradients), wfbp and ddp, through the
@@ -124,7 +115,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
     worst of the 96 bench configurations (25 %, an 8-rank case; the median was 1.1 %), and this 4-rank layout
     stayed within 8 % there, so a larger error means something broke (the shaping, the plan, the timing), not
     noise."""
-    ok, why = _emulation_available()
+    ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
     from simfog.cli import main
