@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
 
@@ -60,6 +61,16 @@ MIN_BURST_BYTES = 16 * 1024
 #   packets in 17.5 MB and gave 0.72 of the rate; 500 kB (the default there) dropped none and gave 0.96.
 QUEUE_S = 20e-3
 MIN_LIMIT_BYTES = 256 * 1024
+# TCP congestion control in the node namespaces: CUBIC, the kernel default on cluster nodes. Namespaces inherit the
+# host's default, which on this machine is BBR: pacing-based, it left every link of an 8-rank ring idle for ~10 ms
+# at a time (perf sched: all gloo loop threads asleep, no drops), and 1 in ~10 iterations took 1.5-4x the median
+# (MLP, 8 nodes at 1 Gbit/s: iteration-time CV 0.2-0.47; 0.02-0.05 without BBR). Reno, which any namespace may
+# select, overshoots tbf's queue instead: a 1 MB sendrecv at 1 Gbit/s took 8 or 14 ms at random (CUBIC, with
+# HyStart leaving slow start early: 8.0-9.9 ms). A namespace may only pick a congestion control that the host's
+# net.ipv4.tcp_allowed_congestion_control lists; when CUBIC is missing there, it is added for the moment of
+# setting and the list restored at once (the namespace keeps its setting).
+TCP_CONGESTION_CONTROL = "cubic"
+ALLOWED_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 _OWNED = re.compile(r"^(?P<prefix>[a-z]+)(?P<pid>\d+)-(?P<seq>\d+)-(?P<role>sw|probe|n\d+)$")
 _PREFIX = re.compile(r"^[a-z]{1,6}$")  # no digits: the owner pid follows it in namespace names
@@ -184,6 +195,30 @@ def cleanup_leftovers(prefix: str = "sf", *, include_live: bool = False) -> list
     return removed
 
 
+def _set_congestion_control(ns: str, name: str) -> None:
+    """Make `name` the TCP congestion control of namespace `ns` (see TCP_CONGESTION_CONTROL). Raises NetemuError
+    when the kernel does not have it."""
+    setting = ("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_congestion_control={name}")
+    try:
+        _sh(*setting)
+        return
+    except NetemuError:
+        try:
+            allowed = ALLOWED_CONGESTION_CONTROL.read_text().split()
+        except OSError as e:
+            raise NetemuError(f"cannot read {ALLOWED_CONGESTION_CONTROL}: {e}") from None
+        if name in allowed:
+            raise
+    try:
+        ALLOWED_CONGESTION_CONTROL.write_text(" ".join([*allowed, name]))
+        try:
+            _sh(*setting)
+        finally:
+            ALLOWED_CONGESTION_CONTROL.write_text(" ".join(allowed))
+    except OSError as e:
+        raise NetemuError(f"cannot allow TCP congestion control {name} in {ALLOWED_CONGESTION_CONTROL}: {e}") from None
+
+
 def _delegate(old, signum, frame) -> None:
     """Does what the handler we replaced would have done."""
     if callable(old):
@@ -198,14 +233,16 @@ class EmulatedCluster:
     """`nodes` namespaces joined by tbf-shaped veth pairs through a bridge; a context manager.
 
     `nic_bandwidth_Bps` (bytes/s) is each node's rate in each direction. `burst_bytes` and `limit_bytes` override
-    the tbf bucket and queue sizes (defaults: rate × BURST_S and rate × QUEUE_S, with floors; see the constants).
+    the tbf bucket and queue sizes (defaults: rate × BURST_S and rate × QUEUE_S, with floors; see the constants);
+    `tcp_congestion_control` the nodes' TCP congestion control (default TCP_CONGESTION_CONTROL).
     Entering builds and verifies the network (raises NetemuError on failure, leaving nothing behind); leaving, a
     SIGTERM/SIGINT or interpreter exit tears it down."""
 
     shaped = True
 
     def __init__(self, nodes: int, nic_bandwidth_Bps: float, *, prefix: str = "sf", burst_bytes: int | None = None,
-                 limit_bytes: int | None = None, verify: bool = True):
+                 limit_bytes: int | None = None, verify: bool = True,
+                 tcp_congestion_control: str = TCP_CONGESTION_CONTROL):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 250:
             raise ConfigError("cluster.nodes", nodes, "an integer from 1 to 250 for an emulated cluster")
         if not nic_bandwidth_Bps > 0:
@@ -219,6 +256,7 @@ class EmulatedCluster:
             raise ConfigError("burst_bytes/limit_bytes", (burst_bytes, limit_bytes),
                               f"burst >= {MTU + 14} (one frame) and limit >= burst")
         self.verify = verify
+        self.tcp_congestion_control = tcp_congestion_control
         run = f"{prefix}{os.getpid()}-{next(_seq)}"
         self.switch = f"{run}-sw"
         ifname = NODE_IFNAME.format(prefix=prefix)
@@ -265,6 +303,7 @@ class EmulatedCluster:
         for node in self.nodes:
             port = PORT_IFNAME.format(prefix=self.prefix, index=node.index)
             self._add_namespace(node.namespace)
+            _set_congestion_control(node.namespace, self.tcp_congestion_control)
             _sh("ip", "-n", node.namespace, "link", "add", "name", node.ifname, "mtu", str(MTU), "type", "veth",
                 "peer", "name", port, "mtu", str(MTU), "netns", sw)
             _sh("ip", "-n", sw, "link", "set", "dev", port, "master", br)

@@ -31,6 +31,7 @@ model mode) compute slowdown factors and decentralized algorithms.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -50,6 +51,7 @@ from simfog.experiment import Experiment
 from simfog.results import Result
 from simfog.trace import NetworkTrace, Provenance
 from validate import compare
+from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 
 MODES = ("replay", "model")
 DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
@@ -61,13 +63,8 @@ REPO = Path(__file__).resolve().parents[1]
 # two would calibrate that artifact into every size.
 CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
 STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores) and the process group
-# Scheduling of the ranks (calibration and runs alike): other work on a small machine delays every wake-up of a
-# rank or of gloo's threads by milliseconds, which the simulator (dedicated nodes) does not model. "rt": once the
-# process group is up, each rank moves all its threads to SCHED_RR at a low real-time priority (the kernel's RT
-# throttling, 95 % by default, still leaves the rest of the machine some CPU); "nice": nice -20; "none". Measured
-# here (2 cores shared with other jobs, MLP replay, 2 nodes at 200 Mbit/s): the std of the iteration time fell
-# from 2-5 ms to 0.1-0.3 ms with "rt"; nice -20 did not help. Needs root.
-PRIORITIES = ("rt", "nice", "none")
+# Scheduling of the ranks (calibration and runs alike), see validate.scheduling: "rt" (SCHED_RR, every thread, with
+# a 1 ms round-robin slice while the ranks run), "nice" (nice -20) or "none". "rt" needs root.
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class Options:
     warmup: int = 2
     emulate: bool | None = None
     calibration_sizes: tuple[int, ...] = CALIBRATION_SIZES
-    calibration_repeats: int = 5
+    calibration_repeats: int = 10
     spin_s: float = 2e-4
     calibration_timeout_s: float = 300.0
     workdir: str | None = None
@@ -343,14 +340,17 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
             raise ConfigError("cluster", exp.source or "experiment", "the same nodes, gpus_per_node and "
                               "nic_bandwidth for every experiment of one group")
     ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
+    slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
     with tempfile.TemporaryDirectory(prefix="simfog-validate-") as tmp, \
-            open_cluster(first.nodes, first.nic.bandwidth_Bps, emulate=options.emulate) as cluster:
+            open_cluster(first.nodes, first.nic.bandwidth_Bps, emulate=options.emulate) as cluster, \
+            slice_ as short_slice:
         work = Path(options.workdir) if options.workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         emulated = bool(getattr(cluster, "shaped", False))
         note = "" if emulated else f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})"
         log(f"cluster {first.nodes} node(s) x {first.ranks_per_node}, NIC {first.nic.bandwidth_Bps * 8 / 1e6:g} "
-            f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}: calibrating")
+            f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}"
+            f"{f' ({RR_TIME_SLICE_MS} ms round-robin slice)' if short_slice else ''}: calibrating")
         collectives = tuple(dict.fromkeys(calibration_collective(e) for e in experiments))
         try:
             net = measure_network(cluster, first.ranks_per_node, options, work, cache, collectives)

@@ -28,10 +28,10 @@ start, forward_end, backward_end (the last gradient ready, or in replay the firs
 optimizer_start (all communication done), end, and per bucket its launch and completion. A barrier before the
 first measured iteration aligns the ranks; none follows (the simulator starts iteration k+1 at once, too).
 
-Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.run.PRIORITIES)
+Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.scheduling)
 moves every thread of the rank to real-time round-robin scheduling (or nice -20), so that other work on the
-machine does not delay the ranks' and gloo's wake-ups; `--calibrate` runs the calibration microbenchmarks the same
-way. Torch-only module.
+machine does not delay the ranks' and gloo's wake-ups; again after a configuration created process groups;
+`--calibrate` runs the calibration microbenchmarks the same way. Torch-only module.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ from simfog.errors import ConfigError
 from simfog.trace import load_model_trace
 from validate.buckets import BucketedAllreduce
 from validate.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
-
-RT_PRIORITY = 10  # SCHED_RR, low among real-time priorities; the kernel's RT throttling still applies
+from validate.scheduling import raise_priority
 
 
 class DDPTimer:
@@ -112,8 +111,9 @@ def _build(cfg: dict, trace, rank: int):
     return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None
 
 
-def run_config(cfg: dict, rank: int, world: int) -> dict:
-    """Run one configuration on this rank (all ranks must call it together). Returns its JSON-ready record."""
+def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict:
+    """Run one configuration on this rank (all ranks must call it together); threads it starts (process groups)
+    get `priority` too (validate.scheduling.raise_priority). Returns its JSON-ready record."""
     trace = load_model_trace(cfg["trace"])
     model, named, loss_of, optimizer, replay = _build(cfg, trace, rank)
     times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
@@ -140,6 +140,7 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
         net = model
         buckets = BucketedAllreduce(named, cfg["buckets"])
     comm = buckets or timer or averaging
+    raise_priority(priority)  # gloo threads of process groups created above
     out = []
     warmup, iterations = cfg["warmup"], cfg["iterations"]
     # No cyclic garbage collection while timing: a full collection stalled a rank for up to ~90 ms here, at a
@@ -200,25 +201,6 @@ def run_config(cfg: dict, rank: int, world: int) -> dict:
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 
 
-def raise_priority(kind: str) -> bool:
-    """Give every thread of this process (and the threads they start later) real-time round-robin scheduling at
-    a low priority ("rt") or nice -20 ("nice"); "none" leaves it. Called after the process group is up: at
-    real-time priority from the start, ranks importing torch and retrying the rendezvous on 2 cores can starve
-    one another. Returns False when not permitted (not root)."""
-    if kind == "none":
-        return True
-    ok = True
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            if kind == "rt":
-                os.sched_setscheduler(int(tid), os.SCHED_RR, os.sched_param(RT_PRIORITY))
-            else:
-                os.setpriority(os.PRIO_PROCESS, int(tid), -20)
-        except (PermissionError, ProcessLookupError):
-            ok = False
-    return ok
-
-
 def _init(timeout_s: float) -> tuple[int, int]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
@@ -273,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cfg in spec["configs"]:
             dist.barrier()
-            results.append(run_config(cfg, rank, world))
+            results.append(run_config(cfg, rank, world, spec.get("priority", "none")))
         dist.barrier()
     finally:
         dist.destroy_process_group()

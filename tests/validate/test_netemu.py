@@ -17,7 +17,13 @@ import pytest
 
 from simfog.errors import ConfigError
 from validate import netemu
-from validate.netemu import EmulatedCluster, LoopbackCluster, cleanup_leftovers, open_cluster
+from validate.netemu import (
+    ALLOWED_CONGESTION_CONTROL,
+    EmulatedCluster,
+    LoopbackCluster,
+    cleanup_leftovers,
+    open_cluster,
+)
 
 OK, WHY = netemu.available()
 needs_root = [pytest.mark.root, pytest.mark.skipif(not OK, reason=WHY or "emulation available")]
@@ -80,6 +86,7 @@ def root(fn):
 @root
 def test_two_nodes_build_namespaces_links_and_tbf_and_leave_nothing():
     pid = os.getpid()
+    allowed_before = ALLOWED_CONGESTION_CONTROL.read_text()
     with EmulatedCluster(2, 1e6, prefix=PREFIX) as c:
         assert sorted(ours(pid=pid)) == sorted([c.switch, c.nodes[0].namespace, c.nodes[1].namespace])
         assert [n.address for n in c.nodes] == ["10.213.0.1", "10.213.0.2"]
@@ -93,6 +100,11 @@ def test_two_nodes_build_namespaces_links_and_tbf_and_leave_nothing():
         qdisc = subprocess.run(["tc", "-n", c.nodes[0].namespace, "qdisc", "show", "dev", "sft-nic"],
                                capture_output=True, text=True, check=True).stdout
         assert "tbf" in qdisc and "rate 8Mbit" in qdisc  # 1e6 B/s = 8 Mbit/s
+        for n in c.nodes:  # not the host's default (BBR here), see netemu.TCP_CONGESTION_CONTROL
+            cc = subprocess.run(["ip", "netns", "exec", n.namespace, "sysctl", "-n",
+                                 "net.ipv4.tcp_congestion_control"], capture_output=True, text=True, check=True)
+            assert cc.stdout.strip() == "cubic"
+        assert ALLOWED_CONGESTION_CONTROL.read_text() == allowed_before  # widened only for the moment of setting
         # nothing of ours in the host namespace
         host = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
         assert "sft-" not in host
