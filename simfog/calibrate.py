@@ -236,9 +236,13 @@ class _Points:
                        self.nodes[mask], self.nbytes[mask], self.t[mask], self.a[mask], self.bm[mask])
 
 
-def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "median") -> Calibration:
+def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "median",
+        mixed_as_nic: bool = False) -> Calibration:
     """Fit every link class that `trace` has data for (see the module docstring); each measurement counts with
-    the `statistic` (median | min | mean) of its samples.
+    the `statistic` (median | min | mean) of its samples. `mixed_as_nic`: fit mixed-layout measurements (several
+    ranks per node on several nodes) as the nic class: a ring laid out node by node waits for its NIC hops, so
+    such a collective measures the NIC as a run of that very layout sees it (with its intra-node traffic sharing
+    the hosts), which is what a calibration for that run wants.
 
     Returns a Calibration. Raises ConfigError for an empty trace, an unknown algorithm or statistic, or a
     measurement whose statistic is 0 s; Infeasible when no measurement calibrates a link class, or a class has
@@ -254,6 +258,8 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
         cls = link_class(m.ranks, m.nodes)
         if cls is None:
             continue
+        if cls == "mixed" and mixed_as_nic:
+            cls = "nic"
         t = float(STATISTICS[statistic](m.time_s))
         if not t > 0:
             raise ConfigError(f"measurements[{i}].time_s", list(m.time_s),

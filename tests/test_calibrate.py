@@ -248,3 +248,18 @@ def test_osu_allreduce_8_nodes_has_its_protocol_breakpoint():
     assert f.rms_rel_error < 0.15
     assert 1e8 < f.bandwidth_Bps <= 1.25e9  # a 10GbE link cannot carry more than 1.25 GB/s
     assert math.isfinite(f.latency_s) and 0 <= f.latency_s < 82.28e-6 / 14  # 4 B allreduce = 14 ring steps
+
+
+def test_mixed_layout_fits_as_nic_when_asked():
+    """A node-by-node ring of 4 nodes x 2 waits for its NIC hops: with mixed_as_nic its times calibrate the nic
+    class exactly (ring coefficients over all 8 ranks); without, mixed measurements only get residuals."""
+    alpha, bw, n = 300e-6, 22e6, 8
+    sizes = (1_000, 10_000, 100_000, 1_000_000, 3_000_000)
+    ms = tuple(Measurement("allreduce", n, 4, b, (2 * (n - 1) * alpha + 2 * (n - 1) / n * b / bw,)) for b in sizes)
+    trace = NetworkTrace("gloo", "tcp", Provenance("test", "2026-11-21", "here", "measured"), ms)
+    cal = fit(trace, mixed_as_nic=True)
+    assert cal.fitted_classes == ("nic",)
+    assert cal.fits["nic"].latency_s == pytest.approx(alpha, rel=1e-6)
+    assert cal.fits["nic"].bandwidth_Bps == pytest.approx(bw, rel=1e-6)
+    with pytest.raises(Infeasible):
+        fit(trace)

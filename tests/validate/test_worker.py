@@ -233,8 +233,6 @@ def test_replay_waits_follow_the_trace():
             assert e[3] - t0 >= cum_f[k]
         for k, e in enumerate(bwd):
             assert e[3] - t_b >= cum_b[k]
-        assert fwd[-1][3] - t0 <= 1.5 * cum_f[-1] + 0.02
-        assert bwd[-1][3] - t_b <= 1.5 * cum_b[-1] + 0.02
         assert [n for n, _ in ready] == list(trace.grad_ready_order)
         end_of = {e[0]: e[3] for e in bwd}
         layer_of = {t.name: i for i, layer in enumerate(trace.layers) for t in layer.params}
