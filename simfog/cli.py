@@ -21,6 +21,8 @@ COMMANDS = {
     "import": ("simfog.importers_cli", "convert a profiler trace or benchmark log into a simfog trace"),
     "retarget": ("simfog.commands.retarget", "estimate a trace for another device from FLOPs and bytes (roofline)"),
     "calibrate": ("simfog.calibrate_cli", "fit cluster latency and bandwidth from a network trace"),
+    "collective": ("simfog.commands.collective", "predict nccl-tests output for a layout from a network file; "
+                   "compare with a log"),
     "validate": ("simfog.commands.validate", "run an experiment for real on an emulated cluster; compare with the "
                  "simulation"),
     "tune": ("simfog.commands.tune", "search the merge threshold with the least iteration time; plot and CSV"),

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from simfog import nccl as nccl_model
 from simfog.cluster import Cluster, Group, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.registry import Registry
@@ -246,6 +247,26 @@ def _ps(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
     return phase(M, M) + phase((n - 1) * M, min(L, n - 1) * M)
 
 
+# --- NCCL ---------------------------------------------------------------------------------------------------------
+
+@ALGORITHMS.register("nccl")
+def _nccl(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
+    """NCCL's own cost model (simfog.nccl): the least predicted time over the algorithms and protocols NCCL
+    considers, or those `CostModel.nccl_algorithms` / `nccl_protocols` force (as NCCL_ALGO / NCCL_PROTO do).
+    The network is `CostModel.nccl` (a calibrated network file), else one derived from the cluster: bus bandwidth
+    = the intra link's on one node and the NIC's (after oversubscription) on several, latencyInter = the NIC's
+    latency, NCCL 2.30 on Ampere with NVLink (an estimate; calibrate for a real cluster). Groups are costed at
+    their rank and node counts."""
+    net = cm.nccl or _nccl_network_of(cm.cluster)
+    return nccl_model.choose(op, nbytes, g.ranks, g.nodes, net, algorithms=cm.nccl_algorithms,
+                        protocols=cm.nccl_protocols).time_s
+
+
+def _nccl_network_of(cluster: Cluster) -> nccl_model.NcclNetwork:
+    return nccl_model.NcclNetwork(cluster.intra.bandwidth_Bps, cluster.inter.bandwidth_Bps,
+                                  latency_inter_s=cluster.nic.latency_s)
+
+
 # --- linear -------------------------------------------------------------------------------------------------------
 
 @ALGORITHMS.register("linear")
@@ -282,6 +303,9 @@ class CostModel:
     alpha_s: float | None = None
     beta_s_per_B: float | None = None
     ps_servers: int | None = None
+    nccl: nccl_model.NcclNetwork | None = None     # the network for "nccl" (None: derived from the cluster)
+    nccl_algorithms: tuple[str, ...] | None = None  # NCCL_ALGO: restrict NCCL's choice (None: all it considers)
+    nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO
 
     def __post_init__(self):
         ALGORITHMS.get(self.algorithm, field="comm.collective")
@@ -338,3 +362,7 @@ def p2p_time(cluster: Cluster, src: int, dst: int, nbytes: float, flows: int = 1
     if src == dst:
         return 0.0
     return cluster.link_between(src, dst).time(nbytes, flows=flows)
+
+
+# Open MPI's tuned decision (collective "ompi") lives in its own module, which registers into ALGORITHMS on import.
+from simfog import mpi_collectives as _mpi_collectives  # noqa: E402, F401

@@ -18,7 +18,6 @@ import numpy as np
 import simpy
 
 from simfog import algorithms
-from simfog.collectives import CostModel
 from simfog.experiment import Experiment
 from simfog.results import Result
 
@@ -142,8 +141,7 @@ class Simulation:
         self.experiment = exp = experiment
         self.env = simpy.Environment()
         self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
-        self.cost = CostModel(exp.cluster, exp.comm.collective, exp.comm.alpha_s, exp.comm.beta_s_per_B,
-                              exp.comm.ps_servers)
+        self.cost = exp.cost_model()
         allowed = self.symmetric_allowed()
         if symmetric and not allowed:
             raise ValueError("symmetric fast path requested, but ranks are not provably identical")

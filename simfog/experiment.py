@@ -9,11 +9,16 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from simfog import units
+from simfog import nccl, network_file, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
+from simfog.network_file import NetworkFile
 from simfog.trace import ModelTrace, load_model_trace
+
+if TYPE_CHECKING:
+    from simfog.collectives import CostModel
 
 COMPUTE_MODES = ("samples", "mean")
 
@@ -53,6 +58,8 @@ class Comm:
     encode_bandwidth_Bps: float | None = None  # compression codec throughput, bytes of uncompressed data per s
     async_period_s: float | None = None      # BAGUA async: sleep between two averaging rounds (default 500 ms)
     consensus_eps: float | None = None       # mixing report: consensus error to reach (default 0.01)
+    nccl_algorithms: tuple[str, ...] | None = None  # collective "nccl": NCCL_ALGO, the algorithms it may choose
+    nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO, the protocols it may choose
 
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -85,6 +92,16 @@ class Experiment:
     source: str | None = None          # the file it came from, for messages
     network_trace: str | None = None   # when the cluster links were calibrated from measurements
     heterogeneity: Heterogeneity = Heterogeneity()
+    network: NetworkFile | None = None  # [cluster] network: a calibrated NCCL network (simfog.network_file)
+
+    def cost_model(self) -> CostModel:
+        """The collective cost model of this experiment (comm.collective on the cluster, the network file's NCCL
+        network and comm.nccl_algo / nccl_proto where given)."""
+        from simfog.collectives import CostModel
+
+        c = self.comm
+        return CostModel(self.cluster, c.collective, c.alpha_s, c.beta_s_per_B, c.ps_servers,
+                         self.network.nccl if self.network else None, c.nccl_algorithms, c.nccl_protocols)
 
     @property
     def homogeneous(self) -> bool:
@@ -111,11 +128,11 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
            "degraded_nics"}
 _WORKLOAD = {"trace", "compute"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
-            "oversubscription", "network_trace", "reduce_bandwidth"}
+            "oversubscription", "network_trace", "reduce_bandwidth", "network"}
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
-         "async_period", "consensus_eps", "wait_for_group", "global_collective"}
+         "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto"}
 COMBINES = ("awc", "atc")
 
 
@@ -191,17 +208,21 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     p = "cluster."
     intra = Link(_quantity(c, "intra_latency", "time", p, source, "0us"),
                  _quantity(c, "intra_bandwidth", "bandwidth", p, source, "150GB/s"))
-    needs_nic = "network_trace" not in c
-    if needs_nic:
-        for key in ("nic_bandwidth",):
-            if key not in c:
-                raise ConfigError(f"{p}{key}", "(missing)", 'a bandwidth such as "25Gbit/s" (or set network_trace)',
-                                  source=source)
+    if "network_trace" in c and "network" in c:
+        raise ConfigError(f"{p}network", c["network"], "either network (a calibrated network file) or "
+                          "network_trace, not both", source=source)
+    network = _network_file(c, base_dir, source)
+    if network is None and "network_trace" not in c and "nic_bandwidth" not in c:
+        raise ConfigError(f"{p}nic_bandwidth", "(missing)",
+                          'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
                _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s"))
     over = c.get("oversubscription", 1.0)
     if isinstance(over, bool) or not isinstance(over, (int, float)) or over < 1:
         raise ConfigError(f"{p}oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
+    if network is not None:  # the calibrated bus bandwidths and inter-node latency stand in for the links
+        intra = Link(intra.latency_s, network.nccl.intra_bus_Bps)
+        nic = Link(network.nccl.latency_inter_s, network.nccl.inter_bus_Bps)
     cluster = Cluster(_int(c, "nodes", p, source), _int(c, "gpus_per_node", p, source, default=1), intra, nic,
                       float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source))
     network_trace = None
@@ -219,7 +240,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     p = "comm."
     comm = Comm(
         algorithm=_choice(m, "algorithm", p, source, "allreduce", algorithms.REGISTRY),
-        collective=_choice(m, "collective", p, source, "ring", collectives.ALGORITHMS),
+        collective=_choice(m, "collective", p, source, "nccl" if network else "ring", collectives.ALGORITHMS),
         merge=_choice(m, "merge", p, source, "ddp", merge.POLICIES),
         threshold_bytes=_quantity(m, "threshold", "bytes", p, source),
         cycle_time_s=_quantity(m, "cycle_time", "time", p, source),
@@ -227,6 +248,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
         ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None,
         streams=_int(m, "streams", p, source, default=1),
+        nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
+        nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
         **_decentralized_keys(m, p, source))
     if comm.streams != 1 and comm.algorithm != "allreduce":
         raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
@@ -242,7 +265,34 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute), cluster, comm, source,
-                      network_trace, hetero)
+                      network_trace, hetero, network)
+
+
+def _network_file(c: Mapping, base_dir: Path, source: str | None) -> NetworkFile | None:
+    """[cluster] network: the calibrated network file, relative to the experiment's folder."""
+    if "network" not in c:
+        return None
+    if not isinstance(c["network"], str):
+        raise ConfigError("cluster.network", c["network"], "a path to a network file (simfog calibrate -o ...)",
+                          source=source)
+    path = (base_dir / c["network"]).resolve()
+    if not path.is_file():
+        raise ConfigError("cluster.network", c["network"], f"an existing network file ({path})", source=source)
+    return network_file.load(path)
+
+
+def _names(m: Mapping, key: str, p: str, source: str | None, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    """An NCCL_ALGO / NCCL_PROTO-like list: "ring,tree" or ["ring", "tree"] (case as NCCL: any)."""
+    if key not in m:
+        return None
+    value = m[key]
+    items = value.split(",") if isinstance(value, str) else value
+    canon = {a.lower(): a for a in allowed}
+    if not isinstance(items, list | tuple) or not items or not all(
+            isinstance(i, str) and i.strip().lower() in canon for i in items):
+        raise ConfigError(f"{p}{key}", value, f"one or more of {', '.join(allowed)}, e.g. \"{allowed[1]}\"",
+                          source=source)
+    return tuple(canon[i.strip().lower()] for i in items)
 
 
 def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:

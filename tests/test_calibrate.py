@@ -211,17 +211,13 @@ def test_cluster_from_network_trace_file(tmp_path):
 def test_cli_prints_table_and_json(tmp_path, capsys):
     path = tmp_path / "net.json"
     make_trace({"intra": line(2e-6, 1 / 5e9)}).save(path)
-    ns = lambda **kw: argparse.Namespace(trace=str(path), algorithm="ring", statistic="median", rows=False,
-                                         json=False, **kw)
-    assert calibrate_cli.run(ns()) == 0
-    assert "intra" in capsys.readouterr().out
-    args = ns()
-    args.json = True
-    assert calibrate_cli.run(args) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["fitted_classes"] == ["intra"] and d["fits"]["intra"]["latency_s"] == pytest.approx(2e-6, rel=1e-9)
     parser = argparse.ArgumentParser()
     calibrate_cli.add_arguments(parser)
+    assert calibrate_cli.run(parser.parse_args([str(path)])) == 0
+    assert "intra" in capsys.readouterr().out
+    assert calibrate_cli.run(parser.parse_args([str(path), "--json"])) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fitted_classes"] == ["intra"] and d["fits"]["intra"]["latency_s"] == pytest.approx(2e-6, rel=1e-9)
     assert parser.parse_args([str(path), "--json", "--algorithm", "rhd"]).algorithm == "rhd"
 
 

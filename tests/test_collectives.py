@@ -315,8 +315,11 @@ clusters = st.builds(
 sizes = st.floats(0, 1e11)
 
 
+# "ompi" switches algorithm with the message size, so its time can drop at a switch point (as Open MPI's does);
+# tests/test_mpi_collective.py checks it is monotone within each of its algorithms.
 @settings(max_examples=150, deadline=None)
-@given(c=clusters, alg=st.sampled_from(sorted(ALGORITHMS.names())), op=st.sampled_from(OPS), m1=sizes, m2=sizes)
+@given(c=clusters, alg=st.sampled_from(sorted(set(ALGORITHMS.names()) - {"ompi"})), op=st.sampled_from(OPS),
+       m1=sizes, m2=sizes)
 def test_time_nonnegative_and_monotone_in_bytes(c, alg, op, m1, m2):
     cm = model(c, alg)
     lo, hi = sorted((m1, m2))
@@ -334,7 +337,8 @@ def test_any_rank_count_gives_a_finite_time(n, per_node, alg, op, nbytes):
 
 
 @settings(max_examples=150, deadline=None)
-@given(n=st.integers(1, 8191), a=st.floats(0, 1e-3), bw=st.floats(1e6, 1e12), nbytes=sizes,
+@given(n=st.integers(1, 8191), a=st.floats(0, 1e-3), bw=st.floats(1e6, 1e12),
+       nbytes=st.just(0.0) | st.floats(1, 1e11),  # not ~1e-308 B: chunks of those are subnormal and round unevenly
        op=st.sampled_from(OPS), layout=st.sampled_from(["one_node", "one_per_node"]))
 def test_ring_monotone_in_ranks_on_a_uniform_link(n, a, bw, nbytes, op, layout):
     link = Link(a, bw)

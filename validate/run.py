@@ -44,7 +44,6 @@ from pathlib import Path
 from simfog import merge
 from simfog.calibrate import Calibration, fit
 from simfog.cluster import Cluster
-from simfog.collectives import CostModel
 from simfog.engine import ComputeModel, Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
@@ -192,7 +191,7 @@ def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
     """The buckets both sides use: merge.plan with the trace's gradients and the simulator's cost model (for
     horovod its static plan)."""
     comm = sim_exp.comm
-    cost = CostModel(sim_exp.cluster, comm.collective, comm.alpha_s, comm.beta_s_per_B, comm.ps_servers)
+    cost = sim_exp.cost_model()
     settings = merge.MergeSettings(threshold_bytes=comm.threshold_bytes, cycle_time_s=comm.cycle_time_s)
     return merge.plan(comm.merge, merge.grad_tensors(sim_exp.workload.trace), settings, cost.allreduce)
 

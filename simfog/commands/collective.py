@@ -1,0 +1,143 @@
+"""`simfog collective OP --network FILE --nodes N --gpus-per-node G`: what nccl-tests would print for that layout
+under the calibrated NCCL model, to hold against one's own log.
+
+    simfog collective allreduce --network network.toml --nodes 4 --gpus-per-node 8
+    simfog collective allreduce --network network.toml --nodes 16 --gpus-per-node 8 --sizes 1MiB,64MiB --json
+    simfog collective allreduce --network network.toml --nodes 4 --gpus-per-node 8 --compare nccl_32.log
+
+Sizes: a range `LOW:HIGH` doubling from LOW (nccl-tests' -f 2), or a comma list; default 8B:8GiB, or the log's
+sizes with --compare. Columns as nccl-tests (time in µs, algbw and busbw in GB/s = 10⁹ B/s), float elements.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from simfog import nccl, network_file, units
+from simfog.cli import print_json
+from simfog.errors import ConfigError
+from simfog.importers import import_file
+from simfog.trace import load_network_trace
+
+# busbw / algbw (nccl-tests doc/PERFORMANCE.md), n = ranks
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather", "reducescatter": "reduce_scatter",
+            "reduce-scatter": "reduce_scatter", "bcast": "broadcast"}
+MAX_SIZES = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("op", help=f"the collective: {', '.join(nccl.OPS)} (all_reduce etc. also accepted)")
+    parser.add_argument("--network", required=True, help="a network file (simfog calibrate ... -o network.toml)")
+    parser.add_argument("--nodes", type=int, required=True, help="nodes")
+    parser.add_argument("--gpus-per-node", type=int, required=True, help="GPUs (ranks) per node")
+    parser.add_argument("--sizes", default=None, help="LOW:HIGH doubling, or a comma list (default 8B:8GiB)")
+    parser.add_argument("--algo", default=None, help="restrict NCCL's algorithms, as NCCL_ALGO (e.g. ring,tree)")
+    parser.add_argument("--proto", default=None, help="restrict NCCL's protocols, as NCCL_PROTO (e.g. Simple)")
+    parser.add_argument("--compare", default=None, help="an nccl-tests log or NetworkTrace: add measured times and "
+                        "the relative error per size")
+    parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    op = _ALIASES.get(args.op.lower(), args.op.lower())
+    if op not in nccl.OPS:
+        raise ConfigError("OP", args.op, f"one of {', '.join(nccl.OPS)}")
+    for name in ("nodes", "gpus_per_node"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}", getattr(args, name), "an integer >= 1")
+    net = network_file.load(args.network).nccl
+    ranks = args.nodes * args.gpus_per_node
+    algos = _restrict(args.algo, nccl.ALGOS, "--algo")
+    protos = _restrict(args.proto, nccl.PROTOS, "--proto")
+    measured = _measured(args.compare, op, ranks, args.nodes) if args.compare else {}
+    if args.sizes is not None:
+        sizes = parse_sizes(args.sizes)
+    elif measured:
+        sizes = sorted(measured)
+    else:
+        sizes = parse_sizes("8B:8GiB")
+    rows = []
+    for size in sizes:
+        c = nccl.choose(op, size, ranks, args.nodes, net, algorithms=algos, protocols=protos)
+        algbw = size / c.time_s / 1e9 if c.time_s > 0 else 0.0
+        row = {"bytes": size, "count": size // 4, "time_s": c.time_s, "algbw_GBps": algbw,
+               "busbw_GBps": algbw * BUS_FACTOR[op](ranks), "algorithm": c.algorithm, "protocol": c.protocol}
+        if size in measured:
+            row["measured_s"] = measured[size]
+            row["rel_error"] = (c.time_s - measured[size]) / measured[size]
+        rows.append(row)
+    if args.json:
+        print_json({"op": op, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "network": args.network,
+                    "rows": rows})
+        return 0
+    print(f"# simfog collective {op}: {ranks} ranks on {args.nodes} node(s), NCCL {net.version} model, "
+          f"network {args.network} (predicted, not measured)")
+    head = f"#{'size':>12s} {'count':>12s} {'type':>6s} {'time':>9s} {'algbw':>7s} {'busbw':>7s}  {'algo/proto':14s}"
+    units_line = f"#{'(B)':>12s} {'(elements)':>12s} {'':6s} {'(us)':>9s} {'(GB/s)':>7s} {'(GB/s)':>7s}"
+    if measured:
+        head += f" {'measured':>9s} {'error':>7s}"
+        units_line += f" {'':14s}  {'(us)':>9s}"
+    print(head)
+    print(units_line)
+    for r in rows:
+        line = (f" {r['bytes']:12d} {r['count']:12d} {'float':>6s} {r['time_s'] * 1e6:9.2f} {r['algbw_GBps']:7.2f} "
+                f"{r['busbw_GBps']:7.2f}  {r['algorithm'] + '/' + r['protocol']:14s}")
+        if "measured_s" in r:
+            line += f" {r['measured_s'] * 1e6:9.2f} {r['rel_error']:+7.1%}"
+        print(line)
+    if measured:
+        errs = sorted(abs(r["rel_error"]) for r in rows if "rel_error" in r)
+        if errs:
+            print(f"# {len(errs)} sizes compared: median |error| {errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}")
+    return 0
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'8B:8GiB' -> 8, 16, ..., 8 GiB (doubling); '1MiB,4MiB' -> those. Raises ConfigError naming --sizes."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            low_text, high_text = text.split(":", 1)
+            low = int(units.nbytes(low_text.strip(), field="--sizes"))
+            high = int(units.nbytes(high_text.strip(), field="--sizes"))
+            if low < 1 or high < low:
+                raise ConfigError("--sizes", text, "LOW:HIGH with 1 B <= LOW <= HIGH, e.g. 8B:8GiB")
+            sizes, s = [], low
+            while s <= high:
+                sizes.append(s)
+                s *= 2
+        else:
+            sizes = [int(units.nbytes(t.strip(), field="--sizes")) for t in text.split(",")]
+    except ConfigError as e:
+        raise ConfigError("--sizes", text, f"LOW:HIGH (doubling) or a comma list of sizes with units, e.g. "
+                          f"8B:8GiB or 1MiB,4MiB ({e.allowed})") from None
+    if not sizes or len(sizes) > MAX_SIZES:
+        raise ConfigError("--sizes", text, f"between 1 and {MAX_SIZES} sizes")
+    return sizes
+
+
+def _restrict(text: str | None, allowed: tuple[str, ...], flag: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    canon = {a.lower(): a for a in allowed}
+    names = [t.strip().lower() for t in text.split(",")]
+    if not names or any(n not in canon for n in names):
+        raise ConfigError(flag, text, f"a comma list of {', '.join(allowed)}")
+    return tuple(canon[n] for n in names)
+
+
+def _measured(path: str, op: str, ranks: int, nodes: int) -> dict[int, float]:
+    """{bytes: min over samples} of `op` at this layout in an nccl-tests log or a NetworkTrace file."""
+    trace = (load_network_trace(path) if path.endswith((".json", ".json.gz")) else import_file("nccl-tests", path))
+    out = {}
+    for m in trace.measurements:
+        if m.collective == op and m.ranks == ranks and m.nodes == nodes and m.time_s:
+            out[m.bytes] = min(min(m.time_s), out.get(m.bytes, float("inf")))
+    if not out:
+        layouts = sorted({(m.collective, m.ranks, m.nodes) for m in trace.measurements})
+        raise ConfigError("--compare", path, f"measurements of {op} on {ranks} ranks over {nodes} nodes; the file "
+                          f"has {', '.join(f'{c} {r} ranks/{n} nodes' for c, r, n in layouts[:6])}")
+    return out

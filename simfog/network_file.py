@@ -1,0 +1,119 @@
+"""The network file (`network.toml`): a calibrated NCCL network, written by `simfog calibrate`, read by
+experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, curve, tune, plan and validate.
+
+    [nccl]
+    version = "2.30"              # which release's constant tables (simfog.nccl.VERSIONS)
+    gpu_arch = "ampere"           # volta | ampere | hopper | blackwell
+    cpu_vendor = "intel"          # intel | amd
+    intra_transport = "nvlink"    # nvlink | pci
+    channels = 8
+    intra_bus_bandwidth = "204GB/s"    # nChannels·bwIntra on one node
+    inter_bus_bandwidth = "130GB/s"    # nChannels·bw on several nodes
+    latency_inter = "2.9us"            # the graph's latencyInter
+    launch = "8.8us"                   # per operation, outside NCCL's model
+    tree_fill = "93KiB"                # tree pipeline fill (0 = NCCL's model exactly)
+    nvls = false
+    collnet = false
+
+    [provenance]                  # what the numbers rest on (free-form strings)
+    fitted_from = "..."
+
+Human units in the file, SI inside (simfog.units). Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simfog import files, units
+from simfog.errors import ConfigError
+from simfog.nccl import NcclNetwork
+
+_QUANTITIES = {"intra_bus_bandwidth": ("intra_bus_Bps", "bandwidth"),
+               "inter_bus_bandwidth": ("inter_bus_Bps", "bandwidth"),
+               "latency_inter": ("latency_inter_s", "time"), "launch": ("launch_s", "time"),
+               "tree_fill": ("tree_fill_B", "bytes")}
+_PLAIN = {"version": str, "gpu_arch": str, "cpu_vendor": str, "intra_transport": str, "channels": int,
+          "nvls": bool, "collnet": bool}
+_REQUIRED = ("intra_bus_bandwidth", "inter_bus_bandwidth")
+
+
+@dataclass(frozen=True)
+class NetworkFile:
+    """A loaded network file: the NCCL network and its provenance strings."""
+
+    nccl: NcclNetwork
+    provenance: dict = field(default_factory=dict)
+    path: str = ""
+
+
+def load(path: str | Path) -> NetworkFile:
+    """Read a network file. Raises ConfigError naming the file, key, value and what is allowed."""
+    path = str(path)
+    text = files.read_text(path)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(e), "a valid TOML network file", source=path) from None
+    unknown = set(doc) - {"nccl", "provenance"}
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, provenance", source=path)
+    n = doc.get("nccl")
+    if not isinstance(n, dict):
+        raise ConfigError("nccl", "(missing)", "a [nccl] section (write one with `simfog calibrate ... -o`)",
+                          source=path)
+    kwargs: dict = {}
+    for key, value in n.items():
+        if key in _QUANTITIES:
+            name, kind = _QUANTITIES[key]
+            kwargs[name] = units.parse(value, kind, field=f"nccl.{key}", source=path)
+        elif key in _PLAIN:
+            want = _PLAIN[key]
+            if type(value) is not want:
+                raise ConfigError(f"nccl.{key}", value, f"a {want.__name__}", source=path)
+            kwargs[key] = value
+        else:
+            raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_PLAIN])}", source=path)
+    for key in _REQUIRED:
+        if key not in n:
+            raise ConfigError(f"nccl.{key}", "(missing)", 'a bandwidth such as "120GB/s"', source=path)
+    try:
+        net = NcclNetwork(**kwargs)
+    except ConfigError as e:
+        raise e.in_file(path) from None
+    prov = doc.get("provenance", {})
+    if not isinstance(prov, dict):
+        raise ConfigError("provenance", prov, "a table of strings", source=path)
+    return NetworkFile(net, prov, path)
+
+
+def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None) -> str:
+    """The TOML text of a network file (human units, 6 significant figures)."""
+    lines = ["# simfog network file: NCCL's cost model with calibrated parameters (see simfog/nccl.py)", "[nccl]"]
+    for key in ("version", "gpu_arch", "cpu_vendor", "intra_transport"):
+        lines.append(f'{key} = "{getattr(net, key)}"')
+    lines.append(f"channels = {net.channels}")
+    lines.append(f'intra_bus_bandwidth = "{net.intra_bus_Bps / 1e9:.6g}GB/s"')
+    lines.append(f'inter_bus_bandwidth = "{net.inter_bus_Bps / 1e9:.6g}GB/s"')
+    lines.append(f'latency_inter = "{net.latency_inter_s * 1e6:.6g}us"')
+    lines.append(f'launch = "{net.launch_s * 1e6:.6g}us"')
+    lines.append(f'tree_fill = "{net.tree_fill_B:.6g}B"')
+    lines.append(f"nvls = {str(net.nvls).lower()}")
+    lines.append(f"collnet = {str(net.collnet).lower()}")
+    if provenance:
+        lines += ["", "[provenance]"]
+        for k, v in provenance.items():
+            lines.append(f"{k} = {_toml_string(str(v))}")
+    return "\n".join(lines) + "\n"
+
+
+def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None = None) -> None:
+    """Write a network file atomically."""
+    with files.atomic_open(path) as f:
+        f.write(dumps(net, provenance))
+
+
+def _toml_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

@@ -1,0 +1,139 @@
+"""simfog.nccl: NCCL's tuning model, checked against numbers worked out by hand from tuning.cc's constants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfog import nccl
+from simfog.cluster import Cluster, Link
+from simfog.collectives import CostModel
+from simfog.errors import ConfigError, Infeasible
+
+US = 1e-6
+A100 = nccl.NcclNetwork(intra_bus_Bps=320e9, inter_bus_Bps=100e9, latency_inter_s=4 * US, channels=8)
+
+
+def test_ring_ll_one_node_by_hand():
+    # 2.30, Ampere, NVLink, 8 ranks: lat = baseLat 6.6 + nsteps 14 x hwLat[NVLink][Ring][LL] 0.6 = 15.0 us;
+    # busBw = min(llMaxBw[Ampere][N1] 87.7, 0.5 x 320) = 87.7 GB/s; algBw = 87.7 x 8/14.
+    net = nccl.NcclNetwork(320e9, 100e9, channels=16)
+    t = nccl.time_s("allreduce", 2**20, 8, 1, net, "ring", "LL")
+    assert t == pytest.approx((15.0 + 2**20 / (1000 * 87.7 * 8 / 14)) * US, rel=1e-9)
+
+
+def test_tree_ll128_four_nodes_by_hand():
+    # busBw = min(0.92 x 100, 8 ch x perChMaxTreeBw[Ampere][N4] 17.8) = 92; LL128: min(92 x 120/128, 8 x 20) = 86.25;
+    # algBw = 0.5 x 86.25; 1 MiB: log2(2^20 >> 6) = 14 -> treeCorrectionFactor[LL128][14] = 0.6.
+    # lat = 14.0 + 2 x ((8-1) x 1.25 + log2(4) x (hwLat[NET][Tree][LL128] 8.5 + latencyInter 4)) = 81.5 us.
+    t = nccl.time_s("allreduce", 2**20, 32, 4, A100, "tree", "LL128")
+    assert t == pytest.approx((81.5 + 2**20 / (1000 * 43.125 * 0.6)) * US, rel=1e-9)
+
+
+def test_ring_simple_multi_node_plateau_by_hand():
+    # 16 ranks on 2 nodes: intraLat = max(3.4, netOverhead 1 x 3) = 3.4; interLat = 14 + 4 + 4 (flush) = 22;
+    # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau: 64 MiB / (8 x 16) >= 64 on Ampere);
+    # algBw = 100 x 16/30 GB/s.
+    t = nccl.time_s("allreduce", 2**26, 16, 2, A100, "ring", "Simple")
+    assert t == pytest.approx((147.6 * 1.4 + 2**26 / (1000 * 100 * 16 / 30)) * US, rel=1e-9)
+
+
+def test_nccl_2_8_tables_by_hand():
+    # 2.8: Ring LL busBw x 1/4, intraLat x 1.8 for LL on several nodes, no net overhead (latencyInter, simfog's
+    # fitted addition there, adds once per inter step: 2 x 7 us).
+    # 8 ranks on 2 nodes, Volta: lat = 3.6 + (14 - 2) x 0.47 x 1.8 + 2 x 2.7 = 19.152 us;
+    # busBw = min(llMaxBw[Intel][N2] 39.0, 20 x 1/4) = 5 GB/s; algBw = 5 x 8/14.
+    net = nccl.NcclNetwork(100e9, 20e9, latency_inter_s=7 * US, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s("allreduce", 4096, 8, 2, net, "ring", "LL")
+    assert t == pytest.approx((19.152 + 2 * 7 + 4096 / (1000 * 5 * 8 / 14)) * US, rel=1e-9)
+
+
+def test_steps_of_other_collectives():
+    # allgather on 1 node, ring Simple: nsteps = n - 1; algBw = busBw x n/(n-1).
+    t = nccl.time_s("allgather", 2**24, 4, 1, A100, "ring", "Simple")
+    assert t == pytest.approx((8.4 + 3 * 3.4 + 2**24 / (1000 * 320 * 4 / 3)) * US, rel=1e-9)
+    # broadcast has no tree; allgather has no tree
+    assert nccl.time_s("broadcast", 1024, 8, 1, A100, "tree", "LL") is None
+    assert nccl.time_s("allgather", 1024, 8, 1, A100, "tree", "Simple") is None
+
+
+def test_launch_is_added_once():
+    net = nccl.NcclNetwork(320e9, 100e9, launch_s=5 * US)
+    base = nccl.NcclNetwork(320e9, 100e9)
+    assert nccl.time_s("allreduce", 4096, 8, 1, net, "ring", "LL") == pytest.approx(
+        nccl.time_s("allreduce", 4096, 8, 1, base, "ring", "LL") + 5 * US)
+
+
+def test_choice_small_tree_large_ring_at_scale():
+    small = nccl.choose("allreduce", 1024, 128, 16, A100)
+    large = nccl.choose("allreduce", 2**32, 128, 16, A100)
+    assert small.algorithm == "tree" and small.protocol == "LL"
+    assert large.algorithm == "ring"
+
+
+def test_forced_algorithm_and_protocol():
+    forced = nccl.choose("allreduce", 1024, 128, 16, A100, algorithms=("ring",), protocols=("Simple",))
+    assert (forced.algorithm, forced.protocol) == ("ring", "Simple")
+    assert forced.time_s == nccl.time_s("allreduce", 1024, 128, 16, A100, "ring", "Simple")
+    with pytest.raises(Infeasible, match="nvls"):
+        nccl.choose("allreduce", 1024, 8, 1, A100, algorithms=("nvls",))
+
+
+def test_nvls_only_where_declared():
+    h100 = nccl.NcclNetwork(900e9, 400e9, gpu_arch="hopper", nvls=True, channels=16)
+    assert nccl.time_s("allreduce", 2**26, 8, 1, h100, "nvls", "Simple") is not None
+    assert nccl.time_s("allreduce", 2**26, 8, 1, A100, "nvls", "Simple") is None
+    # NVLS on Hopper: bus = 900/16 x 0.85 x 15/16 x 2 per channel x 16 channels; algBw = bus x 8/14; lat = 25 us
+    bus = 16 * (900 / 16) * 0.85 * 15 / 16 * 2
+    assert nccl.time_s("allreduce", 2**26, 8, 1, h100, "nvls", "Simple") == pytest.approx(
+        (25 + 2**26 / (1000 * bus * 8 / 14)) * US, rel=1e-9)
+
+
+def test_single_rank_costs_nothing():
+    assert nccl.time_s("allreduce", 2**20, 1, 1, A100, "ring", "LL") == 0.0
+    assert nccl.choose("allreduce", 2**20, 1, 1, A100).time_s == 0.0
+
+
+@pytest.mark.parametrize("field,value", [("intra_bus_Bps", 0), ("inter_bus_Bps", math.inf), ("channels", 0),
+                                         ("version", "2.99"), ("gpu_arch", "kepler"), ("launch_s", -1.0)])
+def test_bad_network_is_refused(field, value):
+    kwargs = dict(intra_bus_Bps=1e9, inter_bus_Bps=1e9)
+    kwargs[field] = value
+    with pytest.raises(ConfigError, match=f"nccl.{field}"):
+        nccl.NcclNetwork(**kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(op=st.sampled_from(nccl.OPS), log_bytes=st.integers(0, 34), nodes=st.sampled_from([1, 2, 4, 16]),
+       ppn=st.sampled_from([1, 2, 8]), version=st.sampled_from(nccl.VERSIONS))
+def test_choice_is_the_least_allowed_time(op, log_bytes, nodes, ppn, version):
+    net = nccl.NcclNetwork(320e9, 100e9, latency_inter_s=3 * US, version=version)
+    ranks, nbytes = nodes * ppn, 2**log_bytes
+    if ranks < 2:
+        return
+    c = nccl.choose(op, nbytes, ranks, nodes, net)
+    times = [t for a in nccl.ALGOS for p in nccl.PROTOS
+             if (t := nccl.time_s(op, nbytes, ranks, nodes, net, a, p)) is not None]
+    assert c.time_s == min(times) > 0
+    # nothing beats the bus bandwidth of the layout (no NVLS here)
+    bus = net.intra_bus_Bps if nodes == 1 else net.inter_bus_Bps
+    factor = {"allreduce": 2 * (ranks - 1) / ranks}.get(op, (ranks - 1) / ranks if op != "broadcast" and
+                                                         op != "reduce" else 1.0)
+    assert nbytes / c.time_s * factor <= bus * (1 + 1e-9)
+
+
+def test_cost_model_nccl_uses_the_network_or_the_cluster():
+    cluster = Cluster(4, 8, Link(0, 320e9), Link(4 * US, 100e9))
+    derived = CostModel(cluster, "nccl")
+    given_net = CostModel(cluster, "nccl", nccl=A100)
+    assert derived.allreduce(2**20) == pytest.approx(nccl.choose("allreduce", 2**20, 32, 4, nccl.NcclNetwork(
+        320e9, 100e9, latency_inter_s=4 * US)).time_s)
+    assert given_net.allreduce(2**20) == nccl.choose("allreduce", 2**20, 32, 4, A100).time_s
+    forced = CostModel(cluster, "nccl", nccl=A100, nccl_algorithms=("ring",), nccl_protocols=("Simple",))
+    assert forced.allreduce(2**20) == nccl.time_s("allreduce", 2**20, 32, 4, A100, "ring", "Simple")
+    # a subgroup on one node is costed at its own layout
+    assert given_net.time("allreduce", 2**20, members=range(8)) == nccl.choose("allreduce", 2**20, 8, 1,
+                                                                                 A100).time_s
