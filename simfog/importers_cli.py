@@ -1,7 +1,10 @@
-"""`simfog import KIND FILE -o OUT.json[.gz]`: turn a third-party measurement file into a simfog trace.
+"""`simfog import KIND FILE... -o OUT.json[.gz]`: turn third-party measurement files into a simfog trace.
 
     simfog import nccl-tests nccl_8.log -o net-a100-8.json
-    simfog import osu allreduce4.log -o net-osu-4.json -s ranks=4
+    simfog import nccl-tests nccl_8.log nccl_16.log nccl_32.log -o net-a100.json.gz     # one NetworkTrace
+    simfog import nccl-tests ag.log --collective allgather -o net-ag.json               # log does not name it
+    simfog import osu allreduce2.log allreduce4.log allreduce8.log -o net-osu.json.gz
+    simfog import osu IMB-MPI1-allreduce.log -o net-imb.json                            # Intel MPI Benchmarks
     simfog import kineto nccl_data.json.gz -o resnet50.json.gz -s batch_size=32 -s model=resnet50
     simfog import mgwfbp tmp8comm.log -o googlenet.json -s forward_per_backward=0.5
 """
@@ -9,10 +12,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 
 from simfog.errors import ConfigError
-from simfog.importers import IMPORTERS, import_file, options_of
+from simfog.importers import IMPORTERS, ImporterWarning, import_files, options_of
 from simfog.trace import ModelTrace
 
 
@@ -29,8 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _epilog()
     parser.add_argument("kind", choices=IMPORTERS.names(), help="what FILE is")
-    parser.add_argument("file", help="the file to import (.gz read transparently where the format is JSON)")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="the file(s) to import (.gz read transparently); several files (network importers: "
+                        "nccl-tests, osu, imb) are merged into one NetworkTrace")
     parser.add_argument("-o", "--output", required=True, help="trace to write: OUT.json or OUT.json.gz (atomic)")
+    parser.add_argument("--collective", metavar="NAME", default=None,
+                        help="the collective of logs that do not name it; in logs that do, only its runs are "
+                        "imported (same as -s collective=NAME)")
     parser.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an importer option, repeatable (see below)")
 
@@ -60,19 +70,38 @@ def _options(kind: str, pairs: list[str]) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Import args.file with importer args.kind, write args.output atomically, print one summary line.
+    """Import args.files with importer args.kind (several are merged into one NetworkTrace), write args.output
+    atomically, print every ImporterWarning as `simfog: warning: ...` on stderr and one summary line.
     Returns 0. Raises ConfigError (naming the file) for a bad file, option or output name."""
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", str(out), "a file name ending in .json or .json.gz")
-    trace = import_file(args.kind, args.file, **_options(args.kind, args.set))
+    files = list(getattr(args, "files", None) or [args.file])
+    options = _options(args.kind, args.set)
+    collective = getattr(args, "collective", None)
+    if collective is not None:
+        if "collective" not in options_of(args.kind):
+            raise ConfigError("--collective", collective, f"only for importers with a collective option: "
+                              f"{', '.join(k for k in IMPORTERS.names() if 'collective' in options_of(k))}")
+        if options.get("collective", collective) != collective:
+            raise ConfigError("--collective", collective, f"the same as -s collective={options['collective']}")
+        options["collective"] = collective
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImporterWarning)
+        trace = import_files(args.kind, files, **options)
+    for w in caught:
+        if issubclass(w.category, ImporterWarning):
+            print(f"simfog: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     trace.save(out)
     if isinstance(trace, ModelTrace):
         what = (f"ModelTrace {trace.model!r}: {len(trace.layers)} layers, {len(trace.tensors)} tensors "
                 f"({trace.parameters} elements), {trace.samples} iteration(s)")
     else:
         ranks = sorted({m.ranks for m in trace.measurements})
+        collectives = sorted({m.collective for m in trace.measurements})
         what = (f"NetworkTrace {trace.backend}/{trace.transport}: {len(trace.measurements)} measurements, "
-                f"ranks {', '.join(map(str, ranks))}")
-    print(f"{args.file} -> {out}: {what}")
+                f"ranks {', '.join(map(str, ranks))}, {', '.join(collectives)}")
+    print(f"{' '.join(files) if len(files) <= 3 else f'{len(files)} files'} -> {out}: {what}")
     return 0

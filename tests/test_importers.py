@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from simfog import importers_cli
 from simfog.errors import ConfigError
-from simfog.importers import IMPORTERS, import_file
+from simfog.importers import IMPORTERS, ImporterWarning, import_file
 from simfog.importers.mgwfbp import network_trace_of
 from simfog.trace import load_model_trace, load_network_trace
 
@@ -34,13 +34,13 @@ def us(m, nbytes):
 
 # ---- registry and API ----
 
-def test_registry_lists_the_four_importers_with_docstrings():
-    assert IMPORTERS.names() == ["kineto", "mgwfbp", "nccl-tests", "osu"]
+def test_registry_lists_the_importers_with_docstrings():
+    assert IMPORTERS.names() == ["imb", "kineto", "mgwfbp", "nccl-tests", "osu"]
     assert all(doc for _, doc in IMPORTERS.describe())
 
 
 def test_unknown_kind_option_or_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="one of kineto, mgwfbp, nccl-tests, osu"):
+    with pytest.raises(ConfigError, match="one of imb, kineto, mgwfbp, nccl-tests, osu"):
         import_file("horovod", tmp_path / "x.log")
     (tmp_path / "x.log").write_text("")
     with pytest.raises(ConfigError, match="ranks, nodes, transport, backend") as e:
@@ -79,7 +79,7 @@ def test_echo_quirks_in_place_column_interleaved_tag_and_transport():
     assert net8.transport == "nvlink"                     # one node of SXM4 GPUs
     net128 = import_file("nccl-tests", ECHO / "nccl_128.log")
     assert net128.measurements[0].nodes == 16             # 17 if the interleaved "[1,0]<stdout>:" tag were kept
-    assert len(net128.extra["nccl_tests"]["hosts"]) == 16
+    assert len(net128.extra["nccl_tests"][0]["hosts"]) == 16
     assert us(net128, 1024) == [1242.3, 91.97]            # the noisy first row is kept as measured
     assert net128.transport == "unknown"
     assert import_file("nccl-tests", ECHO / "nccl_128.log", transport="ib").transport == "ib"
@@ -100,7 +100,7 @@ def test_abci_v100_reference_points(path, ranks, nodes, t4, t1mib, t32mib, avg):
     assert {(m.ranks, m.nodes) for m in net.measurements} == {(ranks, nodes)}
     assert len(net.measurements) == 24                    # 4 B .. 32 MiB, UCX warning lines skipped
     assert (us(net, 4)[0], us(net, MiB)[0], us(net, 32 * MiB)[0]) == (t4, t1mib, t32mib)
-    assert net.extra["nccl_tests"]["avg_busbw_GBps"] == avg
+    assert net.extra["nccl_tests"][0]["avg_busbw_GBps"] == avg
     assert net.provenance.date.startswith("2021-06-")     # from the UCX warnings' unix time stamps
 
 
@@ -109,7 +109,7 @@ def test_abci_v100_reference_points(path, ranks, nodes, t4, t1mib, t32mib, avg):
 def test_times_agree_with_the_logs_busbw_column(path):
     """busbw = size/time * 2(n-1)/n: checks the µs -> s conversion and the column alignment of every row."""
     net = import_file("nccl-tests", path)
-    for m, busbw in zip(net.measurements, net.extra["nccl_tests"]["busbw_GBps"], strict=True):
+    for m, busbw in zip(net.measurements, net.extra["nccl_tests"][0]["busbw_GBps"], strict=True):
         n = m.ranks
         for t, b in zip(m.time_s, busbw, strict=True):
             expected = m.bytes / t / 1e9 * 2 * (n - 1) / n
@@ -160,7 +160,8 @@ def test_the_collective_is_read_inferred_or_must_be_given(tmp_path):
     (tmp_path / "named.log").write_text(named)
     assert import_file("nccl-tests", tmp_path / "named.log").measurements[0].collective == "allgather"
     (tmp_path / "ag.log").write_text(_nccl_log(rows, ranks=4, hosts=["a"], factor=0.75))   # (n-1)/n: not allreduce
-    with pytest.raises(ConfigError, match="pass collective=NAME.*allgather, reduce_scatter, alltoall"):
+    # old-format columns 'redop' before time rule out allgather (no redop column); (n-1)/n leaves two
+    with pytest.raises(ConfigError, match="pass collective=NAME.*fits reduce_scatter, alltoall"):
         import_file("nccl-tests", tmp_path / "ag.log")
     net = import_file("nccl-tests", tmp_path / "ag.log", collective="reduce-scatter")
     assert net.measurements[0].collective == "reduce_scatter"
@@ -195,9 +196,13 @@ def test_osu_reference_points(name, ranks, expected):
 
 
 @needs_ref
-def test_osu_process_count_must_be_known_and_consistent():
+def test_osu_process_count_must_be_known_and_consistent(tmp_path):
+    (tmp_path / "osu.log").write_bytes((MG / "allreduce4.log").read_bytes())
     with pytest.raises(ConfigError, match="pass ranks=N"):
-        import_file("osu", MG / "allreduce4.log")          # no "4," prefix in this file
+        import_file("osu", tmp_path / "osu.log")           # no "4," prefix in this file, no number in its name
+    with pytest.warns(ImporterWarning, match="ranks = 4 taken from the file name"):
+        net = import_file("osu", MG / "allreduce4.log")
+    assert net.measurements[0].ranks == 4 and net.extra["osu"][0]["ranks_from"] == "inferred from the file name"
     with pytest.raises(ConfigError, match="prefix"):
         import_file("osu", MG / "allreduce8.log", ranks=4)
     assert import_file("osu", MG / "allreduce8.log", nodes=2).measurements[0].nodes == 2
