@@ -39,8 +39,9 @@ STATISTICS = {"min": np.min, "median": np.median, "mean": np.mean}
 FLAG_ERROR = 0.25
 FLAG_SLOWER = 1.2
 # log GB/s, log GB/s, latencyInter µs, launch µs, log fill bytes (1 KiB .. 64 MiB)
-_BOUNDS = ([math.log(0.01), math.log(0.01), 0.0, 0.0, math.log(2**10)],
-           [math.log(1e4), math.log(1e4), 200.0, 1000.0, math.log(2**26)])
+# and the launch per extra GPU of one thread, µs
+_BOUNDS = ([math.log(0.01), math.log(0.01), 0.0, 0.0, math.log(2**10), 0.0],
+           [math.log(1e4), math.log(1e4), 200.0, 1000.0, math.log(2**26), 100.0])
 _ARCH_BY_NAME = (("B200", "blackwell"), ("GB200", "blackwell"), ("B100", "blackwell"), ("H100", "hopper"),
                  ("H200", "hopper"), ("H800", "hopper"), ("GH200", "hopper"), ("A100", "ampere"),
                  ("A800", "ampere"), ("A30", "ampere"), ("A10", "ampere"), ("V100", "volta"))
@@ -114,16 +115,33 @@ def arch_of(trace: NetworkTrace) -> str | None:
     return None
 
 
-def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, int, int, int, float]]:
+def gpus_per_thread(trace: NetworkTrace) -> list[int]:
+    """For each measurement, how many GPUs one thread of the benchmark drove (nccl-tests' `-g`, the header's
+    nGpus), from the importer's per-run records in extra["nccl_tests"]; 1 where unrecorded. One thread launches
+    its GPUs' kernels one after another, so a single-process run of 8 GPUs pays about 8 launches per operation:
+    the 2/4/8-GPU A100 logs' 8 B times grow 8.5 -> 16 -> 31 us while the network does not change."""
+    out = [1] * len(trace.measurements)
+    runs = trace.extra.get("nccl_tests") if isinstance(trace.extra, dict) else None
+    for run in runs if isinstance(runs, list) else ():
+        span = run.get("measurements") if isinstance(run, dict) else None
+        m = re.search(r"nGpus\s+(\d+)", str(run.get("header", ""))) if isinstance(run, dict) else None
+        if m and isinstance(span, list) and len(span) == 2:
+            for i in range(max(0, span[0]), min(len(out), span[1])):
+                out[i] = max(1, int(m.group(1)))
+    return out
+
+
+def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, int, int, int, float, int]]:
     pts = []
     for trace in traces:
-        for m in trace.measurements:
-            if m.ranks < 2 or m.collective not in nccl.OPS or not m.time_s:
+        gpus = gpus_per_thread(trace)
+        for m, g in zip(trace.measurements, gpus, strict=True):
+            if m.ranks < 2 or m.collective not in nccl.OPS or not m.time_s or m.bytes == 0:  # 0 B: no transfer
                 continue
             t = float(STATISTICS[statistic](m.time_s))
             if not (math.isfinite(t) and t > 0):
                 raise ConfigError("measurements.time_s", list(m.time_s), "times > 0 (errors are relative)")
-            pts.append((m.collective, m.ranks, m.nodes, m.bytes, t))
+            pts.append((m.collective, m.ranks, m.nodes, m.bytes, t, g))
     return pts
 
 
@@ -165,15 +183,18 @@ def fit(traces: Sequence[NetworkTrace], *, version: str = "2.30", gpu_arch: str 
     lo, hi = list(_BOUNDS[0]), list(_BOUNDS[1])
     if not fit_fill:
         lo[4], hi[4] = math.log(DEFAULT_TREE_FILL_B) - 1e-9, math.log(DEFAULT_TREE_FILL_B) + 1e-9
+    threaded = any(p[5] > 1 for p in pts)
+    if not threaded:
+        hi[5] = 1e-9
 
     def residuals(x: np.ndarray, ch: int) -> np.ndarray:
         net = network(x, ch)
-        return np.array([math.log(nccl.choose(op, b, r, n, net).time_s / t) for op, r, n, b, t in pts])
+        return np.array([math.log(_predict(op, r, n, b, g, net, x[5] * 1e-6) / t) for op, r, n, b, t, g in pts])
 
     best = None
     for ch in (channels,) if channels else CHANNELS:
         for fill in (1.6e4, 1e6) if fit_fill else (DEFAULT_TREE_FILL_B,):
-            x0 = np.clip(np.array([math.log(guess), math.log(guess), 5.0, 5.0, math.log(fill)]), lo, hi)
+            x0 = np.clip(np.array([math.log(guess), math.log(guess), 5.0, 5.0, math.log(fill), 2.0]), lo, hi)
             r = least_squares(residuals, x0, args=(ch,), loss="soft_l1", f_scale=0.05, bounds=(lo, hi))
             if best is None or r.cost < best[0]:
                 best = (r.cost, ch, r.x)
@@ -183,15 +204,26 @@ def fit(traces: Sequence[NetworkTrace], *, version: str = "2.30", gpu_arch: str 
         ["bus bandwidth on several nodes", "latencyInter"] if multi else []) + (
         ["tree fill"] if fit_fill else []) + ["launch"] + (
         [] if channels else ["channels"])
-    return NcclCalibration(net, _points(pts, net), tuple(fitted), source)
+    if threaded:
+        fitted.append(f"launch per extra GPU of one thread ({x[5]:.3g} us; for the fit only)")
+    return NcclCalibration(net, _points(pts, net, float(x[5]) * 1e-6), tuple(fitted), source)
 
 
-def _points(pts, net: nccl.NcclNetwork) -> tuple[Point, ...]:
+def _predict(op: str, ranks: int, nodes: int, nbytes: int, gpus_per_thread: int, net: nccl.NcclNetwork,
+             thread_launch_s: float) -> float:
+    """The model's time for a measurement whose thread drove `gpus_per_thread` GPUs: each GPU after the first
+    adds one serial launch (`thread_launch_s`, fitted apart from NcclNetwork.launch_s, which holds for the usual
+    one GPU per process and is what simulations use)."""
+    return nccl.choose(op, nbytes, ranks, nodes, net).time_s + (gpus_per_thread - 1) * thread_launch_s
+
+
+def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[Point, ...]:
     """Residual of every measurement with its flag, sorted by (op, ranks, nodes, bytes)."""
     pts = sorted(pts, key=lambda p: p[:4])
     out = []
-    for i, (op, r, n, b, t) in enumerate(pts):
+    for i, (op, r, n, b, t, g) in enumerate(pts):
         c = nccl.choose(op, b, r, n, net)
+        c = replace(c, time_s=_predict(op, r, n, b, g, net, thread_launch_s))
         nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
         flag = ""
         if nxt is not None and t > FLAG_SLOWER * nxt[4]:

@@ -153,3 +153,23 @@ def test_experiment_with_network_file_simulates_with_nccl(tmp_path):
     assert cost.allreduce(2**20) == nccl.choose("allreduce", 2**20, 16, 2, exp.network.nccl,
                                                 protocols=("Simple",)).time_s
     Simulation(exp).run()
+
+
+def test_single_process_logs_pay_one_launch_per_gpu():
+    """nccl-tests -g 8 (one thread, 8 GPUs) is recorded per measurement and fitted as serial launches."""
+    trace = import_file("nccl-tests", A100 / "nccl_8.log")
+    assert set(nccl_fit.gpus_per_thread(trace)) == {8}
+    assert set(nccl_fit.gpus_per_thread(import_file("nccl-tests", A100 / "nccl_16.log"))) == {1}
+    cal = nccl_fit.fit([import_file("nccl-tests", A100 / f"nccl_{n}.log") for n in (2, 4, 8)])
+    assert any("launch per extra GPU" in f for f in cal.fitted)
+    # 8 B: 2, 4, 8 GPUs measured 8.5, 16.4, 31.4 us (x3.7); NCCL's latencies alone grow x1.9 (7.8 -> 15.0 us)
+    small = {p.ranks: p for p in cal.points if p.bytes == 8}
+    assert small[8].predicted_s / small[2].predicted_s > 2.5
+    assert all(abs(small[n].rel_error) < 0.2 for n in (2, 4, 8))
+
+
+def test_zero_byte_rows_are_left_out():
+    trace = synthetic([(8, 1), (16, 2)])
+    zero = Measurement("allreduce", 8, 1, 0, (0.0, 0.0))
+    with_zero = replace(trace, measurements=(zero, *trace.measurements))
+    assert len(nccl_fit.fit([with_zero], channels=8).points) == len(trace.measurements)
