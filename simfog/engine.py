@@ -153,6 +153,9 @@ class Simulation:
         self.slowdown, self.delays = _heterogeneity(exp, rng)
         self.records: list[tuple] = []
         self.algorithm = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")(self)
+        # Per trace sample, how long backward takes: an algorithm may lengthen it (comm.overlap_slowdown).
+        slowed = getattr(self.algorithm, "backward_s", None)
+        self.backward_s = self.compute.backward_s if slowed is None else slowed
 
     def symmetric_allowed(self) -> bool:
         """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike."""
@@ -173,7 +176,7 @@ class Simulation:
             t_b = env.now
             self.record(rank, it, "forward", "forward", t0, t_b)
             comm_done = self.algorithm.backward_started(rank, it, s, t_b)
-            yield env.timeout(c.backward_s[s] * slow)
+            yield env.timeout(self.backward_s[s] * slow)
             t_e = env.now
             self.record(rank, it, "backward", "backward", t_b, t_e)
             if comm_done is not None:

@@ -5,6 +5,7 @@ TOML, read with tomllib. Paths are relative to the file; every quantity carries 
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -60,6 +61,10 @@ class Comm:
     consensus_eps: float | None = None       # mixing report: consensus error to reach (default 0.01)
     nccl_algorithms: tuple[str, ...] | None = None  # collective "nccl": NCCL_ALGO, the algorithms it may choose
     nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO, the protocols it may choose
+    # Costs beyond the wire (simfog.overheads; None: the trace's measurement, else unmeasured).
+    bucket_copy_Bps: float | None = None     # flat bucket buffer copy bandwidth: M/bw to pack, M/bw to unpack
+    collective_overhead_s: float | None = None  # per collective launch: hooks, negotiation
+    overlap_slowdown: float | None = None    # backward runs this many times slower beside a running collective
 
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -116,6 +121,12 @@ class Experiment:
         """True when any input was estimated rather than measured."""
         return bool(self.workload.trace.provenance.estimated)
 
+    def overheads(self):
+        """The communication overheads this experiment runs with, each with its source (simfog.overheads)."""
+        from simfog.overheads import resolve
+
+        return resolve(self.comm, self.workload.trace)
+
     def with_ranks(self, ranks: int) -> Experiment:
         return replace(self, cluster=self.cluster.with_ranks(ranks))
 
@@ -132,7 +143,8 @@ _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_b
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
-         "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto"}
+         "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto",
+         "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"}
 COMBINES = ("awc", "atc")
 
 
@@ -250,10 +262,14 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         streams=_int(m, "streams", p, source, default=1),
         nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
         nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
-        **_decentralized_keys(m, p, source))
+        **_decentralized_keys(m, p, source), **_overhead_keys(m, p, source))
     if comm.streams != 1 and comm.algorithm != "allreduce":
         raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
                           "flight are modelled for bucketed allreduce only)", source=source)
+    for key in ("bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"):
+        if key in m and comm.algorithm != "allreduce":
+            raise ConfigError(f"comm.{key}", m[key], 'only with algorithm = "allreduce" (the overheads are modelled '
+                              "for bucketed allreduce only)", source=source)
     if comm.merge == "threshold" and comm.threshold_bytes is None:
         raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
                           source=source)
@@ -293,6 +309,26 @@ def _names(m: Mapping, key: str, p: str, source: str | None, allowed: tuple[str,
         raise ConfigError(f"{p}{key}", value, f"one or more of {', '.join(allowed)}, e.g. \"{allowed[1]}\"",
                           source=source)
     return tuple(canon[i.strip().lower()] for i in items)
+
+
+def _overhead_keys(m: Mapping, p: str, source: str | None) -> dict:
+    """[comm] bucket_copy_bandwidth ("10GB/s", "0GB/s" = free copies), collective_overhead ("20us") and
+    overlap_slowdown (a factor >= 1), validated; absent keys stay None (the trace's measurement or unmeasured)."""
+    out: dict = {}
+    if "bucket_copy_bandwidth" in m:
+        out["bucket_copy_Bps"] = _quantity(m, "bucket_copy_bandwidth", "bandwidth", p, source)
+    if "collective_overhead" in m:
+        out["collective_overhead_s"] = _quantity(m, "collective_overhead", "time", p, source)
+    if "overlap_slowdown" in m:
+        f = m["overlap_slowdown"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
+            raise ConfigError(f"{p}overlap_slowdown", f, "a number >= 1: how many times slower backward compute "
+                              "runs while a collective runs beside it (1.0 = no slowdown)", source=source)
+        out["overlap_slowdown"] = float(f)
+    for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s")):
+        if name in out and not math.isfinite(out[name]):
+            raise ConfigError(f"{p}{key}", m[key], "a finite value", source=source)
+    return out
 
 
 def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:

@@ -112,8 +112,16 @@ class Result:
             "symmetric_fast_path": self.symmetric,
             "trace": exp.workload.trace_path,
             "network_trace": exp.network_trace,
+            **_overhead_fields(exp),
             **_mixing_fields(self.mixing),
         }
+
+
+def _overhead_fields(exp) -> dict:
+    """Costs beyond the wire (simfog.overheads): bucket_copy_Bps, collective_overhead_s, overlap_slowdown, each
+    with `<name>_source`: "experiment file", "measured on <device> by the collector (...)" or "unmeasured: 0"."""
+    overheads = getattr(exp, "overheads", None)
+    return overheads().summary() if callable(overheads) else {}
 
 
 MIXING_FIELDS = ("topology", "spectral_gap", "iterations_to_consensus", "consensus_eps",

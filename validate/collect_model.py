@@ -62,6 +62,9 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
     load_before, threads_before = os.getloadavg(), torch.get_num_threads()
     try:
         runs = [_measure(job)] if concurrent == 1 else _measure_concurrent(job, concurrent)
+        if threads:
+            torch.set_num_threads(threads)
+        copy = measure_bucket_copy(name, device)
     finally:
         torch.set_num_threads(threads_before)  # in-process runs must not change the caller's setting
     load_after = os.getloadavg()
@@ -88,6 +91,12 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
         "layers": run["layers"], "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
         "forward_wall_s": run["forward_wall_s"], "backward_wall_s": run["backward_wall_s"],
         "grad_ready_order_stable": run["grad_ready_order_stable"],
+        "comm_overheads": {
+            "bucket_copy_Bps": copy["Bps"], "collective_overhead_s": None, "overlap_slowdown": None,
+            "device": _device_info(device, run["threads"], concurrent)["name"], "how": copy["how"],
+            "bucket_copy_s": {"pack": copy["pack_s"], "unpack": copy["unpack_s"]}, "bytes": copy["bytes"],
+            "not_measured": "collective_overhead_s and overlap_slowdown: this collector does not measure them "
+                            "(simfog uses 0 and 1.0 unless the experiment file sets them)"},
     }
     if concurrent > 1:
         data["concurrent"] = {"processes": concurrent, "trace_from_rank": 0, "iteration_s": [
@@ -95,6 +104,44 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
             for r in runs]}
     # Through JSON and the format-1 validator: what we return is exactly what a saved file reloads as.
     return model_trace_from_dict(json.loads(json.dumps(data)))
+
+
+def measure_bucket_copy(name: str, device: str = "cpu", *, repeats: int = 15) -> dict:
+    """Flat-buffer copy bandwidth on `device`: copy one tensor per trainable parameter of zoo model `name` (its
+    gradients' shapes, dtypes and order) into one flat buffer (pack, as DDP and Horovod fill a bucket) and back out
+    (unpack), `repeats` times after one warm-up; the median of each. Returns Bps (bytes / mean of the pack and
+    unpack medians), pack_s, unpack_s (medians), bytes and how (a sentence)."""
+    dev = torch.device(device)
+    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    with torch.device("meta"):
+        shapes = [(p.shape, p.dtype) for p in models.get(name).build().parameters() if p.requires_grad]
+    grads = [torch.randn(s, device=dev).to(d) for s, d in shapes]
+    total = sum(g.numel() for g in grads)
+    flat = torch.empty(total, dtype=grads[0].dtype if grads else torch.float32, device=dev)
+    views, offset = [], 0
+    for g in grads:
+        views.append(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    pack, unpack = [], []
+    with torch.no_grad():
+        for i in range(repeats + 1):
+            t0 = clock.mark()
+            for v, g in zip(views, grads):
+                v.copy_(g)
+            t1 = clock.mark()
+            for v, g in zip(views, grads):
+                g.copy_(v)
+            t2 = clock.mark()
+            clock.sync()
+            if i:
+                pack.append(clock.seconds(t0, t1))
+                unpack.append(clock.seconds(t1, t2))
+    nbytes = sum(g.numel() * g.element_size() for g in grads)
+    p, u = float(numpy.median(pack)), float(numpy.median(unpack))
+    return {"Bps": nbytes / ((p + u) / 2) if p + u > 0 else None, "pack_s": p, "unpack_s": u, "bytes": nbytes,
+            "how": f"{len(grads)} gradient-shaped tensors ({nbytes} B) copied into one flat buffer and back, "
+                   f"{torch.get_num_threads()} torch thread(s), median of {repeats} after 1 warm-up; "
+                   f"bytes / mean(pack, unpack)"}
 
 
 def _loads(load: tuple[float, float, float]) -> str:

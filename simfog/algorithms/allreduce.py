@@ -2,6 +2,14 @@
 
 Static policies launch buckets strictly in order on each rank's communication stream; Horovod's fusion happens at
 run time in a background cycle that fuses only tensors ready on every rank (its negotiation).
+
+Costs beyond the wire (simfog.overheads, `Experiment.overheads()`): each bucket (fused buffer) of M bytes pays
+M/bucket_copy_Bps to pack before its collective, collective_overhead_s to launch it, and M/bucket_copy_Bps to unpack
+after it, all on the rank's communication stream (recorded as "comm" intervals named `<bucket>.pack`,
+`<bucket>.overhead`, `<bucket>.unpack`). The overlap slowdown is approximated: backward runs overlap_slowdown
+times slower from the moment the first bucket is launched (Horovod: the first gradient is ready) to its end,
+whether or not a collective is still running then; gradient-ready times after that moment stretch alike. This
+over-estimates the slowdown where the collectives finish well before backward does.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import numpy as np
 
 from simfog import merge
 from simfog.algorithms import REGISTRY
+from simfog.overheads import CommOverheads, stretch_after
 
 
 def _settings(comm) -> merge.MergeSettings:
@@ -30,19 +39,27 @@ class AllreduceSGD:
     """Data-parallel SGD: bucketed gradient allreduce overlapping backward (DDP, Horovod, BAGUA, MG-WFBP...)."""
 
     symmetric = True
+    overheads = CommOverheads()  # none, for subclasses that do not model them (compressed algorithms)
+    backward_s = None            # the engine's own backward, unless the overlap slowdown lengthens it
 
     def __init__(self, sim):
         self.sim = sim
         comm = sim.experiment.comm
         tensors, offsets = _tensor_ready_offsets(sim)
+        self.overheads = oh = sim.experiment.overheads()
         self.dynamic = comm.merge in merge.DYNAMIC
         if self.dynamic:
-            self._impl = _HorovodCycles(sim, tensors, offsets, _settings(comm))
+            if oh.overlap_slowdown != 1.0 and offsets.size:
+                first = offsets.min(axis=1, keepdims=True)  # collectives can run from the first ready gradient
+                offsets = self._slow_backward(offsets, first)
+            self._impl = _HorovodCycles(sim, tensors, offsets, _settings(comm), oh)
             return
         self.buckets = merge.plan(comm.merge, tensors, _settings(comm), sim.cost.allreduce)
         index = {t.name: i for i, t in enumerate(tensors)}
         # A bucket is launched when its last gradient is ready: (samples, buckets).
         self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
+        if oh.overlap_slowdown != 1.0:
+            self.ready = self._slow_backward(self.ready, self.ready.min(axis=1, keepdims=True))
         self.durations = [sim.cost.allreduce(b.nbytes) for b in self.buckets]
         self.collectives: dict[tuple[int, int], object] = {}
         self.streams = comm.streams
@@ -51,6 +68,13 @@ class AllreduceSGD:
             from simfog.engine import SharedChannel
 
             self.channel = SharedChannel(sim.env, _shared_allreduce_time(sim.cost))
+
+    def _slow_backward(self, ready: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Stretch backward after `first` (samples, 1) by the overlap slowdown: sets self.backward_s (what the
+        engine runs) and returns `ready` (samples, n), times from backward's start, stretched alike."""
+        f = self.overheads.overlap_slowdown
+        self.backward_s = stretch_after(self.sim.compute.backward_s, first[:, 0], f)
+        return stretch_after(ready, first, f)
 
     def describe_buckets(self) -> list[dict]:
         if self.dynamic:
@@ -78,6 +102,9 @@ class AllreduceSGD:
         slow = self.sim.slowdown[rank]
         in_flight: list[tuple[float, object]] = []  # (arrival, collective), launch order
         running: list = []                          # done events of collectives not yet finished
+        finished: list = []                         # per bucket: its collective (and unpack) done
+        extra: list[tuple[str, float, float]] = []  # pack / overhead / unpack intervals
+        overhead = self.overheads.collective_overhead_s
         for b in range(len(self.buckets)):
             launch = t_backward + ready[b] * slow
             if launch > env.now:  # buckets launch in order: a ready bucket waits for the earlier ones
@@ -88,19 +115,38 @@ class AllreduceSGD:
                     yield env.any_of(running)
                     running = [e for e in running if not e.processed]
             coll = self._collective(iteration, b)
+            copy = self.overheads.copy_s(self.buckets[b].nbytes)
+            for what, cost in (("pack", copy), ("overhead", overhead)):
+                if cost > 0:
+                    t = env.now
+                    yield env.timeout(cost)
+                    extra.append((f"{coll.name}.{what}", t, env.now))
             in_flight.append((env.now, coll))
             event = coll.join()
+            if copy > 0:
+                event = env.process(_unpack(env, coll, event, copy, extra))
+            finished.append(event)
             if self.streams == 1:
                 yield event
             else:
                 running.append(event)
-        for _, coll in in_flight:
-            if not coll.done.processed:
-                yield coll.done
+        for event in finished:
+            if not event.processed:
+                yield event
         for arrived, coll in in_flight:
             if coll.start > arrived:
                 record(rank, iteration, "wait", coll.name, arrived, coll.start)
             record(rank, iteration, "comm", coll.name, coll.start, coll.end)
+        for name, start, end in extra:
+            record(rank, iteration, "comm", name, start, end)
+
+
+def _unpack(env, coll, done, seconds: float, extra: list):
+    """After the collective: copy the bucket back out of its flat buffer (on that collective's stream)."""
+    yield done
+    start = env.now
+    yield env.timeout(seconds)
+    extra.append((f"{coll.name}.unpack", start, env.now))
 
 
 def _shared_allreduce_time(cost):
@@ -128,8 +174,8 @@ class _HorovodCycles:
     """Horovod's background loop: every cycle, negotiate which tensors are ready on all ranks, fuse them up to the
     fusion threshold, allreduce the fused buffers one after another; sleep until the next cycle is due."""
 
-    def __init__(self, sim, tensors, offsets, settings: merge.MergeSettings):
-        self.sim, self.tensors, self.offsets = sim, tensors, offsets
+    def __init__(self, sim, tensors, offsets, settings: merge.MergeSettings, overheads):
+        self.sim, self.tensors, self.offsets, self.overheads = sim, tensors, offsets, overheads
         self.threshold = settings.threshold_bytes or merge.HOROVOD_FUSION_BYTES
         self.cycle = settings.cycle_time_s or merge.HOROVOD_CYCLE_S
         n_it = sim.experiment.iterations
@@ -163,10 +209,16 @@ class _HorovodCycles:
                         pending = [i for i in pending if i not in done]
                         for bucket in merge.horovod_fuse([self.tensors[i] for i in ready], self.threshold):
                             duration = sim.cost.allreduce(bucket.nbytes)
+                            copy = self.overheads.copy_s(bucket.nbytes)
+                            for what, cost in (("pack", copy), ("overhead", self.overheads.collective_overhead_s)):
+                                if cost > 0:
+                                    yield from self._busy(it, f"fused{fused}.{what}", cost)
                             start = env.now
                             yield env.timeout(duration)
                             for r in range(sim.simulated_ranks):
                                 sim.record(r, it, "comm", f"fused{fused}", start, env.now)
+                            if copy > 0:
+                                yield from self._busy(it, f"fused{fused}.unpack", copy)
                             if it == 0:
                                 self.fused.append({"bucket": fused, "tensors": len(bucket.tensors),
                                                    "bytes": bucket.nbytes, "allreduce_s": duration})
@@ -175,3 +227,11 @@ class _HorovodCycles:
                     # A cycle that took longer than cycle_time is followed at once (Horovod's RunLoopOnce).
                     yield env.timeout(max(cycle_start + self.cycle - env.now, 0.0))
             self.done[it].succeed()
+
+    def _busy(self, it: int, name: str, seconds: float):
+        """Every rank's communication stream busy `seconds` with `name` (a copy or the launch overhead)."""
+        env = self.sim.env
+        start = env.now
+        yield env.timeout(seconds)
+        for r in range(self.sim.simulated_ranks):
+            self.sim.record(r, it, "comm", name, start, env.now)

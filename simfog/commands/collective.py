@@ -12,6 +12,7 @@ sizes with --compare. Columns as nccl-tests (time in µs, algbw and busbw in GB/
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from simfog import nccl, network_file, units
 from simfog.cli import print_json
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("nodes", "gpus_per_node"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}", getattr(args, name), "an integer >= 1")
+    if not Path(args.network).is_file():
+        raise ConfigError("--network", args.network, "an existing network file (simfog calibrate ... -o network.toml)")
     net = network_file.load(args.network).nccl
     ranks = args.nodes * args.gpus_per_node
     algos = _restrict(args.algo, nccl.ALGOS, "--algo")

@@ -78,6 +78,13 @@ def format_summary(s: dict) -> str:
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
     ]
+    if "bucket_copy_Bps" in s:
+        copy = (units.format_bandwidth(s["bucket_copy_Bps"]).replace("bit/s", "bit/s copies")
+                if s["bucket_copy_Bps"] > 0 else "free copies")
+        lines.append(f"  beyond the wire    {copy} ({s['bucket_copy_Bps_source']}); "
+                     f"{units.format_time(s['collective_overhead_s'])} per collective "
+                     f"({s['collective_overhead_s_source']}); overlap slowdown {s['overlap_slowdown']:g} "
+                     f"({s['overlap_slowdown_source']})")
     if s.get("topology"):
         reach = s.get("iterations_to_consensus")
         reach = f"{reach} iterations" if reach is not None else "not within 10,000 iterations"

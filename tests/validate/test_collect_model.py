@@ -184,3 +184,21 @@ def test_cli_rejects_an_unknown_model_and_a_bad_output_name(tmp_path):
 
 def test_cli_help_lists_exactly_the_zoo():
     assert sorted(collect_model_cli.MODEL_NAMES) == models.names()
+
+
+def test_flat_bucket_copy_bandwidth_is_measured_with_its_provenance(mlp):
+    from simfog.overheads import resolve
+    from tests.conftest import make_experiment
+
+    trace, _ = mlp
+    rec = trace.extra["comm_overheads"]
+    assert rec["bytes"] == trace.nbytes  # every gradient, as the buckets hold them
+    assert rec["bucket_copy_Bps"] == pytest.approx(rec["bytes"] / ((rec["bucket_copy_s"]["pack"]
+                                                                     + rec["bucket_copy_s"]["unpack"]) / 2))
+    assert rec["bucket_copy_Bps"] > 1e6  # a memcpy of ~1 MB runs far faster than 1 MB/s anywhere
+    assert rec["device"] == trace.device["name"] and "median of" in rec["how"]
+    assert rec["collective_overhead_s"] is None and rec["overlap_slowdown"] is None and rec["not_measured"]
+    o = resolve(make_experiment(trace).comm, trace)
+    assert o.bucket_copy_Bps == rec["bucket_copy_Bps"]
+    assert o.sources["bucket_copy_Bps"].startswith(f"measured on {trace.device['name']} by the collector")
+    assert o.sources["overlap_slowdown"] == "unmeasured: 1"
