@@ -28,7 +28,7 @@ OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 #: name -> cost function f(op, nbytes, group, model) -> seconds (op already validated, group.ranks >= 2).
 ALGORITHMS: Registry[Callable[[str, float, Group, CostModel], float]] = Registry("collective")
 
-_FIT_BYTES = float(2**30)  # linear_fit's slope is the secant from 0 to 1 GiB
+_FIT_BYTES = float(2**30)  # linear_fit's default upper size
 
 
 def _clog2(k: int) -> int:
@@ -342,12 +342,14 @@ class CostModel:
         """Seconds for an allreduce of `nbytes` among all ranks (= time("allreduce", nbytes))."""
         return self.time("allreduce", nbytes)
 
-    def linear_fit(self) -> tuple[float, float]:
-        """(a, b) with T_ar(M) ≈ a + b·M for MG-WFBP: a = allreduce(0) (s), b = the secant slope from 0 to 1 GiB
-        (s/B). Exact for every algorithm here whose allreduce is affine in M (all, except a ring or tree whose
-        bottleneck link changes with M, where it is the large-message slope)."""
-        a = self.allreduce(0)
-        return a, (self.allreduce(_FIT_BYTES) - a) / _FIT_BYTES
+    def linear_fit(self, lo_bytes: float = 4.0, hi_bytes: float = _FIT_BYTES) -> tuple[float, float]:
+        """(a, b) with T_ar(M) ≈ a + b·M (s, s/B): MG-WFBP's least-squares line (simfog.merge.linear_cost: relative
+        errors on log-spaced sizes) of this model's allreduce between `lo_bytes` and `hi_bytes` (default one
+        float32 to 1 GiB; the mgwfbp policy uses the smallest gradient and the whole model). Exact for every
+        algorithm here whose allreduce is affine in M over the range."""
+        from simfog.merge import linear_cost
+
+        return linear_cost(self.allreduce, lo_bytes, hi_bytes)
 
 
 def p2p_time(cluster: Cluster, src: int, dst: int, nbytes: float, flows: int = 1) -> float:

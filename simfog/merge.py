@@ -273,11 +273,55 @@ def _next_tick(tick: float, cycle: float, when: float) -> float:
 
 # ---- MG-WFBP (Shi, Chu, Li, INFOCOM'19; HKBU-HPML/MG-WFBP distributed_optimizer.py _generate_groups_mgwfbp) ----
 
-def linear_cost(allreduce_time: AllreduceTime, nbytes: float) -> tuple[float, float]:
-    """(a, b) of T(M) = a + b·M through allreduce_time at 0 and at `nbytes` bytes (b = 0 when nbytes is 0)."""
-    a = float(allreduce_time(0))
-    b = (float(allreduce_time(nbytes)) - a) / nbytes if nbytes > 0 else 0.0
-    return a, b
+#: How many sizes MG-WFBP's line a + b·M is fitted on (log-spaced over the sizes it merges).
+LINEAR_FIT_POINTS = 64
+
+
+def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
+                points: int = LINEAR_FIT_POINTS) -> tuple[float, float]:
+    """(a, b) of T(M) ≈ a + b·M (s, s/B) for MG-WFBP, fitted to `allreduce_time` over the sizes it merges.
+
+    The fit: `points` sizes log-spaced from `lo_bytes` (the smallest gradient) to `hi_bytes` (the whole model),
+    least squares on the relative error (a + b·M − T(M)) / T(M), with a, b >= 0. Exact for an affine cost.
+
+    Source. The authors fit a + b·p by least squares to measured allreduce times and use that one line for every
+    t_c and as the start-up time a that a merge saves (HKBU-HPML/MG-WFBP distributed_optimizer.py,
+    `_benchmark_communication`: sklearn LinearRegression, i.e. ordinary least squares with an intercept, on the
+    times that profiling.py `CommunicationProfiler.benchmark` measures at 8192·i float32 elements, i = 1..63:
+    32 KiB to 2016 KiB, linearly spaced). Their INFOCOM'19 B-Caffe code instead hard-coded
+    T = 2n·α + 2(n−1)/n·M·β with α = 20 µs·n, β = 0.8 ns/B (hclhkbu/B-Caffe src/caffe/distributed.cpp).
+    simfog keeps the least-squares line and fits it to the cost model rather than to measurements, with two
+    choices of its own: the range is the one the pass merges in (the authors' fixed 32 KiB–2 MiB is inside
+    GoogLeNet's 256 B–53 MB but is not every model's), and the sizes are log-spaced with relative errors (as
+    simfog.calibrate), so that a, which the merge test weighs waits against, is set by the small messages and
+    not swamped by the largest sizes (linear spacing with absolute errors tends to the large-message secant).
+    Sizes where T is 0 are left out ((0, 0) when all are); a single size (lo >= hi) gives (T(lo), 0)."""
+    import numpy as np
+
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise ConfigError("points", points, "an integer >= 2")
+    if not (math.isfinite(lo_bytes) and math.isfinite(hi_bytes) and 0 < lo_bytes):
+        raise ConfigError("lo_bytes", (lo_bytes, hi_bytes), "finite sizes in bytes, lo > 0")
+    if hi_bytes <= lo_bytes:
+        return float(allreduce_time(lo_bytes)), 0.0
+    sizes = np.geomspace(lo_bytes, hi_bytes, points)
+    sizes[0], sizes[-1] = lo_bytes, hi_bytes
+    t = np.array([float(allreduce_time(float(m))) for m in sizes])
+    keep = t > 0
+    if not keep.any():
+        return 0.0, 0.0
+    sizes, t = sizes[keep], t[keep]
+    x = np.column_stack([1.0 / t, sizes / t])  # (a·1 + b·M) / T ≈ 1
+    y = np.ones(len(t))
+    scale = np.linalg.norm(x, axis=0)
+    sol = np.linalg.lstsq(x / scale, y, rcond=None)[0] / scale
+    candidates = [sol] if (sol >= 0).all() else []
+    for j in (0, 1):  # the best line on the boundary a = 0 or b = 0
+        c, col = np.zeros(2), x[:, j]
+        c[j] = (col @ y) / (col @ col)
+        candidates.append(c)
+    best = min(candidates, key=lambda c: float(np.sum((x @ c - y) ** 2)))
+    return float(best[0]), float(best[1])
 
 
 def _mgwfbp_core(ready: Sequence[float], nbytes: Sequence[float], a: float, b: float,
@@ -335,11 +379,13 @@ def mgwfbp_groups(backward_s: Sequence[float], nbytes: Sequence[float], a: float
 @POLICIES.register("mgwfbp")
 def _mgwfbp(tensors, settings, allreduce_time):
     """MG-WFBP: merge a gradient into the next one when that finishes communication sooner (a, b from the cost)."""
-    # Per tensor, as the authors' code; a = T(0), b from the secant to the whole model's size (exact for α-β
-    # models). tensors[k] in ready order is the paper's layer L-1-k.
+    # Per tensor, as the authors' code; a, b: the least-squares line of the cost model over the sizes merged,
+    # from the smallest gradient to the whole model (linear_cost). tensors[k] in ready order is the paper's
+    # layer L-1-k.
     if allreduce_time is None:
         raise ConfigError("comm.merge", "mgwfbp", "a cost model: MG-WFBP needs allreduce_time(nbytes)")
-    a, b = linear_cost(allreduce_time, sum(t.nbytes for t in tensors))
+    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
+    a, b = linear_cost(allreduce_time, min(sizes), sum(sizes)) if sizes else (float(allreduce_time(0)), 0.0)
     fwd = tensors[::-1]
     groups = _mgwfbp_core([t.ready_s for t in fwd], [t.nbytes for t in fwd], a, b, [t.elements for t in fwd],
                           settings.small_tensor_elements)

@@ -159,7 +159,7 @@ def load_catalogue(path: str | Path) -> Catalogue:
 
 def workload_experiment(path: str | Path) -> Experiment:
     """The workload to plan for: an experiment file (.toml; its comm settings are the defaults) or a model trace
-    (.json, .json.gz; allreduce, ring, ddp). The cluster is replaced by each option's."""
+    (.json, .json.gz; allreduce, ring, ddp). The cluster is replaced by each option's, network file included."""
     from simfog import experiment
     from simfog.trace import load_model_trace
 
@@ -211,7 +211,9 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
     for opt in catalogue.options:
-        base = replace(exp, cluster=opt.cluster())
+        # The option's links replace the experiment's cluster, and with it any network file or network trace
+        # the experiment calibrated that cluster from (else "nccl" would keep pricing the experiment's network).
+        base = replace(exp, cluster=opt.cluster(), network=None, network_trace=None)
         for coll in opt.collectives or (exp.comm.collective,):
             for m in opt.merges or (exp.comm.merge,):
                 if m == "threshold" and exp.comm.threshold_bytes is None:

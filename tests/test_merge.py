@@ -228,8 +228,38 @@ def test_mgwfbp_fast_network_and_no_startup_is_wfbp():
         ["t4"], ["t3"], ["t2"], ["t1"], ["t0"]]
 
 
-def test_linear_cost_is_read_off_the_cost_model():
-    assert merge.linear_cost(linear(2e-3, 3e-9), 1e6) == pytest.approx((2e-3, 3e-9))
+def test_linear_cost_of_an_affine_cost_is_exact():
+    # Closed form: T = a + b·M is its own least-squares line over any range (residuals 0).
+    assert merge.linear_cost(linear(2e-3, 3e-9), 256, 5e7) == pytest.approx((2e-3, 3e-9), rel=1e-9)
+    assert merge.linear_cost(linear(0.0, 3e-9), 256, 5e7) == pytest.approx((0.0, 3e-9), abs=1e-15)
+    assert merge.linear_cost(linear(2e-3, 3e-9), 1e6, 1e6) == (pytest.approx(5e-3), 0.0)  # one size: T(lo), 0
+    assert merge.linear_cost(linear(0.0, 0.0), 1, 1e6) == (0.0, 0.0)
+
+
+def rendezvous(m):
+    """An MPI-like allreduce: 20 us + 1 ns/B below 64 KiB (eager), 1 ms + 1 ns/B above (rendezvous)."""
+    return (20e-6 if m < 65536 else 1e-3) + 1e-9 * m
+
+
+def test_linear_cost_is_fitted_over_the_sizes_mgwfbp_merges():
+    # The worked example's gradients are 0.5-3 MB (7.5 MB in all), all above the 64 KiB switch: over that range
+    # the cost is exactly 1 ms + 1 ns/B, the worked example's a and b, and so is the plan. The old secant from
+    # T(0) = 20 us to T(7.5 MB) had a = 20 us: at l = 3 the wait of 0.5 ms for t2 is then not worth a start-up,
+    # so t3 went alone although it saves 1 ms (t2, t1, t0 are merged only because their allreduces queue up).
+    assert merge.linear_cost(rendezvous, 0.5e6, 7.5e6) == pytest.approx((1e-3, 1e-9), rel=1e-9)
+    assert groups(plan("mgwfbp", example(), allreduce_time=rendezvous)) == [["t4"], ["t3", "t2"], ["t1", "t0"]]
+    secant = (rendezvous(7.5e6) - rendezvous(0)) / 7.5e6
+    assert merge.mgwfbp_groups([t * 1e-3 for t in TB_MS], [p * 1e6 for p in P_MB], rendezvous(0), secant) == [
+        [4], [3], [2, 1, 0]]
+
+
+def test_linear_cost_of_a_curved_cost_stays_non_negative():
+    a, b = merge.linear_cost(lambda m: 1e-12 * m ** 1.3, 256, 5e7)  # convex from 0: the free line has a < 0
+    assert a == 0.0 and b > 0
+    a, b = merge.linear_cost(lambda m: 1e-3 + 1e-6 * m ** 0.5, 256, 5e7)  # concave: a > 0, b > 0
+    assert a > 1e-3 and b > 0
+    with pytest.raises(ConfigError, match="points"):
+        merge.linear_cost(rendezvous, 1, 10, points=1)
 
 
 # ---- properties over random models ----

@@ -199,7 +199,10 @@ def test_shipped_v100_estimate_is_the_retargeted_measured_trace():
     assert shipped.grad_ready_order == fresh.grad_ready_order
 
 
-@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.name)
+# googlenet-10gbe-*.toml read traces imported from third-party logs outside the repository (measured, not
+# estimated): tests/test_mgwfbp_reproduction.py makes those traces and runs them.
+@pytest.mark.parametrize("path", sorted(p for p in EXPERIMENTS.glob("*.toml") if not p.name.startswith(
+    "googlenet-10gbe-")), ids=lambda p: p.name)
 def test_experiment_files_load_and_say_estimated(path):
     from simfog import experiment
 

@@ -157,3 +157,24 @@ def test_cli_unreachable_and_missing_target(files, tmp_path, capsys):
     assert (tmp_path / "p.csv").exists()  # what was tried is kept
     assert cli.main(["plan", str(trace), "--catalogue", str(cat)]) == 2
     assert "--target-samples-per-s" in capsys.readouterr().err
+
+
+def test_the_options_links_replace_the_workloads_network_file(files, tmp_path):
+    """A workload experiment with `[cluster] network` (here a very slow one, so collective "nccl") is planned on
+    each option's links: the network file describes the experiment's cluster, which the option replaces."""
+    from dataclasses import replace
+
+    from simfog import experiment, nccl, network_file
+
+    trace, cat = files(text=CATALOGUE.format(cheap_nodes=4).replace('collectives = ["ring"]\n', ""))
+    network_file.save(tmp_path / "slow.toml", nccl.NcclNetwork(intra_bus_Bps=1e9, inter_bus_Bps=1e7))
+    exp_path = tmp_path / "e.toml"
+    exp_path.write_text(f'[workload]\ntrace = "{trace.name}"\n[cluster]\nnodes = 1\ngpus_per_node = 8\n'
+                        'network = "slow.toml"\n[comm]\nmerge = "ddp"\n')
+    exp = experiment.load(exp_path)
+    assert exp.network is not None and exp.comm.collective == "nccl"
+    with_file = plan(exp, load_catalogue(cat), target_samples_per_s=2000).candidates
+    without = plan(replace(exp, network=None), load_catalogue(cat), target_samples_per_s=2000).candidates
+    assert "nccl" in set(with_file.collective) and with_file.equals(without)
+    nccl_rows = with_file[with_file.collective == "nccl"]
+    assert nccl_rows.scaling_efficiency.min() == pytest.approx(1.0, abs=1e-3)  # the options' links are ~free

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -111,3 +113,44 @@ def test_cli_writes_plot_and_curve(tmp_path, capsys):
     assert len(rows) >= 6 and {"threshold_bytes", "buckets", "iteration_time_s", "stage"} <= set(rows[0])
     assert cli.main(["tune", str(tmp_path / "e.toml"), "--merge", "ddp"]) == 2
     assert "--merge" in capsys.readouterr().err
+
+
+NET_EXP = """
+iterations = 2
+[workload]
+trace = "t.json"
+[cluster]
+nodes = 2
+gpus_per_node = 2
+network = "{net}"
+[comm]
+merge = "ddp"
+"""
+
+
+def test_cli_uses_the_experiments_network_file(tmp_path, capsys):
+    """`[cluster] network` (a calibrated NCCL network) prices every run of the search: the baselines and the best
+    threshold are what simulating that experiment gives, and a slower network file gives slower ones."""
+    from simfog import experiment, nccl, network_file
+
+    TRACE.save(tmp_path / "t.json")
+    results = {}
+    for name, inter in (("fast", 100e9), ("slow", 0.1e9)):
+        network_file.save(tmp_path / f"{name}.toml", nccl.NcclNetwork(intra_bus_Bps=200e9, inter_bus_Bps=inter,
+                                                                      latency_inter_s=5e-6))
+        exp_path = tmp_path / f"e-{name}.toml"
+        exp_path.write_text(NET_EXP.format(net=f"{name}.toml"))
+        prefix = tmp_path / name
+        assert cli.main(["tune", str(exp_path), "--points", "4", "--refine", "0", "--json", "-o", str(prefix)]) == 0
+        r = json.loads(capsys.readouterr().out)
+        loaded = experiment.load(exp_path)
+        exp = replace(loaded, workload=replace(loaded.workload, compute="mean"))  # tune uses mean layer times
+        assert exp.network is not None and r["collective"] == "nccl" == exp.comm.collective
+        for policy, t in r["baselines_iteration_time_s"].items():
+            assert t == simulate(exp.with_comm(merge=policy, threshold_bytes=None)).summary()["iteration_time_s"]
+        best = exp.with_comm(merge="threshold", threshold_bytes=r["best_threshold_bytes"])
+        assert r["best_iteration_time_s"] == simulate(best).summary()["iteration_time_s"]
+        results[name] = r
+    slow, fast = results["slow"]["baselines_iteration_time_s"], results["fast"]["baselines_iteration_time_s"]
+    assert all(slow[p] > fast[p] for p in ("wfbp", "single", "ddp"))
+    assert results["slow"]["best_iteration_time_s"] > results["fast"]["best_iteration_time_s"]

@@ -34,6 +34,13 @@ def _tensor_ready_offsets(sim) -> tuple[list, np.ndarray]:
     return tensors, sim.compute.layer_end_s[:, cols]
 
 
+def _bucket_cost(allreduce, oh: CommOverheads):
+    """allreduce_time(nbytes) plus the overheads one bucket pays on the communication stream."""
+    if not oh.any:
+        return allreduce
+    return lambda nbytes: allreduce(nbytes) + oh.collective_overhead_s + 2 * oh.copy_s(nbytes)
+
+
 @REGISTRY.register("allreduce")
 class AllreduceSGD:
     """Data-parallel SGD: bucketed gradient allreduce overlapping backward (DDP, Horovod, BAGUA, MG-WFBP...)."""
@@ -54,7 +61,9 @@ class AllreduceSGD:
                 offsets = self._slow_backward(offsets, first)
             self._impl = _HorovodCycles(sim, tensors, offsets, _settings(comm), oh)
             return
-        self.buckets = merge.plan(comm.merge, tensors, _settings(comm), sim.cost.allreduce)
+        # A policy that reasons about cost (MG-WFBP's a + b·M) sees what one bucket's collective costs the rank's
+        # stream: the wire time, the launch overhead and both copies (what merging two buckets saves or adds).
+        self.buckets = merge.plan(comm.merge, tensors, _settings(comm), _bucket_cost(sim.cost.allreduce, oh))
         index = {t.name: i for i, t in enumerate(tensors)}
         # A bucket is launched when its last gradient is ready: (samples, buckets).
         self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
