@@ -15,6 +15,9 @@ A catalogue (TOML) lists cluster options with their price per GPU-hour in one cu
     collectives = ["ring", "hierarchical"]   # default: the workload's collective
     merges = ["ddp", "mgwfbp"]               # default: the workload's merge policy
     # oversubscription = 1.0
+    # network = "a100-ib.toml"   # a calibrated network file (simfog calibrate -o), relative to the catalogue:
+    #                            # its bus bandwidths and inter-node latency stand in for the links, and the
+    #                            # collective defaults to "nccl" (NCCL's cost model on that network)
 
 For every option, collective and merge policy, GPU counts are tried in increasing order (powers of two up to one
 node, then whole nodes doubling, then the option's maximum) and a series stops at the first count that meets the
@@ -35,10 +38,11 @@ from simfog import units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment, Workload
+from simfog.network_file import NetworkFile
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
-           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges"}
+           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class ClusterOption:
     collectives: tuple[str, ...] = ()   # empty: the workload's
     merges: tuple[str, ...] = ()
     description: str = ""
+    network: NetworkFile | None = None  # a calibrated network file: NCCL's model on a measured cluster
 
     def cluster(self) -> Cluster:
         """One full node of this option (`with_ranks` scales it)."""
@@ -100,7 +105,22 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
             raise ConfigError(p + key, v, "an integer >= 1", source=source)
         return v
 
+    network = None
+    if "network" in d:
+        from simfog import network_file
+
+        if not isinstance(d["network"], str):
+            raise ConfigError(p + "network", d["network"], "a path to a network file (simfog calibrate -o ...)",
+                              source=source)
+        where = (Path(source).parent / d["network"]).resolve()
+        if not where.is_file():
+            raise ConfigError(p + "network", d["network"], f"an existing network file ({where})", source=source)
+        network = network_file.load(where)
+
     def quantity(key, kind, default=None):
+        if network is not None and key in ("intra_bandwidth", "nic_bandwidth", "nic_latency") and key not in d:
+            return {"intra_bandwidth": network.nccl.intra_bus_Bps, "nic_bandwidth": network.nccl.inter_bus_Bps,
+                    "nic_latency": network.nccl.latency_inter_s}[key]
         if key not in d and default is None:
             raise ConfigError(p + key, "(missing)", f"a {kind} with its unit", source=source)
         return units.parse(d.get(key, default), kind, field=p + key, source=source)
@@ -124,8 +144,9 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     return ClusterOption(name, integer("gpus_per_node"), integer("max_nodes"),
                          Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth")),
                          Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth")),
-                         float(price), float(over), names("collectives", collectives.ALGORITHMS),
-                         names("merges", merge.POLICIES), str(d.get("description", "")))
+                         float(price), float(over),
+                         names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
+                         names("merges", merge.POLICIES), str(d.get("description", "")), network)
 
 
 def load_catalogue(path: str | Path) -> Catalogue:
@@ -211,9 +232,9 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
     for opt in catalogue.options:
-        # The option's links replace the experiment's cluster, and with it any network file or network trace
-        # the experiment calibrated that cluster from (else "nccl" would keep pricing the experiment's network).
-        base = replace(exp, cluster=opt.cluster(), network=None, network_trace=None)
+        # The option's links (and its network file, if any) replace the experiment's cluster, and with it any
+        # network file or network trace the experiment calibrated that cluster from.
+        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
         for coll in opt.collectives or (exp.comm.collective,):
             for m in opt.merges or (exp.comm.merge,):
                 if m == "threshold" and exp.comm.threshold_bytes is None:

@@ -178,3 +178,28 @@ def test_the_options_links_replace_the_workloads_network_file(files, tmp_path):
     assert "nccl" in set(with_file.collective) and with_file.equals(without)
     nccl_rows = with_file[with_file.collective == "nccl"]
     assert nccl_rows.scaling_efficiency.min() == pytest.approx(1.0, abs=1e-3)  # the options' links are ~free
+
+
+def test_an_option_can_be_a_calibrated_network_file(files, tmp_path):
+    """`network = "x.toml"` in an option: NCCL's model on that calibrated network (collective defaults to "nccl"),
+    its bus bandwidths standing in for the links; a slow network needs more GPUs than a fast one for the target."""
+    from simfog import nccl, network_file
+
+    trace, _ = files()
+    network_file.save(tmp_path / "fast.toml", nccl.NcclNetwork(intra_bus_Bps=1e15, inter_bus_Bps=1e15))
+    network_file.save(tmp_path / "slow.toml", nccl.NcclNetwork(intra_bus_Bps=2e9, inter_bus_Bps=1e8,
+                                                               latency_inter_s=50e-6))
+    text = "currency = \"EUR\"\n" + "".join(
+        f'[[option]]\nname = "{n}"\ngpus_per_node = 8\nmax_nodes = 16\nprice_per_gpu_hour = 1.0\n'
+        f'network = "{n}.toml"\n' for n in ("fast", "slow"))
+    (tmp_path / "net-cat.toml").write_text(text)
+    cat = load_catalogue(tmp_path / "net-cat.toml")
+    assert cat.options[0].collectives == ("nccl",) and cat.options[0].nic.bandwidth_Bps == 1e15
+    result = plan(workload_experiment(trace), cat, target_samples_per_s=2000)
+    best = result.feasible().groupby("option").gpus.min()
+    assert best["fast"] == 32  # 2000 / 80 per GPU -> 25 -> whole nodes doubling: 32
+    assert best["slow"] > best["fast"]
+    bad = text.replace('network = "slow.toml"', 'network = "missing.toml"')
+    (tmp_path / "bad-cat.toml").write_text(bad)
+    with pytest.raises(ConfigError, match=r"option\[1\] \(slow\)\.network"):
+        load_catalogue(tmp_path / "bad-cat.toml")
