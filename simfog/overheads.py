@@ -25,7 +25,8 @@ from simfog.errors import ConfigError
 
 EXPERIMENT_FILE = "experiment file"
 #: the trace key the collector writes: {"bucket_copy_Bps", "collective_overhead_s"?, "overlap_slowdown"?,
-#: "how", "device"}; a key that is absent or null was not measured.
+#: "how", "<input>_how"?, "device"}; a key that is absent or null was not measured. "<input>_how", when given,
+#: says how that input was measured (else "how" does).
 TRACE_KEY = "comm_overheads"
 #: (Comm attribute, trace key, value when unmeasured)
 INPUTS = (("bucket_copy_Bps", "bucket_copy_Bps", 0.0), ("collective_overhead_s", "collective_overhead_s", 0.0),
@@ -70,7 +71,7 @@ def _measured(trace, key: str):
         allowed = "a finite number >= 1" if key == "overlap_slowdown" else "a finite number >= 0"
         raise ConfigError(f"{TRACE_KEY}.{key}", v, allowed + " (or null: not measured)")
     device = rec.get("device") or _device_name(trace.device)
-    how = rec.get("how")
+    how = rec.get(f"{key}_how") or rec.get("how")  # a measurement's own note, else the record's
     return float(v), f"measured on {device} by the collector" + (f" ({how})" if how else "")
 
 

@@ -185,3 +185,11 @@ def test_bad_values_name_field_value_and_allowed(folder, line, field):
     with pytest.raises(ConfigError) as e:
         _load(folder, line + "\n")
     assert e.value.field == field and str(folder / "e.toml") in str(e.value)
+
+
+def test_an_input_s_own_how_note_wins_over_the_record_s():
+    trace = _measured_trace(bucket_copy_Bps=1e9, overlap_slowdown=1.25, overlap_slowdown_how="backward beside gloo")
+    o = make_experiment(trace, nodes=1, gpus_per_node=2, alpha=ALPHA, beta=BETA).overheads()
+    assert o.overlap_slowdown == 1.25
+    assert o.sources["overlap_slowdown"] == "measured on Test CPU by the collector (backward beside gloo)"
+    assert o.sources["bucket_copy_Bps"] == "measured on Test CPU by the collector (flat copy, median of 5)"

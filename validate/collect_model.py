@@ -33,7 +33,7 @@ _HOOK_WARNING = "Full backward hook is firing when gradients are computed with r
 
 def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: int = 3, threads: int | None = None,
                   seed: int = 0, concurrent: int = 1, device: str | None = None,
-                  command: str | None = None) -> ModelTrace:
+                  command: str | None = None, overlap: bool = False) -> ModelTrace:
     """Train zoo model `name` for `warmup + iterations` steps and return the measured, validated ModelTrace.
 
     Warm-up steps are dropped; every measured step is kept: sample k of each layer (and of `optimizer_s`,
@@ -42,7 +42,9 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
     torch's default, or cpu_count // concurrent when concurrent > 1). `concurrent` > 1 runs that many processes
     training at once, in lock step (a barrier before each step, as synchronous data parallelism would); the layers
     come from rank 0 and every rank's step times go to `extra["concurrent"]`. `device`: "cpu", "cuda" or None (cuda
-    when available). Raises ConfigError for an unknown model or a bad argument.
+    when available). `overlap`: also measure the overlap slowdown (`measure_overlap_slowdown`, a second process and
+    a loopback gloo group; off by default) into `comm_overheads`. Raises ConfigError for an unknown model or a bad
+    argument.
     """
     models.get(name)
     for field, value, low in (("batch_size", batch_size, 1), ("iterations", iterations, 1), ("warmup", warmup, 0),
@@ -65,6 +67,7 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
         if threads:
             torch.set_num_threads(threads)
         copy = measure_bucket_copy(name, device)
+        slow = measure_overlap_slowdown(name, device, batch_size=batch_size, seed=seed) if overlap else None
     finally:
         torch.set_num_threads(threads_before)  # in-process runs must not change the caller's setting
     load_after = os.getloadavg()
@@ -72,7 +75,7 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
     if command is None:
         command = (f"simfog collect model {name} --batch-size {batch_size} --iterations {iterations} "
                    f"--warmup {warmup} --seed {seed} --concurrent {concurrent}"
-                   + (f" --threads {threads}" if threads else ""))
+                   + (f" --threads {threads}" if threads else "") + (" --overlap" if overlap else ""))
     notes = (f"os.getloadavg() 1/5/15 min before: {_loads(load_before)}; after: {_loads(load_after)}. "
              f"torch threads per process: {run['threads']}; {concurrent} process(es) training at once"
              + (", layers from rank 0, every rank's step totals in concurrent.iteration_s" if concurrent > 1 else "")
@@ -96,8 +99,18 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
             "device": _device_info(device, run["threads"], concurrent)["name"], "how": copy["how"],
             "bucket_copy_s": {"pack": copy["pack_s"], "unpack": copy["unpack_s"]}, "bytes": copy["bytes"],
             "not_measured": "collective_overhead_s and overlap_slowdown: this collector does not measure them "
-                            "(simfog uses 0 and 1.0 unless the experiment file sets them)"},
+                            "(simfog uses 0 and 1.0 unless the experiment file sets them); run it with "
+                            "--overlap to measure overlap_slowdown"},
     }
+    if slow is not None:
+        data["comm_overheads"].update({
+            "overlap_slowdown": slow["slowdown"], "overlap_slowdown_how": slow["how"],
+            "overlap_slowdown_raw": slow["raw"],
+            "overlap_backward_s": {"alone": slow["alone_s"], "with_comm": slow["with_comm_s"]},
+            "overlap_allreduces": slow["allreduces"], "overlap_allreduce_s": slow["allreduce_s"],
+            "overlap_allreduce_bytes": slow["allreduce_bytes"],
+            "not_measured": "collective_overhead_s: this collector does not measure it (simfog uses 0 unless the "
+                            "experiment file sets it)"})
     if concurrent > 1:
         data["concurrent"] = {"processes": concurrent, "trace_from_rank": 0, "iteration_s": [
             [f + b + o for f, b, o in zip(r["forward_wall_s"], r["backward_wall_s"], r["optimizer_s"], strict=True)]
@@ -385,3 +398,154 @@ def _measure_concurrent(job: dict, processes: int) -> list[dict]:
     if failed:
         raise RuntimeError(f"concurrent measurement failed: {failed}")
     return [results[r] for r in range(processes)]
+
+
+# ---- overlap slowdown: backward alone vs beside back-to-back gloo allreduces (opt-in) ----
+
+def measure_overlap_slowdown(name: str, device: str = "cpu", *, batch_size: int = 32, repeats: int = 20,
+                             rounds: int = 3, warmup: int = 3, seed: int = 0, timeout_s: float = 120.0) -> dict:
+    """How much slower zoo model `name`'s backward runs on `device` while a collective runs beside it.
+
+    A 2-rank gloo process group on loopback (a TCP store on 127.0.0.1, the peer a child process that only runs the
+    matching allreduces) and, in this process, a thread that runs back-to-back allreduces of a float32 buffer as
+    large as the model's gradients. The backward (forward untimed) is timed `repeats` times alone and `repeats`
+    times with the allreduces running, alternating in `rounds` rounds after `warmup` untimed steps each way.
+    Returns slowdown (max(1, raw)), raw (median with / median alone), alone_s, with_comm_s (the medians),
+    allreduces (how many completed while measuring), allreduce_s (their median duration), allreduce_bytes, repeats
+    and how (a sentence). Everything is bounded by
+    `timeout_s`; the child is always stopped. Raises RuntimeError when the peer fails."""
+    import datetime
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    import torch.distributed as dist
+
+    dev = torch.device(device)
+    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    torch.manual_seed(seed)
+    entry = models.get(name)
+    model = entry.build().to(dev).train()
+    inputs, targets = entry.make_inputs(batch_size, torch.Generator().manual_seed(seed))
+    inputs, targets = tuple(x.to(dev) for x in inputs), targets.to(dev)
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
+    errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: a chatty peer must never block on it
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; from validate.collect_model import _overlap_peer; "
+                              "_overlap_peer(*map(float, sys.argv[1:]))", str(store.port), str(numel),
+                              str(timeout_s), device == "cuda" and "1" or "0"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    buf = torch.zeros(numel + 1, dtype=torch.float32, device=dev)  # the last element: 1 from us = "stop"
+    running, idle, stop, failed = threading.Event(), threading.Event(), threading.Event(), []
+    durations: list[float] = []  # of every allreduce but the last ("stop"), host clock
+    pg = thread = None
+
+    def communicate() -> None:
+        try:
+            while True:
+                if not running.is_set():
+                    idle.set()  # no allreduce in flight: backward may be timed alone
+                running.wait()
+                last = stop.is_set()  # read once: the peer stops after the very allreduce that says so
+                buf[-1] = 1.0 if last else 0.0
+                t0 = time.perf_counter()
+                pg.allreduce([buf]).wait()
+                if last:
+                    return
+                durations.append(time.perf_counter() - t0)
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            failed.append(f"{type(e).__name__}: {e}")
+            running.clear()
+            idle.set()
+
+    def backward_s(n: int, timed: list | None) -> None:
+        for _ in range(n):
+            if failed:
+                raise RuntimeError(f"overlap measurement: the allreduce thread failed: {failed[0]}")
+            model.zero_grad(set_to_none=True)
+            loss = entry.loss(model(*inputs), targets)
+            t0 = clock.mark()
+            loss.backward()
+            t1 = clock.mark()
+            clock.sync()
+            if timed is not None:
+                timed.append(clock.seconds(t0, t1))
+
+    alone, beside = [], []
+    try:
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        opts._timeout = timeout
+        pg = dist.ProcessGroupGloo(dist.PrefixStore("overlap", store), 0, 2, opts)
+        thread = threading.Thread(target=communicate, name="overlap-allreduce", daemon=True)
+        thread.start()
+        backward_s(warmup, None)
+        per_round = max(1, -(-repeats // rounds))
+        for r in range(rounds):
+            n = min(per_round, repeats - len(alone))
+            if n <= 0:
+                break
+            running.clear()
+            if not idle.wait(timeout_s):  # the allreduce in flight finishes before backward is timed alone
+                raise RuntimeError(f"overlap measurement: an allreduce took over {timeout_s} s")
+            backward_s(warmup if r == 0 else 1, None)
+            backward_s(n, alone)
+            idle.clear()
+            running.set()
+            backward_s(warmup if r == 0 else 1, None)
+            backward_s(n, beside)
+        ran = len(durations)
+    finally:
+        stop.set()
+        running.set()
+        if thread is not None:
+            thread.join(timeout=min(timeout_s, 30.0))
+        try:
+            child.wait(timeout=10 if thread is not None and not thread.is_alive() else 0.1)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        if thread is not None:
+            thread.join(timeout=10)
+        errors.seek(0)
+        child_err = errors.read()
+        errors.close()
+    if failed or child.returncode != 0:
+        tail = child_err.strip().splitlines()[-3:]
+        raise RuntimeError(f"overlap measurement failed: {failed[0] if failed else ''} peer exit "
+                           f"{child.returncode}: {' | '.join(tail)}")
+    a, w = float(numpy.median(alone)), float(numpy.median(beside))
+    raw = w / a
+    nbytes = numel * 4
+    return {"slowdown": max(1.0, raw), "raw": raw, "alone_s": a, "with_comm_s": w, "allreduces": ran,
+            "allreduce_s": float(numpy.median(durations[:ran])) if ran else None,
+            "allreduce_bytes": nbytes, "repeats": len(alone),
+            "how": f"backward of {name} batch {batch_size} ({torch.get_num_threads()} torch thread(s)) timed alone "
+                   f"and while a thread ran back-to-back gloo allreduces of {nbytes} B (the gradients) with a second "
+                   f"process over loopback; median of {len(alone)} each, alternating in {rounds} rounds; "
+                   f"median with / median alone = {raw:.3f}, clipped below at 1"}
+
+
+def _overlap_peer(port: float, numel: float, timeout_s: float, cuda: float = 0.0) -> None:
+    """The second rank of `measure_overlap_slowdown`: join, then run matching allreduces until told to stop."""
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore("127.0.0.1", int(port), 2, False, timeout=timeout)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    opts._timeout = timeout
+    pg = dist.ProcessGroupGloo(dist.PrefixStore("overlap", store), 1, 2, opts)
+    torch.set_num_threads(1)
+    buf = torch.zeros(int(numel) + 1, dtype=torch.float32, device="cuda" if cuda else "cpu")
+    while True:
+        buf[-1] = 0.0
+        pg.allreduce([buf]).wait()
+        if buf[-1].item() > 0:
+            os._exit(0)  # at once: tearing down a gloo group whose peer still holds it can wait

@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes training at once, in lock step; the trace comes from rank 0 (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and inputs (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    parser.add_argument("--overlap", action="store_true",
+                        help="also measure how much slower backward runs beside gloo allreduces (overlap_slowdown; "
+                             "starts a second process on loopback)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.json[.gz]", help="trace file to write")
 
 
@@ -44,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
                args.iterations, "--warmup", args.warmup, "--concurrent", args.concurrent, "--seed", args.seed]
     command += ["--threads", args.threads] if args.threads is not None else []
     command += ["--device", args.device] if args.device else []
+    command += ["--overlap"] if args.overlap else []
     trace = collect_model(args.name, args.batch_size, iterations=args.iterations, warmup=args.warmup,
                           threads=args.threads, seed=args.seed, concurrent=args.concurrent, device=args.device,
-                          command=shlex.join(str(c) for c in command + ["-o", args.output]))
+                          command=shlex.join(str(c) for c in command + ["-o", args.output]), overlap=args.overlap)
     trace.save(out)
     k = trace.samples
     fwd, bwd = sum(trace.extra["forward_wall_s"]) / k, sum(trace.extra["backward_wall_s"]) / k
@@ -54,5 +58,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {trace.model} batch {trace.batch_size}, {len(trace.layers)} layers, "
           f"{trace.parameters:,} parameters, {k} steps; mean step {format_time(fwd + bwd + opt)} "
           f"(forward {format_time(fwd)}, backward {format_time(bwd)}, optimizer {format_time(opt)}) "
-          f"on {trace.device['threads']} thread(s)")
+          f"on {trace.device['threads']} thread(s)"
+          + (f"; overlap slowdown {rec['overlap_slowdown']:.3f} (raw {rec['overlap_slowdown_raw']:.3f})"
+             if args.overlap and (rec := trace.extra.get("comm_overheads", {})).get("overlap_slowdown") else ""))
     return 0

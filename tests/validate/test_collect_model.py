@@ -202,3 +202,37 @@ def test_flat_bucket_copy_bandwidth_is_measured_with_its_provenance(mlp):
     assert o.bucket_copy_Bps == rec["bucket_copy_Bps"]
     assert o.sources["bucket_copy_Bps"].startswith(f"measured on {trace.device['name']} by the collector")
     assert o.sources["overlap_slowdown"] == "unmeasured: 1"
+
+
+def test_overlap_slowdown_is_measured_on_request_and_reaches_the_simulator(tmp_path):
+    import json
+    import math
+    import subprocess
+    import sys
+
+    trace = collect_model("mlp", 4, iterations=2, warmup=1, threads=1, overlap=True)
+    rec = trace.extra["comm_overheads"]
+    raw = rec["overlap_slowdown_raw"]
+    assert math.isfinite(raw) and raw > 0
+    assert rec["overlap_slowdown"] == max(1.0, raw) >= 1.0
+    backward = rec["overlap_backward_s"]
+    assert backward["alone"] > 0 and backward["with_comm"] / backward["alone"] == pytest.approx(raw)
+    assert rec["overlap_allreduce_bytes"] == trace.nbytes and rec["overlap_allreduces"] >= 0
+    assert "gloo allreduces" in rec["overlap_slowdown_how"] and "overlap_slowdown" not in rec["not_measured"]
+    assert rec["bucket_copy_Bps"] > 0 and "--overlap" in trace.provenance.command
+    trace.save(tmp_path / "t.json.gz")
+    assert load_model_trace(tmp_path / "t.json.gz") == trace
+    (tmp_path / "exp.toml").write_text('[workload]\ntrace = "t.json.gz"\ncompute = "mean"\n[cluster]\nnodes = 1\n'
+                                       'gpus_per_node = 2\nnic_bandwidth = "25Gbit/s"\n[comm]\n')
+    out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(tmp_path / "exp.toml"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["overlap_slowdown"] == rec["overlap_slowdown"]
+    assert s["overlap_slowdown_source"].startswith(f"measured on {trace.device['name']} by the collector (backward")
+    assert s["bucket_copy_Bps_source"].startswith(f"measured on {trace.device['name']} by the collector (")
+    assert "flat buffer" in s["bucket_copy_Bps_source"]
+
+
+def test_cli_overlap_flag_is_off_by_default():
+    assert _cli("mlp", "-o", "x.json").overlap is False and _cli("mlp", "--overlap", "-o", "x.json").overlap
