@@ -185,6 +185,12 @@ class Calibration:
                        f"{units.format_time(f.small[0]):>9s} {_bw(f.small[1]):>12s} "
                        f"{units.format_time(f.large[0]):>9s} {_bw(f.large[1]):>12s} "
                        f"{f.line_rms_rel_error:12.1%} {f.rms_rel_error:7.1%}")
+        bends = [f"{c} at {units.format_bytes(self.fits[c].breakpoint_bytes)}" for c in self.fitted_classes
+                 if self.fits[c].breakpoint_bytes is not None]
+        if bends:
+            out += ["", f"Breakpoint ({', '.join(bends)}): for MPI, a protocol or algorithm switch; with "
+                        '[comm] collective = "ompi", mpi_switch = "<size>" costs recursive doubling below it and '
+                        "the ring above."]
         out += ["", "Residuals |relative error| (fit = fitted segments, link = the Link installed in the cluster):",
                 f"{'class':6s} {'collective':15s} {'ranks':>5s} {'nodes':>5s} {'points':>6s} {'fit median':>10s}"
                 f" {'fit worst':>10s} {'link median':>11s} {'link worst':>10s}"]

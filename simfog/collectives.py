@@ -306,6 +306,7 @@ class CostModel:
     nccl: nccl_model.NcclNetwork | None = None     # the network for "nccl" (None: derived from the cluster)
     nccl_algorithms: tuple[str, ...] | None = None  # NCCL_ALGO: restrict NCCL's choice (None: all it considers)
     nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO
+    mpi_switch_bytes: float | None = None  # "ompi": a fitted recursive-doubling -> ring switch (None: Open MPI's table)
 
     def __post_init__(self):
         ALGORITHMS.get(self.algorithm, field="comm.collective")

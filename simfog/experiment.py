@@ -61,6 +61,7 @@ class Comm:
     consensus_eps: float | None = None       # mixing report: consensus error to reach (default 0.01)
     nccl_algorithms: tuple[str, ...] | None = None  # collective "nccl": NCCL_ALGO, the algorithms it may choose
     nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO, the protocols it may choose
+    mpi_switch_bytes: float | None = None    # collective "ompi": recursive doubling below, ring at or above
     # Costs beyond the wire (simfog.overheads; None: the trace's measurement, else unmeasured).
     bucket_copy_Bps: float | None = None     # flat bucket buffer copy bandwidth: M/bw to pack, M/bw to unpack
     collective_overhead_s: float | None = None  # per collective launch: hooks, negotiation
@@ -106,7 +107,8 @@ class Experiment:
 
         c = self.comm
         return CostModel(self.cluster, c.collective, c.alpha_s, c.beta_s_per_B, c.ps_servers,
-                         self.network.nccl if self.network else None, c.nccl_algorithms, c.nccl_protocols)
+                         self.network.nccl if self.network else None, c.nccl_algorithms, c.nccl_protocols,
+                         c.mpi_switch_bytes)
 
     @property
     def homogeneous(self) -> bool:
@@ -144,6 +146,7 @@ _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
          "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto",
+         "mpi_switch",
          "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"}
 COMBINES = ("awc", "atc")
 
@@ -262,6 +265,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         streams=_int(m, "streams", p, source, default=1),
         nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
         nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
+        mpi_switch_bytes=_quantity(m, "mpi_switch", "bytes", p, source),
         **_decentralized_keys(m, p, source), **_overhead_keys(m, p, source))
     if comm.streams != 1 and comm.algorithm != "allreduce":
         raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
@@ -270,6 +274,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         if key in m and comm.algorithm != "allreduce":
             raise ConfigError(f"comm.{key}", m[key], 'only with algorithm = "allreduce" (the overheads are modelled '
                               "for bucketed allreduce only)", source=source)
+    if comm.mpi_switch_bytes is not None and comm.collective != "ompi":
+        raise ConfigError("comm.mpi_switch", m["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
+                          "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
+                          source=source)
     if comm.merge == "threshold" and comm.threshold_bytes is None:
         raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
                           source=source)

@@ -234,7 +234,8 @@ def _allgather(cm: CostModel, g: Group, M: float) -> float:
 def _ompi(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
     """Open MPI 4.1/5.0 coll/tuned: allreduce and allgather as its fixed decision picks them by ranks and bytes.
 
-    allreduce       the algorithm ompi_allreduce_algorithm(n, M) names, costed as in its function here
+    allreduce       the algorithm ompi_allreduce_algorithm(n, M) names (with CostModel.mpi_switch_bytes, a fitted
+                    switch point: recursive doubling below, ring at or above), costed as in its function here
                     (recursive_doubling, ring = segmented_ring, rabenseifner, nonoverlapping, basic_linear)
     allgather       the algorithm ompi_allgather_algorithm(n, M) names (see _allgather)
     reduce_scatter  simfog's "ring" (a fallback: Open MPI's table also picks recursive halving and butterfly)
@@ -244,7 +245,7 @@ def _ompi(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
     """
     c = cm.cluster
     if op == "allreduce":
-        return _ALLREDUCE[ompi_allreduce_algorithm(g.ranks, nbytes)](cm, g, nbytes)
+        return _ALLREDUCE[ompi_allreduce_algorithm(g.ranks, nbytes, cm.mpi_switch_bytes)](cm, g, nbytes)
     if op == "allgather":
         return _allgather(cm, g, nbytes)
     if op == "broadcast":

@@ -4,6 +4,7 @@ ompi/mca/coll/tuned/coll_tuned_decision_fixed.c, and the algorithms' α-β-γ cl
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -293,3 +294,30 @@ def test_time_can_drop_at_a_switch_point():
     link = Link(1e-6, 1e8)
     cm = CostModel(Cluster(8, 1, intra=link, nic=link), "ompi")
     assert cm.allreduce(8 * KiB) < cm.allreduce(8 * KiB - 1)
+
+
+def test_fitted_switch_point_through_cost_model_and_experiment(tmp_path):
+    """[comm] mpi_switch (a breakpoint `simfog calibrate` finds) makes "ompi" run recursive doubling below it and
+    the ring at or above it, in CostModel and from an experiment file; refused with any other collective."""
+    from simfog import experiment as experiment_module
+    from simfog.cluster import Cluster, Link
+    from simfog.collectives import CostModel
+    from simfog.errors import ConfigError as _ConfigError
+    from simfog.mpi_collectives import ompi_allreduce_time
+
+    cluster = Cluster(8, 1, Link(1e-6, 1e10), Link(50e-6, 1.25e9))
+    cm = CostModel(cluster, "ompi", mpi_switch_bytes=10000)
+    for nbytes in (4096, 9999, 10000, 2**20):
+        want = ompi_allreduce_time(cluster, nbytes, switch_bytes=10000)
+        assert cm.allreduce(nbytes) == want
+    assert cm.allreduce(9999) == ompi_allreduce_time(cluster, 9999, algorithm="recursive_doubling")
+    assert cm.allreduce(10000) == ompi_allreduce_time(cluster, 10000, algorithm="segmented_ring")
+    trace = (Path(__file__).resolve().parents[1] / "traces" / "mlp-cpu-b1024.json.gz")
+    text = (f'[workload]\ntrace = "{trace}"\n[cluster]\nnodes = 8\nnic_bandwidth = "10Gbit/s"\n'
+            '[comm]\ncollective = "ompi"\nmpi_switch = "10000B"\n')
+    (tmp_path / "e.toml").write_text(text)
+    exp = experiment_module.load(tmp_path / "e.toml")
+    assert exp.cost_model().mpi_switch_bytes == 10000
+    (tmp_path / "bad.toml").write_text(text.replace('collective = "ompi"', 'collective = "ring"'))
+    with pytest.raises(_ConfigError, match="comm.mpi_switch"):
+        experiment_module.load(tmp_path / "bad.toml")
