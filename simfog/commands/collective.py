@@ -18,13 +18,9 @@ from simfog import nccl, network_file, units
 from simfog.cli import print_json
 from simfog.errors import ConfigError
 from simfog.importers import import_file
+from simfog.importers.nccl_tests import BUS_FACTOR, normalise
 from simfog.trace import load_network_trace
 
-# busbw / algbw (nccl-tests doc/PERFORMANCE.md), n = ranks
-BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
-_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather", "reducescatter": "reduce_scatter",
-            "reduce-scatter": "reduce_scatter", "bcast": "broadcast"}
 MAX_SIZES = 64
 
 
@@ -43,7 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    op = _ALIASES.get(args.op.lower(), args.op.lower())
+    try:
+        op = normalise(args.op)
+    except KeyError:
+        op = None
     if op not in nccl.OPS:
         raise ConfigError("OP", args.op, f"one of {', '.join(nccl.OPS)}")
     for name in ("nodes", "gpus_per_node"):

@@ -50,7 +50,7 @@ _NCCL_NET = re.compile(r"NET/(IB|Socket)")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 TIMES = ("both", "out-of-place", "in-place")
 # busbw / algbw per collective, from nccl-tests doc/PERFORMANCE.md (n = ranks).
-_BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
                "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
                "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "sendrecv": lambda n: 1.0}
 # Old format only: the columns between `type` and `time`, per test (src/<test>.cu print_header at f773748).
@@ -102,7 +102,7 @@ def _row(line: str) -> dict | None:
             "oop": oop, "ip": ip, "stamp": stamp}
 
 
-def _normalise(name: str) -> str | None:
+def normalise(name: str) -> str | None:
     """'all_reduce_perf' / 'all_reduce' / 'reduce-scatter' -> simfog's name; None for an nccl-tests test simfog does
     not model (gather, scatter, ...); KeyError for a name that is no nccl-tests test at all."""
     key = Path(name).name.lower()
@@ -120,7 +120,7 @@ def _given_collective(collective: object, path: str) -> str | None:
     if not isinstance(collective, str):
         raise ConfigError("collective", collective, allowed, source=path)
     try:
-        name = _normalise(collective)
+        name = normalise(collective)
     except KeyError:
         name = None
     if name is None:
@@ -146,7 +146,7 @@ def _guess_collective(rows: list[dict], ranks: int, columns: tuple[str, ...] | N
     ratios = [r["oop"][2] / r["oop"][1] for r in rows if r["oop"][1] >= 1.0]  # algbw >= 1 GB/s: 2 decimals do
     ratio = sorted(ratios)[len(ratios) // 2] if ratios and ranks > 1 else None
     if ratio is not None:
-        candidates = [c for c in candidates if abs(_BUS_FACTOR[c](ranks) - ratio) <= 0.02 * _BUS_FACTOR[c](ranks)]
+        candidates = [c for c in candidates if abs(BUS_FACTOR[c](ranks) - ratio) <= 0.02 * BUS_FACTOR[c](ranks)]
     told = how_columns + (f"busbw/algbw = {ratio:.3f} at {ranks} ranks" if ratio is not None else
                           "busbw/algbw cannot tell" + (" at 1 rank" if ranks == 1 else " (no row with algbw >= 1)"))
     if "allreduce" in candidates:
@@ -249,7 +249,7 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
         label = program or f"test {k + 1}"
         if program is not None:
             try:
-                named = _normalise(program)
+                named = normalise(program)
             except KeyError:
                 named = None
             if named is None:
