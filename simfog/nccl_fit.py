@@ -223,7 +223,7 @@ def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[P
     out = []
     for i, (op, r, n, b, t, g) in enumerate(pts):
         c = nccl.choose(op, b, r, n, net)
-        c = replace(c, time_s=_predict(op, r, n, b, g, net, thread_launch_s))
+        c = replace(c, time_s=c.time_s + (g - 1) * thread_launch_s)  # as _predict, without choosing twice
         nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
         flag = ""
         if nxt is not None and t > FLAG_SLOWER * nxt[4]:
