@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--collective", default="ring")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     args = parser.parse_args()
-    exp = experiment.load(ROOT / "simfog" / "data" / "default.toml").with_ranks(args.ranks)
+    exp = experiment.load(ROOT / "bench" / "engine-resnet50-cpu.toml").with_ranks(args.ranks)
     exp = replace(exp, iterations=1).with_comm(merge=args.merge, collective=args.collective)
     best = None
     for _ in range(args.repeat):

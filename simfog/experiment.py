@@ -32,6 +32,19 @@ class Workload:
     trace_path: str
     compute: str = "samples"
 
+    def compute_source(self) -> str:
+        """Where the compute times come from, in one line for people: measured (device, date, how many recorded
+        iterations, drawn per rank or averaged) or ESTIMATED (how)."""
+        t, p = self.trace, self.trace.provenance
+        device = t.device.get("name") or t.device.get("kind") or "an unnamed device"
+        if p.estimated:
+            how = {"mean": "fixed at their means", "samples": "drawn per rank"}[self.compute]
+            return (f"ESTIMATED for {device} ({p.command or 'no command recorded'}): {t.samples} sample(s) per "
+                    f"layer, {how}")
+        how = (f"each rank draws one of {t.samples} recorded iterations per iteration" if self.compute == "samples"
+               else f"means of {t.samples} recorded iterations")
+        return f"{p.source} on {device} ({p.date[:10] or 'undated'}): {how}"
+
 
 @dataclass(frozen=True)
 class Comm:

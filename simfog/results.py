@@ -99,6 +99,7 @@ class Result:
             "iterations": exp.iterations,
             "seed": exp.seed,
             "compute_mode": exp.workload.compute,
+            "compute_source": exp.workload.compute_source(),
             "iteration_time_s": t_iter,
             "iteration_time_max_s": float(per_iteration.max()),
             "samples_per_s": exp.ranks * batch / t_iter,

@@ -74,7 +74,7 @@ def format_summary(s: dict) -> str:
         f"  (worst {units.format_time(s['iteration_time_max_s'])})",
         f"  throughput         {s['samples_per_s']:.1f} samples/s",
         f"  scaling efficiency {100 * s['scaling_efficiency']:.1f} %",
-        f"  compute            {units.format_time(s['compute_s'])} per rank",
+        f"  compute            {units.format_time(s['compute_s'])} per rank, from {s['compute_source']}",
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
     ]
