@@ -72,7 +72,8 @@ def _measured(trace, key: str):
         raise ConfigError(f"{TRACE_KEY}.{key}", v, allowed + " (or null: not measured)")
     device = rec.get("device") or _device_name(trace.device)
     how = rec.get(f"{key}_how") or rec.get("how")  # a measurement's own note, else the record's
-    return float(v), f"measured on {device} by the collector" + (f" ({how})" if how else "")
+    by = rec.get("by") or "the collector"  # the validator records its own measurements of the host it runs on
+    return float(v), f"measured on {device} by {by}" + (f" ({how})" if how else "")
 
 
 def _device_name(device: Mapping) -> str:

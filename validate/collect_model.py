@@ -120,14 +120,19 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
 
 
 def measure_bucket_copy(name: str, device: str = "cpu", *, repeats: int = 15) -> dict:
-    """Flat-buffer copy bandwidth on `device`: copy one tensor per trainable parameter of zoo model `name` (its
-    gradients' shapes, dtypes and order) into one flat buffer (pack, as DDP and Horovod fill a bucket) and back out
-    (unpack), `repeats` times after one warm-up; the median of each. Returns Bps (bytes / mean of the pack and
-    unpack medians), pack_s, unpack_s (medians), bytes and how (a sentence)."""
-    dev = torch.device(device)
-    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    """Flat-buffer copy bandwidth on `device` for the gradients of zoo model `name` (`measure_copy` with one tensor
+    per trainable parameter: its shapes, dtypes and order)."""
     with torch.device("meta"):
         shapes = [(p.shape, p.dtype) for p in models.get(name).build().parameters() if p.requires_grad]
+    return measure_copy(shapes, device, repeats=repeats)
+
+
+def measure_copy(shapes, device: str = "cpu", *, repeats: int = 15) -> dict:
+    """Copy one tensor per (shape, dtype) of `shapes` into one flat buffer (pack, as DDP and Horovod fill a
+    bucket) and back out (unpack), `repeats` times after one warm-up; the median of each. Returns Bps (bytes /
+    mean of the pack and unpack medians), pack_s, unpack_s (medians), bytes and how (a sentence)."""
+    dev = torch.device(device)
+    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
     grads = [torch.randn(s, device=dev).to(d) for s, d in shapes]
     total = sum(g.numel() for g in grads)
     flat = torch.empty(total, dtype=grads[0].dtype if grads else torch.float32, device=dev)

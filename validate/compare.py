@@ -34,6 +34,7 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "predicted_median_iteration_s", "rel_error_median", "measured_backward_s",
            "predicted_backward_s", "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s",
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps",
+           "bucket_copy_Bps", "collective_overhead_s", "overlap_slowdown", "overheads_source",
            "load_average", "dropped_packets", "calibration", "trace", "note", "error"]
 
 

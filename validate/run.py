@@ -171,9 +171,47 @@ def calibration_of(net: NetworkTrace | None, collective: str) -> Calibration | N
                algorithm="ring", mixed_as_nic=True)
 
 
-def simulated_experiment(exp: Experiment, calibration: Calibration | None) -> Experiment:
+def host_overheads(trace, mode: str) -> dict:
+    """What communication costs beyond the wire on this host, measured here for the validation runs (a
+    `comm_overheads` record, simfog.overheads.TRACE_KEY): the bucket copy bandwidth of `trace`'s gradients (one
+    torch thread, as the ranks run), no separate per-collective overhead (the calibration microbenchmark times each
+    allreduce from its Python call, so launching is already in the fitted latency) and, in replay mode, no overlap
+    slowdown (replayed compute waits the traced times: nothing to slow down). In model mode the slowdown is left
+    to the trace or the experiment file (measuring it needs a second process: `simfog collect model --overlap`)."""
+    import torch
+
+    from validate.collect_model import _cpu_name, measure_copy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        copy = measure_copy([((t.elements,), getattr(torch, t.dtype)) for t in trace.tensors.values()])
+    finally:
+        torch.set_num_threads(threads)
+    record = {"bucket_copy_Bps": copy["Bps"], "bytes": copy["bytes"],
+              "bucket_copy_s": {"pack": copy["pack_s"], "unpack": copy["unpack_s"]},
+              "collective_overhead_s": 0.0,
+              "collective_overhead_s_how": "in the calibrated latency: the microbenchmark times each allreduce "
+                                           "from its Python call, launch included",
+              "overlap_slowdown": 1.0 if mode == "replay" else None,
+              "device": f"{_cpu_name()} (this host)", "by": "the validator", "how": copy["how"]}
+    if mode == "replay":
+        record["overlap_slowdown_how"] = "replay mode: compute is waited, not run, so nothing slows it down"
+    return record
+
+
+def simulated_experiment(exp: Experiment, calibration: Calibration | None, overheads: dict | None = None
+                         ) -> Experiment:
     """`exp` with the calibrated links and collective ring (what gloo runs); neighbor averaging without
-    negotiation (the real run posts its messages at once)."""
+    negotiation (the real run posts its messages at once). `overheads`: this host's `host_overheads`, which
+    replace the trace's own record (measured where the trace was collected); the experiment file's values still
+    win (simfog.overheads.resolve)."""
+    if overheads is not None:
+        from simfog.overheads import TRACE_KEY
+
+        trace = exp.workload.trace
+        trace = replace(trace, extra={**trace.extra, TRACE_KEY: overheads})
+        exp = replace(exp, workload=replace(exp.workload, trace=trace))
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
     # gloo: a segmented ring whose step latency hides behind the transfer. Its 2 worker threads could run two
     # collectives at once (comm.streams = 2), but on this emulation (up to 8 ranks on 2 cores, per-message costs
@@ -316,6 +354,13 @@ def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: 
     return keys
 
 
+def _overhead_keys(sim_exp: Experiment) -> dict:
+    """The beyond-the-wire inputs the prediction used (simfog.overheads) and where the copy bandwidth came from."""
+    oh = sim_exp.overheads()
+    return {"bucket_copy_Bps": oh.bucket_copy_Bps, "collective_overhead_s": oh.collective_overhead_s,
+            "overlap_slowdown": oh.overlap_slowdown, "overheads_source": oh.sources.get("bucket_copy_Bps", "")}
+
+
 def run_group(experiments: Sequence[Experiment], options: Options = Options(), *, ids: Sequence[str] | None = None,
               cache: dict | None = None, log: Callable[[str], None] = lambda s: None) -> GroupRun:
     """Validate experiments that share nodes, ranks per node and NIC bandwidth, in one emulated cluster and one
@@ -367,7 +412,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     for k, (vid, exp) in enumerate(zip(ids, experiments, strict=True)):
         sim_exp, plan, predicted, config = prepared[k]
         keys = {**_row_keys(vid, exp, options, emulated, fits[calibration_collective(exp)]), "load_average": load,
-                "dropped_packets": drops}
+                "dropped_packets": drops, **_overhead_keys(sim_exp)}
         if ranks is None:
             validations.append(Validation(vid, exp, sim_exp, predicted, None, compare.failed_row(keys, error)))
             continue
@@ -391,7 +436,7 @@ def _drops(cluster) -> int:
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path):
     """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration. A decentralized
     algorithm's plan is one bucket, the whole model (its flat parameters)."""
-    sim_exp = simulated_experiment(exp, calibration)
+    sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode))
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace
         plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)

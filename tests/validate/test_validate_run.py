@@ -157,3 +157,31 @@ def test_experiment_object_shape_check():
 
     with pytest.raises(ConfigError, match="same nodes"):
         run_group([a, b], Options(emulate=False))
+
+
+def test_host_overheads_feed_the_prediction(experiment):
+    """The validator measures this host's bucket copy bandwidth and the simulated experiment pays it: each bucket
+    packs and unpacks its bytes (simfog.overheads), with the validator named as the source; replay mode has no
+    overlap slowdown and the launch overhead is in the calibrated latency (0, said so)."""
+    from validate.run import host_overheads, simulated_experiment
+
+    rec = host_overheads(experiment.workload.trace, "replay")
+    assert rec["bytes"] == experiment.workload.trace.nbytes and rec["bucket_copy_Bps"] > 0
+    sim = simulated_experiment(experiment, None, rec)
+    oh = sim.overheads()
+    assert oh.bucket_copy_Bps == rec["bucket_copy_Bps"]
+    assert oh.sources["bucket_copy_Bps"].startswith("measured on ") and "by the validator" in oh.sources[
+        "bucket_copy_Bps"]
+    assert (oh.collective_overhead_s, oh.overlap_slowdown) == (0.0, 1.0)
+    assert "calibrated latency" in oh.sources["collective_overhead_s"]
+    assert "replay mode" in oh.sources["overlap_slowdown"]
+    assert host_overheads(experiment.workload.trace, "model")["overlap_slowdown"] is None
+    # the prediction grows by exactly the copies: every bucket of 4000 B packs and unpacks on the comm stream
+    slow = simulated_experiment(experiment, None, {**rec, "bucket_copy_Bps": 4000 / 0.01})  # 10 ms per copy
+    base = simulated_experiment(experiment, None, {**rec, "bucket_copy_Bps": None})
+    assert base.overheads().bucket_copy_Bps == 0.0
+    t_slow, t_base = simulate(slow).summary(), simulate(base).summary()
+    assert t_slow["comm_s"] == pytest.approx(t_base["comm_s"] + 2 * 2 * 0.01, rel=1e-6)
+    # the experiment file still wins over the host's measurement
+    given = replace(experiment, comm=replace(experiment.comm, bucket_copy_Bps=1e9))
+    assert simulated_experiment(given, None, rec).overheads().sources["bucket_copy_Bps"] == "experiment file"
