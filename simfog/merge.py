@@ -392,6 +392,68 @@ def _mgwfbp(tensors, settings, allreduce_time):
     return [[fwd[i] for i in g] for g in groups]
 
 
+# ---- Optimal contiguous buckets (simfog's own; exact under the cost model) ----
+
+def optimal_groups(ready_s: Sequence[float], nbytes: Sequence[float], allreduce_time: AllreduceTime
+                   ) -> list[tuple[int, int]]:
+    """The contiguous bucket plan (i, j) ranges, inclusive, in launch order, whose last collective ends earliest
+    when buckets run one at a time in order, each starting once its last tensor is ready and the previous bucket
+    has ended: E(plan) = end of its last bucket, with bucket [i..j] ending at max(E(prefix), ready_s[j]) +
+    allreduce_time(sum nbytes[i..j]), where ready_s[j] stands for the latest ready time of tensors 0..j (the same
+    thing: a prefix's last bucket ends after all of its tensors are ready, so max(E_prefix, latest of i..j) =
+    max(E_prefix, latest of 0..j); ready order from a trace may hold small inversions, e.g. tied weights).
+
+    Exactness. Let E*(j) be the least end over all plans of tensors 0..j. The last bucket of any plan of 0..j is
+    some [i..j], and its end max(E_prefix, ready_s[j]) + T(S_ij) is non-decreasing in the prefix's end E_prefix, so
+    it is at least max(E*(i-1), ready_s[j]) + T(S_ij) (E*(-1) = 0), which the best plan of 0..i-1 followed by [i..j]
+    attains. Hence E*(j) = min over i of max(E*(i-1), ready_s[j]) + T(S_ij): a prefix's earliest end is the only
+    state a later choice needs, for ANY cost T (not only a + b·M), and the recurrence over j = 0..n-1 finds the
+    optimum with n(n+1)/2 cost evaluations (sizes that repeat are costed once). Ties keep the larger last bucket.
+
+    Within simfog's engine this is the least iteration time over contiguous plans in ready order on identical
+    ranks with mean layer times and one communication stream: backward's end and the optimizer are fixed, and the
+    iteration ends at max(backward end, last collective's end) + optimizer. Raises ConfigError for mismatched
+    lengths."""
+    n = len(ready_s)
+    if len(nbytes) != n:
+        raise ConfigError("optimal.nbytes", len(nbytes), f"one size per tensor ({n})")
+    latest = list(ready_s)
+    for j in range(1, n):
+        latest[j] = max(latest[j], latest[j - 1])
+    prefix = [0.0]
+    for x in nbytes:
+        prefix.append(prefix[-1] + x)
+    cost: dict[float, float] = {}  # T by size: equal sums (e.g. repeated layers) are costed once
+
+    def t(m: float) -> float:
+        if m not in cost:
+            cost[m] = float(allreduce_time(m))
+        return cost[m]
+
+    best_end, start_of = [0.0] * n, [0] * n
+    for j in range(n):
+        best = math.inf
+        for i in range(j, -1, -1):  # from the smallest last bucket to the largest: ties go to the larger
+            end = max(best_end[i - 1] if i else 0.0, latest[j]) + t(prefix[j + 1] - prefix[i])
+            if end <= best:
+                best, start_of[j] = end, i
+        best_end[j] = best
+    groups, j = [], n - 1
+    while j >= 0:
+        groups.append((start_of[j], j))
+        j = start_of[j] - 1
+    return groups[::-1]
+
+
+@POLICIES.register("optimal")
+def _optimal(tensors, settings, allreduce_time):
+    """Optimal: the contiguous buckets in ready order whose last allreduce ends earliest under the cost model."""
+    if allreduce_time is None:
+        raise ConfigError("comm.merge", "optimal", "a cost model: the optimal plan needs allreduce_time(nbytes)")
+    groups = optimal_groups([t.ready_s for t in tensors], [t.nbytes for t in tensors], allreduce_time)
+    return [list(tensors[i:j + 1]) for i, j in groups]
+
+
 def predicted_comm_end_s(tensors: Sequence[GradTensor], buckets: Sequence[Bucket],
                          allreduce_time: AllreduceTime) -> float:
     """When the last allreduce ends (seconds after backward starts) if buckets run one at a time in launch order,

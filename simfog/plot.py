@@ -21,6 +21,7 @@ BASELINE_LABELS = {
     "single": "single allreduce after backward",
     "mgwfbp": "MG-WFBP merging",
     "bagua": "BAGUA default (10 MiB)",
+    "optimal": "optimal contiguous buckets (exact)",
 }
 
 
@@ -66,8 +67,10 @@ def tune_figure(result) -> Figure:
         ax.plot(part.threshold_bytes, _ms(part.iteration_time_s), marker, color="0.2", ms=5 if marker == "o" else 7,
                 ls="none", label="threshold search" if stage == "grid" else "refinement", zorder=3)
     # Distinct colours and dash patterns: baselines often tie (e.g. wfbp and MG-WFBP) and must stay visible.
-    styles = iter(zip(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"],
-                      ["--", (0, (1, 1)), "-.", (0, (5, 2, 1, 2, 1, 2)), (0, (8, 3)), ":"], strict=True))
+    styles = iter(zip(["tab:cyan", "tab:blue", "tab:orange", "tab:olive", "tab:green", "tab:red", "tab:purple",
+                       "tab:brown"],
+                      ["-", "--", (0, (1, 1)), (0, (3, 1, 1, 1)), "-.", (0, (5, 2, 1, 2, 1, 2)), (0, (8, 3)), ":"],
+                      strict=True))
     for name, t in result.baselines.items():
         color, ls = next(styles)
         if np.isfinite(t):

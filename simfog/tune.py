@@ -23,8 +23,9 @@ from simfog import merge
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 
-#: Policies the best threshold is compared with, each with its own default sizes.
-BASELINES = ("ddp", "horovod", "wfbp", "single", "mgwfbp")
+#: Policies the best threshold is compared with, each with its own default sizes; "optimal" is the exact least
+#: iteration over every contiguous plan (simfog.merge.optimal_groups), so no threshold can beat it.
+BASELINES = ("optimal", "ddp", "horovod", "bagua", "wfbp", "single", "mgwfbp")
 #: The "near best" range: thresholds whose iteration time is within this fraction of the best.
 NEAR_BEST = 0.01
 

@@ -68,7 +68,8 @@ def test_errors_name_the_field():
 
 
 def test_every_policy_is_registered_with_a_one_line_docstring():
-    assert set(merge.POLICIES.names()) == {"wfbp", "single", "threshold", "ddp", "horovod", "bagua", "mgwfbp"}
+    assert set(merge.POLICIES.names()) == {"wfbp", "single", "threshold", "ddp", "horovod", "bagua", "mgwfbp",
+                                           "optimal"}
     assert all(doc for _, doc in merge.POLICIES.describe())
     assert merge.DYNAMIC == {"horovod"}
 

@@ -1,6 +1,6 @@
 """`simfog validate --bench`: a fixed matrix of replayed runs on emulated clusters, ending with the error statistics.
 
-Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 allreduce configurations, and 2 x 2 x 2 x 2 x 2 = 32 decentralized):
+Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, and 2 x 2 x 2 x 2 x 2 = 32 decentralized):
 
 - models: CIFAR ResNet-20 at batch 32 (61 layers, 59 gradient tensors, 1.08 MB; compute ~0.3 s per iteration on
   one core here) and the MLP 784-256-128-10 at batch 1024 (5 layers, 6 tensors, 0.94 MB; ~13 ms), traces measured
@@ -9,7 +9,7 @@ Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 allreduce configurations, and 2 x 2 
   barely overlaps, so it checks the collective model directly. (At batch 64 the MLP computes ~2 ms per
   iteration and host costs no input carries, ~0.3-0.5 ms of gradient copies and Python per iteration, dominate
   its error on one node: -11 to -37 %.)
-- merge policies: wfbp, single, ddp (torch DDP itself), mgwfbp;
+- merge policies: wfbp, single, ddp (torch DDP itself), mgwfbp, optimal (simfog's exact contiguous plan);
 - ranks: 2, 4, 8; NIC bandwidth: 200 Mbit/s and 1 Gbit/s per node and direction (tbf); layouts: 1 and 2 ranks per
   node (2 ranks on 2 per node is a single node: no NIC, unshaped loopback; both bandwidth rows of it are then the
   same configuration measured twice, which shows the run-to-run noise).
@@ -24,7 +24,7 @@ Matrix (replay mode, 2 x 4 x 3 x 2 x 2 = 96 allreduce configurations, and 2 x 2 
 
 At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
-intra measurements are reused across groups with the same process count and rate) and one launch running all 8
+intra measurements are reused across groups with the same process count and rate) and one launch running all 10
 configurations, 3 warm-up and 10 measured iterations each; errors compare steady-state iteration times (after the
 first measured iteration, see validate.compare.steady_iteration_s).
 
@@ -46,7 +46,7 @@ from validate import compare
 from validate.run import Options, run_group
 
 MODELS = (("resnet20", 32), ("mlp", 1024))
-POLICIES = ("wfbp", "single", "ddp", "mgwfbp")
+POLICIES = ("wfbp", "single", "ddp", "mgwfbp", "optimal")
 RANKS = (2, 4, 8)
 NIC_BANDWIDTHS = ("200Mbit/s", "1Gbit/s")
 RANKS_PER_NODE = (1, 2)

@@ -34,6 +34,17 @@ def _tensor_ready_offsets(sim) -> tuple[list, np.ndarray]:
     return tensors, sim.compute.layer_end_s[:, cols]
 
 
+def static_plan(experiment, cost=None) -> tuple[merge.Bucket, ...]:
+    """The buckets the engine launches for `experiment` under a static merge policy (every policy but horovod's
+    cycles), in launch order: the policy applied to the trace's gradients in ready order with the cost one bucket
+    pays on the communication stream (wire time, launch overhead, both copies). `cost`: the experiment's
+    CostModel when already built. The validator runs exactly this plan."""
+    comm = experiment.comm
+    cost = cost or experiment.cost_model()
+    return merge.plan(comm.merge, merge.grad_tensors(experiment.workload.trace), _settings(comm),
+                      _bucket_cost(cost.allreduce, experiment.overheads()))
+
+
 def _bucket_cost(allreduce, oh: CommOverheads):
     """allreduce_time(nbytes) plus the overheads one bucket pays on the communication stream."""
     if not oh.any:
@@ -63,7 +74,7 @@ class AllreduceSGD:
             return
         # A policy that reasons about cost (MG-WFBP's a + b·M) sees what one bucket's collective costs the rank's
         # stream: the wire time, the launch overhead and both copies (what merging two buckets saves or adds).
-        self.buckets = merge.plan(comm.merge, tensors, _settings(comm), _bucket_cost(sim.cost.allreduce, oh))
+        self.buckets = static_plan(sim.experiment, sim.cost)
         index = {t.name: i for i, t in enumerate(tensors)}
         # A bucket is launched when its last gradient is ready: (samples, buckets).
         self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
