@@ -18,7 +18,7 @@ from pathlib import Path
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (not with --bench)")
     parser.add_argument("--bench", action="store_true",
-                        help="run the fixed validation matrix (replay; 2 models x 4 policies x 2/4/8 ranks x "
+                        help="run the fixed validation matrix (replay; 2 models x 5 policies x 2/4/8 ranks x "
                              "2 NIC rates x 2 layouts, plus one-peer exp2 neighbour averaging and WAGMA on 4/8 "
                              "ranks) and print the median and worst error")
     parser.add_argument("--quick", action="store_true", help="with --bench: a small matrix (smoke test)")
