@@ -169,8 +169,15 @@ class Simulation:
 
     def _rank(self, rank: int):
         env, c, slow = self.env, self.compute, self.slowdown[rank]
+        # An algorithm whose communication gates compute (sharded data parallelism: a unit's forward waits for its
+        # parameters' all-gather) runs each whole iteration itself and records its own intervals (forward and
+        # backward may then come in several pieces).
+        own = getattr(self.algorithm, "run_iteration", None)
         for it in range(self.experiment.iterations):
             s = self.draws[it, rank]
+            if own is not None:
+                yield from own(rank, it, s, slow, self.delays[it, rank])
+                continue
             t0 = env.now
             yield env.timeout(c.forward_s[s] * slow + self.delays[it, rank])
             t_b = env.now

@@ -62,8 +62,10 @@ class Result:
         for kind in ("forward", "backward", "optimizer", "comm", "wait"):
             out[f"{kind}_s"] = df[df.kind == kind].assign(d=dur).groupby(keys)["d"].sum()
         out = out.fillna(0.0)
-        bwd_end = df[df.kind == "backward"].set_index(keys)["end_s"]
-        opt_start = df[df.kind == "optimizer"].set_index(keys)["start_s"]
+        # Backward and the optimizer may come in pieces (sharded algorithms run them unit by unit): backward ends
+        # with its last piece, the optimizer starts with its first.
+        bwd_end = df[df.kind == "backward"].groupby(keys)["end_s"].max()
+        opt_start = df[df.kind == "optimizer"].groupby(keys)["start_s"].min()
         comm = df[df.kind == "comm"].join(bwd_end.rename("bwd_end"), on=keys)
         comm = comm.join(opt_start.rename("opt_start"), on=keys)
         out["comm_exposed_s"] = _union_after_backward(comm)
