@@ -110,9 +110,11 @@ def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple,
 
 
 def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Options | None = None,
-              log: Callable[[str], None] = print, csv_path: str | os.PathLike | None = None) -> list[dict]:
+              log: Callable[[str], None] = print, csv_path: str | os.PathLike | None = None,
+              runs: list | None = None) -> list[dict]:
     """Run the matrix; write the CSV (default out_dir/bench-validation.csv) after every group, so an interrupted
-    bench keeps what it measured. Returns the rows."""
+    bench keeps what it measured. Returns the rows; `runs`, when given, receives every group's GroupRun (for
+    validate.report)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = Path(csv_path) if csv_path else out / "bench-validation.csv"
@@ -128,6 +130,8 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
         ids, experiments = zip(*exps, strict=True)
         run = run_group(list(experiments), options, ids=list(ids), cache=cache, log=log)
         rows += run.rows
+        if runs is not None:
+            runs.append(run)
         compare.write_csv(rows, csv_path)
     log(compare.format_table(rows))
     log(verdict(rows))

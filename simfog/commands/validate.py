@@ -41,6 +41,9 @@ def add_arguments(parser) -> None:
     net.add_argument("--emulate", action="store_true", help="fail unless the emulated network can be built")
     parser.add_argument("--workdir", metavar="DIR", help="keep the run spec and per-rank records here")
     parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
+    parser.add_argument("--report", metavar="OUT.html",
+                        help="also write one self-contained HTML page: the table, measured vs predicted with error "
+                             "bars, both timelines side by side and the calibration residuals")
 
 
 def run(args) -> int:
@@ -61,7 +64,10 @@ def run(args) -> int:
             raise ConfigError("--mode", args.mode, "replay with --bench")
         from validate.bench import run_bench
 
-        rows = run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=args.csv)
+        runs: list | None = [] if args.report else None
+        rows = run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=args.csv, runs=runs)
+        if args.report:
+            _report(args.report, runs, "simfog validate --bench" + (" --quick" if args.quick else ""), log)
         return 1 if any(r.get("error") for r in rows) else 0
     if not args.file:
         raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
@@ -86,4 +92,12 @@ def run(args) -> int:
         for v in group.validations:
             for p in export_timelines(v, args.timeline_dir):
                 log(f"wrote {p}")
+    if args.report:
+        _report(args.report, [group], f"simfog validate {args.file}", log)
     return 1 if any(r.get("error") for r in group.rows) else 0
+
+
+def _report(path, groups, title: str, log) -> None:
+    from validate.report import write_report
+
+    log(f"wrote {write_report(path, groups, title=title)}")
