@@ -35,7 +35,8 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "predicted_backward_s", "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s",
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps",
            "bucket_copy_Bps", "collective_overhead_s", "overlap_slowdown", "overheads_source",
-           "load_average", "dropped_packets", "calibration", "trace", "note", "error"]
+           "load_average", "host_cpu_busy", "host_runnable", "host_oversubscribed", "host_limited",
+           "dropped_packets", "calibration", "trace", "note", "error"]
 
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",
@@ -167,8 +168,15 @@ def format_table(rows: Sequence[Mapping]) -> str:
             continue
         lines.append(f"{name:48s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
                      f"{units.format_time(r['measured_iteration_std_s']):>9s} "
-                     f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%}")
+                     f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%}"
+                     + (f"  HOST-LIMITED ({r['host_oversubscribed']:.0%} of samples over the cores)"
+                        if host_limited(r) else ""))
     lines.append(_stats_line(rows, "configurations"))
+    limited = [r for r in rows if host_limited(r)]
+    if limited:
+        emulable = _stats_line([r for r in rows if not host_limited(r)], "rows the rig can emulate")
+        lines.append(f"  {emulable or 'no row the rig can emulate'}")
+        lines.append(f"  {_stats_line(limited, 'host-limited rows (the CPU, not the network, bounded them)')}")
     kinds = sorted({algorithm_of(r).split(":")[0] for r in rows})
     if len(kinds) > 1:
         for kind in kinds:
@@ -178,6 +186,11 @@ def format_table(rows: Sequence[Mapping]) -> str:
     for note in dict.fromkeys(r.get("note") for r in rows if r.get("note")):
         lines.append(f"note: {note}")
     return "\n".join(line for line in lines if line.strip())
+
+
+def host_limited(row: Mapping) -> bool:
+    """True when the host's CPU rather than the emulated network limited the row's run (validate.hostload)."""
+    return row.get("host_limited") in (True, "True", "true")
 
 
 def _stats_line(rows: Sequence[Mapping], what: str) -> str:

@@ -50,6 +50,7 @@ from simfog.experiment import Experiment
 from simfog.results import Result
 from simfog.trace import NetworkTrace, Provenance
 from validate import compare
+from validate.hostload import HostSampler
 from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 
 MODES = ("replay", "model")
@@ -358,6 +359,14 @@ def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: 
     return keys
 
 
+def _host_keys(host: HostSampler, per_rank: Sequence[dict]) -> dict:
+    """The host's CPU load while this configuration's measured iterations ran (validate.hostload)."""
+    its = [it for r in per_rank for it in r["iterations"]]
+    if not its:
+        return {}
+    return host.load(min(it["start"] for it in its), max(it["end"] for it in its)).row()
+
+
 def _overhead_keys(sim_exp: Experiment) -> dict:
     """The beyond-the-wire inputs the prediction used (simfog.overheads) and where the copy bandwidth came from."""
     oh = sim_exp.overheads()
@@ -410,7 +419,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
                     for vid, exp in zip(ids, experiments, strict=True)]
         load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
         drops = _drops(cluster)
-        ranks, error = _run_ranks(cluster, first, prepared, options, work, log)
+        with HostSampler() as host:  # is the CPU, rather than the emulated network, what limits a run?
+            ranks, error = _run_ranks(cluster, first, prepared, options, work, log)
         drops = _drops(cluster) - drops  # packets the shapers dropped during the runs (TCP then retransmits)
     validations = []
     for k, (vid, exp) in enumerate(zip(ids, experiments, strict=True)):
@@ -421,6 +431,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
             validations.append(Validation(vid, exp, sim_exp, predicted, None, compare.failed_row(keys, error)))
             continue
         per_rank = [r["configs"][k] for r in ranks]
+        keys.update(_host_keys(host, per_rank))
         measured = measured_result(sim_exp, per_rank, plan)
         if exp.comm.algorithm in DECENTRALIZED:
             from validate.decentralized import communication_matches

@@ -22,6 +22,9 @@ def add_arguments(parser) -> None:
                              "2 NIC rates x 2 layouts, plus one-peer exp2 neighbour averaging and WAGMA on 4/8 "
                              "ranks) and print the median and worst error")
     parser.add_argument("--quick", action="store_true", help="with --bench: a small matrix (smoke test)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --bench: run the matrix this many times (CSV per run) and report each "
+                             "configuration's errors and the spread of its measured time")
     parser.add_argument("--mode", choices=("replay", "model"), default="replay",
                         help="replay: each layer waits its traced time (default); model: real forward and backward "
                              "of the zoo model the trace was measured on")
@@ -64,11 +67,24 @@ def run(args) -> int:
             raise ConfigError("--mode", args.mode, "replay with --bench")
         from validate.bench import run_bench
 
+        if isinstance(args.repeat, bool) or args.repeat < 1:
+            raise ConfigError("--repeat", args.repeat, "an integer >= 1")
+        from validate.bench import repeat_summary
+
         runs: list | None = [] if args.report else None
-        rows = run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=args.csv, runs=runs)
+        all_rows = []
+        for k in range(args.repeat):
+            csv_path = args.csv if args.repeat == 1 else str(Path(args.csv or Path(args.out) /
+                                                                  "bench-validation.csv").with_suffix(f".run{k + 1}.csv"))
+            if args.repeat > 1:
+                print(f"== bench run {k + 1} of {args.repeat}")
+            all_rows.append(run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=csv_path,
+                                      runs=runs))
+        if args.repeat > 1:
+            print(repeat_summary(all_rows))
         if args.report:
             _report(args.report, runs, "simfog validate --bench" + (" --quick" if args.quick else ""), log)
-        return 1 if any(r.get("error") for r in rows) else 0
+        return 1 if any(r.get("error") for rows in all_rows for r in rows) else 0
     if not args.file:
         raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
     exp = experiment.load(args.file)

@@ -1,0 +1,102 @@
+"""Is the host's CPU, not the emulated network, what limits a validation run?
+
+On a machine with few cores, eight ranks' gloo threads (and their replayed compute) can want more CPU than there
+is: the run then measures the host, which no simulator input describes, and its row must be reported apart rather
+than counted against the network model (or dropped silently). `HostSampler` samples /proc/stat while the ranks run:
+the kernel's count of runnable tasks (`procs_running`, every thread that is running or waiting for a core) and
+the CPU time split. A run is host-limited when, for more than HOST_LIMITED_FRACTION of the samples, more tasks
+were runnable than the machine has cores (the sampler's own thread not counted): then some rank was waiting for a
+core, not for the wire, for a good part of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+#: a run is host-limited when more tasks than cores were runnable in more than this fraction of the samples
+HOST_LIMITED_FRACTION = 0.25
+SAMPLE_S = 0.02
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What the host's CPUs did during a run: `busy` (fraction of all cores' time not idle), `runnable` (mean
+    runnable tasks, the sampler not counted), `oversubscribed` (fraction of samples with more runnable tasks than
+    `cores`), `samples`, and `limited` (oversubscribed > HOST_LIMITED_FRACTION)."""
+
+    busy: float
+    runnable: float
+    oversubscribed: float
+    samples: int
+    cores: int
+
+    @property
+    def limited(self) -> bool:
+        return self.samples > 0 and self.oversubscribed > HOST_LIMITED_FRACTION
+
+    def row(self) -> dict:
+        """Columns of a comparison row (validate.compare.COLUMNS)."""
+        return {"host_cpu_busy": self.busy, "host_runnable": self.runnable,
+                "host_oversubscribed": self.oversubscribed, "host_limited": self.limited}
+
+
+def read_stat(path: str = "/proc/stat") -> tuple[int, tuple[int, int]]:
+    """(procs_running, (idle + iowait jiffies, total jiffies)) from a /proc/stat text."""
+    running, idle, total = 0, 0, 0
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            if line.startswith("cpu "):
+                v = [int(x) for x in line.split()[1:]]
+                idle, total = v[3] + (v[4] if len(v) > 4 else 0), sum(v[:8])
+            elif line.startswith("procs_running"):
+                running = int(line.split()[1])
+    return running, (idle, total)
+
+
+class HostSampler:
+    """Context manager: samples /proc/stat every `every_s` seconds in a thread until exit. `load(t0, t1)` is the
+    HostLoad of the samples taken between two time.perf_counter() readings (the clock the ranks record their
+    iterations with: CLOCK_MONOTONIC, shared by every process of the machine); `load()` of all of them. All zeros
+    where /proc/stat cannot be read (not Linux)."""
+
+    def __init__(self, every_s: float = SAMPLE_S, stat_path: str = "/proc/stat"):
+        self.every_s, self.path = every_s, stat_path
+        self.cores = os.cpu_count() or 1
+        self.samples: list[tuple[float, int, int, int]] = []  # (perf_counter, runnable, idle jiffies, total)
+        self._stop = threading.Event()
+
+    def _take(self) -> None:
+        try:
+            running, (idle, total) = read_stat(self.path)
+        except OSError:
+            return
+        self.samples.append((time.perf_counter(), max(running - 1, 0), idle, total))  # not this thread itself
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._take()
+
+    def __enter__(self) -> HostSampler:
+        self._take()
+        self._thread = threading.Thread(target=self._loop, name="host-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+
+    def load(self, t0: float = -math.inf, t1: float = math.inf) -> HostLoad:
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        busy = 0.0
+        if len(inside) >= 2:
+            d_idle, d_total = inside[-1][2] - inside[0][2], inside[-1][3] - inside[0][3]
+            busy = 1.0 - d_idle / d_total if d_total > 0 else 0.0
+        n = len(inside)
+        over = sum(1 for s in inside if s[1] > self.cores) / n if n else 0.0
+        return HostLoad(busy, sum(s[1] for s in inside) / n if n else 0.0, over, n, self.cores)
