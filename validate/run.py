@@ -82,6 +82,8 @@ class Options:
     spin_s: float = 2e-4
     calibration_timeout_s: float = 300.0
     workdir: str | None = None
+    launcher: str = "local"       # validate.torchrun.LAUNCHERS: local (simfog starts each rank), torchrun, slurm
+    srun: str = "srun"            # the srun program (tests give a stub)
     priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
     #                              at real-time priority would starve the rest of the machine)
 
@@ -92,6 +94,10 @@ class Options:
             raise ConfigError("warmup", self.warmup, "an integer >= 1 (DDP rebuilds its buckets after iteration 1)")
         if self.priority is not None and self.priority not in PRIORITIES:
             raise ConfigError("priority", self.priority, f"one of {', '.join(PRIORITIES)}")
+        from validate.torchrun import LAUNCHERS
+
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError("launcher", self.launcher, f"one of {', '.join(LAUNCHERS)}")
 
     @property
     def scheduling(self) -> str:
@@ -255,7 +261,7 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     (validate.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
     validate.worker --calibrate so that the scheduling is the runs' own."""
     from validate.collect_network import TIMING, make_plan, merge_ranks
-    from validate.launcher import launch, python_rank_argv
+    from validate.launcher import python_rank_argv
 
     n_nodes = len(cluster.nodes)
     ranks = n_nodes * ranks_per_node
@@ -266,8 +272,7 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     argv = python_rank_argv("validate.worker", out / "plan.json", out, "--calibrate", "--priority",
                             options.scheduling, "--timeout", options.calibration_timeout_s)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    launch(cluster, ranks_per_node, lambda r, node: argv, env_for_rank=lambda r, node: _rank_env(),
-           timeout_s=options.calibration_timeout_s)
+    launch_ranks(cluster, ranks_per_node, argv, options, options.calibration_timeout_s)
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
     where = "emulated network" if cluster.shaped else "plain loopback"
     notes = (f"{link} class: {ranks} rank(s) on {n_nodes} node(s) of an {where}; {options.calibration_repeats} "
@@ -275,6 +280,23 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     return NetworkTrace("gloo", "tcp", Provenance("validate.run calibration microbenchmarks", started,
                                                   platform.node(), "measured", notes=notes),
                         merge_ranks(results, ranks, n_nodes), {"link_class": link})
+
+
+def launch_ranks(cluster, ranks_per_node: int, argv: list[str], options: Options, timeout_s: float) -> None:
+    """Run `argv` (a `python -m validate.worker ...` command) on every rank with the chosen launcher: simfog itself
+    ("local"), one torchrun agent per node ("torchrun") or srun inside a Slurm allocation ("slurm"); see
+    validate.torchrun. Raises LaunchError."""
+    from validate.launcher import launch
+    from validate.torchrun import launch_slurm, launch_torchrun
+
+    if options.launcher == "torchrun":
+        launch_torchrun(cluster, ranks_per_node, argv, env=_rank_env(), timeout_s=timeout_s)
+    elif options.launcher == "slurm":
+        launch_slurm(len(cluster.nodes), ranks_per_node, argv, env=_rank_env(), timeout_s=timeout_s,
+                     srun=options.srun)
+    else:
+        launch(cluster, ranks_per_node, lambda r, node: argv, env_for_rank=lambda r, node: _rank_env(),
+               timeout_s=timeout_s)
 
 
 def _rank_env() -> dict:
@@ -382,7 +404,6 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     emulated (`check_experiment`), NetemuError when `options.emulate` is True and no emulated network can be
     built."""
     from validate.launcher import LaunchError
-    from validate.netemu import open_cluster
 
     if not experiments:
         return GroupRun([], None, None, False)
@@ -396,12 +417,15 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
     with tempfile.TemporaryDirectory(prefix="simfog-validate-") as tmp, \
-            open_cluster(first.nodes, first.nic.bandwidth_Bps, emulate=options.emulate) as cluster, \
+            _open(first, options) as cluster, \
             slice_ as short_slice:
         work = Path(options.workdir) if options.workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         emulated = bool(getattr(cluster, "shaped", False))
-        note = "" if emulated else f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})"
+        note = "" if emulated else (f"not emulated: {cluster.reason}" if options.launcher == "slurm" else
+                                    f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})")
+        if options.launcher != "local":
+            note = "; ".join(filter(None, [note, f"launched with {options.launcher}"]))
         log(f"cluster {first.nodes} node(s) x {first.ranks_per_node}, NIC {first.nic.bandwidth_Bps * 8 / 1e6:g} "
             f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}"
             f"{f' ({RR_TIME_SLICE_MS} ms round-robin slice)' if short_slice else ''}: calibrating")
@@ -444,6 +468,16 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
+def _open(shape: Cluster, options: Options):
+    """The nodes to run on: an emulated (or loopback) cluster of shape.nodes, or a Slurm allocation's nodes."""
+    from validate.netemu import open_cluster
+    from validate.torchrun import SlurmNodes
+
+    if options.launcher == "slurm":
+        return SlurmNodes(shape.nodes, shape.nic.bandwidth_Bps)
+    return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=options.emulate)
+
+
 def _drops(cluster) -> int:
     return sum(n[d]["dropped_packets"] for n in cluster.shaper_stats() for d in ("upload", "download"))
 
@@ -468,7 +502,7 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
 
 def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, log) -> tuple[list | None, str]:
     """Launch validate.worker on every rank for all configurations: (per-rank records, "") or (None, error)."""
-    from validate.launcher import LaunchError, launch, python_rank_argv
+    from validate.launcher import LaunchError, python_rank_argv
 
     budget = STARTUP_S + sum((options.warmup + e.iterations) * (3 * p.summary()["iteration_time_s"] + 1.0)
                              for e, _, p, _ in prepared)
@@ -479,8 +513,7 @@ def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, 
     out.mkdir(exist_ok=True)
     log(f"running {len(prepared)} configuration(s) on {shape.ranks} rank(s), time bound {budget:.0f} s")
     try:
-        launch(cluster, shape.ranks_per_node, lambda r, node: python_rank_argv("validate.worker", spec, out),
-               env_for_rank=lambda r, node: _rank_env(), timeout_s=budget)
+        launch_ranks(cluster, shape.ranks_per_node, python_rank_argv("validate.worker", spec, out), options, budget)
     except LaunchError as e:
         return None, f"launch failed: {e}"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(shape.ranks)], ""

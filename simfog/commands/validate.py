@@ -10,6 +10,7 @@ both timelines. torch is imported only when the command runs.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,17 @@ def add_arguments(parser) -> None:
     net = parser.add_mutually_exclusive_group()
     net.add_argument("--loopback", action="store_true", help="plain loopback, no emulated network")
     net.add_argument("--emulate", action="store_true", help="fail unless the emulated network can be built")
-    parser.add_argument("--workdir", metavar="DIR", help="keep the run spec and per-rank records here")
+    parser.add_argument("--workdir", metavar="DIR", help="keep the run spec and per-rank records here (with "
+                                                           "--launcher slurm: a folder every node sees)")
+    parser.add_argument("--launcher", choices=("local", "torchrun", "slurm"), default="local",
+                        help="who starts the ranks: local (simfog, in the emulated node namespaces), torchrun (one "
+                             "agent per node, c10d rendezvous), slurm (srun inside an allocation: one torchrun "
+                             "agent per node of the experiment's cluster)")
+    parser.add_argument("--print-commands", action="store_true",
+                        help="with --launcher torchrun: print the torchrun command to start on each node of a real "
+                             "cluster (hosts from --hosts) and exit")
+    parser.add_argument("--hosts", help="with --print-commands: comma-separated node host names, the first hosts "
+                                        "the rendezvous")
     parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
     parser.add_argument("--report", metavar="OUT.html",
                         help="also write one self-contained HTML page: the table, measured vs predicted with error "
@@ -58,7 +69,13 @@ def run(args) -> int:
     emulate = False if args.loopback else (True if args.emulate else None)
     if args.warmup is None or args.warmup < 1:
         raise ConfigError("--warmup", args.warmup, "an integer >= 1")
-    options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir)
+    if args.launcher == "slurm" and not args.workdir:
+        raise ConfigError("--workdir", "(missing)", "a folder on a filesystem every node of the allocation sees "
+                          "(the ranks read the run spec and write their records there)")
+    options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir,
+                      launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"))
+    if args.print_commands:
+        return _print_commands(args)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     if args.bench:
         if args.file:
@@ -117,3 +134,25 @@ def _report(path, groups, title: str, log) -> None:
     from validate.report import write_report
 
     log(f"wrote {write_report(path, groups, title=title)}")
+
+
+def _print_commands(args) -> int:
+    """The torchrun command for each node of a real cluster: what `--launcher torchrun` runs, for a user to start
+    on their nodes. The run spec must be written first (`--workdir` on a shared filesystem, then this)."""
+    from simfog import experiment
+    from simfog.errors import ConfigError
+    from validate.launcher import python_rank_argv
+    from validate.torchrun import torchrun_commands
+
+    if args.launcher != "torchrun" or not args.file:
+        raise ConfigError("--print-commands", True, "with --launcher torchrun and an experiment file")
+    exp = experiment.load(args.file)
+    hosts = [h.strip() for h in (args.hosts or "").split(",") if h.strip()]
+    if len(hosts) != exp.cluster.nodes:
+        raise ConfigError("--hosts", args.hosts or "", f"{exp.cluster.nodes} host names (cluster.nodes), the first "
+                          "hosting the rendezvous")
+    work = args.workdir or "SHARED_DIR"
+    argv = python_rank_argv("validate.worker", f"{work}/spec.json", f"{work}/ranks")
+    for host, command in zip(hosts, torchrun_commands(hosts, exp.cluster.ranks_per_node, argv), strict=True):
+        print(f"# on {host}:\n{command}")
+    return 0
