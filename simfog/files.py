@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 from simfog.errors import ConfigError
+from simfog.processes import pid_alive
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -44,16 +45,6 @@ def _temp_pattern(path: Path) -> re.Pattern:
     return re.compile(rf"\.{re.escape(path.name)}\.(?P<pid>\d+)\.[a-z0-9_]{{8}}\.tmp")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # someone else's live process, or not a pid we can ask about: keep its file
-    return True
-
-
 def _remove_stale_temps(path: Path) -> None:
     """Removes temporary files of earlier writes to `path` whose writer is dead (killed before it could clean up,
     e.g. by SIGKILL); a live writer's file stays. Best effort: a file that cannot be removed is left."""
@@ -64,7 +55,7 @@ def _remove_stale_temps(path: Path) -> None:
         return
     for name in names:
         m = pattern.fullmatch(name)
-        if m and not _pid_alive(int(m["pid"])):
+        if m and not pid_alive(int(m["pid"])):
             with contextlib.suppress(OSError):
                 os.unlink(path.parent / name)
 
