@@ -160,9 +160,11 @@ def _cmdline(pid: int) -> bytes:
 def test_workers_that_watch_the_sweep_give_the_same_rows(tmp_path):
     from simfog import sweep
 
-    from .test_sweep import sampled_experiment
+    from .conftest import make_experiment
 
-    exp = sampled_experiment()
+    samples = [([1e-3 * (1 + (i + k) % 3) for i in range(4)], [2e-3] * 4) for k in range(3)]
+    trace = make_trace([0] * 4, [0] * 4, [1000, 50_000, 300, 8000], samples=samples)
+    exp = make_experiment(trace, compute="samples", iterations=4, seed=7)
     points = sweep.grid([2, 4], ["wfbp", "single"], ["ring"])
     one = sweep.run(exp, points, tmp_path / "one.csv", jobs=1, progress=False)
     two = sweep.run(exp, points, tmp_path / "two.csv", jobs=2, progress=False)
