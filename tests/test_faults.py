@@ -168,5 +168,5 @@ def test_workers_that_watch_the_sweep_give_the_same_rows(tmp_path):
     points = sweep.grid([2, 4], ["wfbp", "single"], ["ring"])
     one = sweep.run(exp, points, tmp_path / "one.csv", jobs=1, progress=False)
     two = sweep.run(exp, points, tmp_path / "two.csv", jobs=2, progress=False)
-    key = lambda r: sweep.key_of_row(r)  # noqa: E731
+    key = sweep.key_of_row
     assert sorted(two, key=key) == sorted(one, key=key)

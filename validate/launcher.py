@@ -110,7 +110,7 @@ def rank_env(rank: int, world_size: int, ranks_per_node: int, node: NodeSpec, ma
 
 
 @contextlib.contextmanager
-def _signals_raise():
+def signals_raise():
     """While waiting, SIGTERM raises SystemExit (instead of ending the process at once), so that the `finally`
     below still stops the ranks. Handlers someone else installed stay."""
     if threading.current_thread() is not threading.main_thread() or \
@@ -205,7 +205,7 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
     world = len(nodes) * ranks_per_node
     port = _free_port(cluster)
     procs, outs, steps = [], [], []
-    with contextlib.ExitStack() as files, _signals_raise():
+    with contextlib.ExitStack() as files, signals_raise():
         try:
             for rank in range(world):
                 node = nodes[rank // ranks_per_node]
@@ -359,7 +359,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
     else:
         cmd.append("--oversubscribe")
     with tempfile.TemporaryDirectory(prefix="simfog-mpi-") as folder, tempfile.TemporaryFile() as log, \
-            _signals_raise():
+            signals_raise():
         proc = None
         try:
             proc = cluster.run_in(0, [*cmd, "sh", "-c", _MPI_WRAPPER, folder, *argv], env=full_env, stdout=log,
