@@ -6,11 +6,13 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import tempfile
 import zlib
 from pathlib import Path
 
 from simfog.errors import ConfigError
+from simfog.processes import pid_alive
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -37,12 +39,36 @@ def read_json(path: str | os.PathLike) -> object:
                           source=str(path)) from None
 
 
+def _temp_pattern(path: Path) -> re.Pattern:
+    """Names atomic_open gives its temporary files for `path`: ".<name>.<writer pid>.<8 random>.tmp" (mkstemp's
+    random part is 8 characters of [a-z0-9_]), anchored so that another target's temporary files never match."""
+    return re.compile(rf"\.{re.escape(path.name)}\.(?P<pid>\d+)\.[a-z0-9_]{{8}}\.tmp")
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Removes temporary files of earlier writes to `path` whose writer is dead (killed before it could clean up,
+    e.g. by SIGKILL); a live writer's file stays. Best effort: a file that cannot be removed is left."""
+    pattern = _temp_pattern(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m and not pid_alive(int(m["pid"])):
+            with contextlib.suppress(OSError):
+                os.unlink(path.parent / name)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w"):
-    """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error."""
+    """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error.
+    Temporary files that killed writers left beside `path` are removed first (see `_remove_stale_temps`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    _remove_stale_temps(path)
+    # the writer's pid in the name tells a later write whether this file is still being written
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)

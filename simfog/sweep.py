@@ -114,7 +114,10 @@ def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | Non
         for p in todo:
             yield run_point(exp, p)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        from simfog.processes import exit_with
+
+        # workers end with the sweep, even a SIGKILLed one
+        with ProcessPoolExecutor(max_workers=jobs, initializer=exit_with, initargs=(os.getpid(),)) as pool:
             pending = {pool.submit(run_point, exp, p) for p in todo}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)

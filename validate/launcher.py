@@ -35,6 +35,11 @@ from validate.netemu import NodeSpec
 STDERR_TAIL_LINES = 12
 KILL_GRACE_S = 2.0  # SIGTERM first so ranks may flush; then SIGKILL
 POLL_S = 0.02
+# A rank may note its steps (`note_step`) on a file descriptor the launcher passes it in this variable. When ranks
+# pass the time bound, those that noted the fewest steps are the ones behind (the others wait for them in a
+# collective), and their last step says what they were doing.
+STEP_FD_VAR = "SIMFOG_STEP_FD"
+TAILS_SHOWN = 2  # ranks whose stderr tail a time-bound error quotes
 
 
 class LaunchError(SimfogError):
@@ -56,6 +61,15 @@ class RankResult:
     returncode: int
     stdout: str
     stderr: str
+
+
+def note_step(text: str) -> None:
+    """Called in a rank: records `text` as the step it starts now (one line), for the launcher to name a rank that
+    hangs. Ranks of one launch should note the same sequence of steps. Does nothing outside a launch."""
+    fd = os.environ.get(STEP_FD_VAR, "")
+    if fd.isdigit():
+        with contextlib.suppress(OSError):  # the launcher's file is gone: nobody is listening
+            os.write(int(fd), (" ".join(text.split()) + "\n").encode())
 
 
 def python_rank_argv(module: str, *args: str) -> list[str]:
@@ -96,7 +110,7 @@ def rank_env(rank: int, world_size: int, ranks_per_node: int, node: NodeSpec, ma
 
 
 @contextlib.contextmanager
-def _signals_raise():
+def signals_raise():
     """While waiting, SIGTERM raises SystemExit (instead of ending the process at once), so that the `finally`
     below still stops the ranks. Handlers someone else installed stay."""
     if threading.current_thread() is not threading.main_thread() or \
@@ -178,8 +192,10 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
 
     `argv_for_rank(rank, node)` gives the command; `env_for_rank(rank, node)` extra variables (they win over the
     launcher's). Returns one RankResult per rank, in rank order, when all exit 0 within `timeout_s` seconds.
-    Raises LaunchError naming the first failing ranks (exit code or signal, and their last stderr lines) or the
-    ranks still running at the time bound; every other rank is stopped first, so no process is left behind.
+    Raises LaunchError naming the first failing ranks (exit code or signal, and their last stderr lines) or, at
+    the time bound, the ranks that hung: of those still running, the ones that noted the fewest steps (`note_step`;
+    every rank passes a file descriptor for them in STEP_FD_VAR), with node, namespace, last step and stderr
+    tail. Every other rank is stopped first, so no process is left behind.
     Raises ConfigError for a bad ranks_per_node or timeout."""
     if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
         raise ConfigError("ranks_per_node", ranks_per_node, "an integer >= 1")
@@ -188,20 +204,24 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
     nodes = cluster.nodes
     world = len(nodes) * ranks_per_node
     port = _free_port(cluster)
-    procs, outs = [], []
-    with contextlib.ExitStack() as files, _signals_raise():
+    procs, outs, steps = [], [], []
+    with contextlib.ExitStack() as files, signals_raise():
         try:
             for rank in range(world):
                 node = nodes[rank // ranks_per_node]
-                env = dict(os.environ)
-                env.update(rank_env(rank, world, ranks_per_node, node, nodes[0], port))
-                if env_for_rank is not None:
-                    env.update({k: str(v) for k, v in env_for_rank(rank, node).items()})
                 out = files.enter_context(tempfile.TemporaryFile())  # files, not pipes: no rank blocks on output
                 err = files.enter_context(tempfile.TemporaryFile())
+                step = files.enter_context(tempfile.TemporaryFile())
                 outs.append((out, err))
+                steps.append(step)
+                env = dict(os.environ)
+                env.update(rank_env(rank, world, ranks_per_node, node, nodes[0], port))
+                env[STEP_FD_VAR] = str(step.fileno())
+                if env_for_rank is not None:
+                    env.update({k: str(v) for k, v in env_for_rank(rank, node).items()})
                 procs.append(cluster.run_in(node.index, list(argv_for_rank(rank, node)), env=env, stdout=out,
-                                            stderr=err, stdin=subprocess.DEVNULL, start_new_session=True))
+                                            stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                                            pass_fds=(step.fileno(),)))
             failed, hung = _wait(procs, time.monotonic() + timeout_s)
         finally:
             _stop_all(procs)
@@ -211,17 +231,49 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
             err.seek(0)
             results.append(RankResult(rank, p.returncode, out.read().decode(errors="replace"),
                                       err.read().decode(errors="replace")))
+        noted = [_read_steps(f) for f in steps]
     if failed:
         parts = [f"rank {r} (node {r // ranks_per_node}) {_describe(results[r].returncode)}; last stderr lines:\n"
                  f"{_tail(results[r].stderr)}" for r in failed]
         raise LaunchError("; ".join(parts) + f"\nthe other {world - len(failed)} ranks were stopped",
                           tuple(failed), results)
     if hung:
-        names = ", ".join(map(str, hung))
-        raise LaunchError(f"rank{'s' if len(hung) > 1 else ''} {names} still running after the {timeout_s:g} s "
-                          f"time bound (hung?), stopped with every other rank. Last stderr lines of rank {hung[0]}:\n"
-                          f"{_tail(results[hung[0]].stderr)}", tuple(hung), results)
+        raise _hung_error(hung, noted, results, nodes, ranks_per_node, timeout_s)
     return results
+
+
+def _read_steps(file) -> list[str]:
+    """The complete lines a rank noted (a line being written when it was stopped is left out)."""
+    file.seek(0)
+    return file.read().decode(errors="replace").split("\n")[:-1]
+
+
+def _hung_error(running: list[int], noted: list[list[str]], results: list[RankResult], nodes, ranks_per_node: int,
+                timeout_s: float) -> LaunchError:
+    """The LaunchError for ranks still running at the time bound. Those that noted the fewest steps are named as
+    hung (all of them when the ranks noted nothing or the same number of steps: then they cannot be told apart),
+    with their node, namespace and last step; the others are said to wait for them."""
+    fewest = min(len(noted[r]) for r in running)
+    hung = [r for r in running if len(noted[r]) == fewest]
+    waiting = [r for r in running if r not in hung]
+
+    def where(r: int) -> str:
+        node = nodes[r // ranks_per_node]
+        last = f"last step {noted[r][-1]!r}" if noted[r] else "no step noted"
+        return f"rank {r} on node {node.index} ({f'namespace {node.namespace}' if node.namespace else 'loopback'}), " \
+               f"{last}"
+
+    names = ", ".join(map(str, hung))
+    message = (f"rank{'s' if len(hung) > 1 else ''} {names} hung: still running after the {timeout_s:g} s time "
+               f"bound; " + "; ".join(map(where, hung)))
+    if waiting:
+        message += (f"; rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} had gone further "
+                    f"(last step {noted[waiting[0]][-1]!r}) and presumably waited for "
+                    f"{'them' if len(hung) > 1 else 'it'}")
+    message += "; every rank was stopped."
+    for r in hung[:TAILS_SHOWN]:
+        message += f"\nLast stderr lines of rank {r}:\n{_tail(results[r].stderr)}"
+    return LaunchError(message, tuple(hung), results)
 
 
 def _wait(procs, deadline: float) -> tuple[list[int], list[int]]:
@@ -307,7 +359,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
     else:
         cmd.append("--oversubscribe")
     with tempfile.TemporaryDirectory(prefix="simfog-mpi-") as folder, tempfile.TemporaryFile() as log, \
-            _signals_raise():
+            signals_raise():
         proc = None
         try:
             proc = cluster.run_in(0, [*cmd, "sh", "-c", _MPI_WRAPPER, folder, *argv], env=full_env, stdout=log,

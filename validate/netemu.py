@@ -16,13 +16,15 @@ IP + TCP with timestamps add 52 B, so a 1514 B frame carries 1448 B of payload.
 
 Teardown (kill every process left in the namespaces, delete them) runs on leaving the with-block, on SIGTERM and
 SIGINT (handlers are installed for the block's duration and the old ones restored), and at interpreter exit. A
-SIGKILLed owner cannot clean up: the next cluster (or `cleanup_leftovers`) removes namespaces whose owner pid is dead.
+SIGKILLed owner cannot clean up: the next cluster (or `cleanup_leftovers`) removes namespaces whose owner pid is dead,
+and the next cluster restores the host's allowed congestion-control list if it was left widened (see below).
 Without root, `ip` or tc tbf, `available()` says why and `open_cluster` falls back to `LoopbackCluster`.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import itertools
 import os
@@ -33,10 +35,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
+from simfog.files import atomic_open
+from simfog.processes import pid_alive
 
 SUBNET = "10.213.0"  # a private /24 that only ever exists inside this module's own namespaces
 NODE_IFNAME = "{prefix}-nic"  # node side of the veth, inside the node namespace
@@ -68,9 +73,11 @@ MIN_LIMIT_BYTES = 256 * 1024
 # select, overshoots tbf's queue instead: a 1 MB sendrecv at 1 Gbit/s took 8 or 14 ms at random (CUBIC, with
 # HyStart leaving slow start early: 8.0-9.9 ms). A namespace may only pick a congestion control that the host's
 # net.ipv4.tcp_allowed_congestion_control lists; when CUBIC is missing there, it is added for the moment of
-# setting and the list restored at once (the namespace keeps its setting).
+# setting and the list restored at once (the namespace keeps its setting). Meanwhile CC_STATE_FILE holds the pid of
+# the widening process and the list it found, so that the next cluster restores a list that a SIGKILL left widened.
 TCP_CONGESTION_CONTROL = "cubic"
 ALLOWED_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+CC_STATE_FILE = Path("/run/simfog-validate-allowed-congestion-control")
 
 _OWNED = re.compile(r"^(?P<prefix>[a-z]+)(?P<pid>\d+)-(?P<seq>\d+)-(?P<role>sw|probe|n\d+)$")
 _PREFIX = re.compile(r"^[a-z]{1,6}$")  # no digits: the owner pid follows it in namespace names
@@ -195,6 +202,42 @@ def cleanup_leftovers(prefix: str = "sf", *, include_live: bool = False) -> list
     return removed
 
 
+def restore_allowed_congestion_control(*, sysctl: Path | None = None, state: Path | None = None) -> bool:
+    """Puts back the allowed congestion-control list that a validator killed while it had widened it left in the
+    state file (default CC_STATE_FILE for the sysctl ALLOWED_CONGESTION_CONTROL); a live widener's state stays.
+    Returns whether it restored a list."""
+    sysctl, state = sysctl or ALLOWED_CONGESTION_CONTROL, state or CC_STATE_FILE
+    try:
+        pid, found = state.read_text().split("\n", 1)
+    except (OSError, ValueError):
+        return False
+    if pid.isdigit() and pid_alive(int(pid)):
+        return False  # another cluster is being built right now: it restores the list itself
+    sysctl.write_text(found.strip())
+    state.unlink(missing_ok=True)
+    return True
+
+
+@contextlib.contextmanager
+def allowed_congestion_control(name: str, *, sysctl: Path | None = None, state: Path | None = None) -> Iterator[None]:
+    """Adds `name` to the host's allowed congestion-control list for the duration (when missing) and restores the
+    list after. The list found is kept in the state file meanwhile (see restore_allowed_congestion_control)."""
+    sysctl, state = sysctl or ALLOWED_CONGESTION_CONTROL, state or CC_STATE_FILE
+    restore_allowed_congestion_control(sysctl=sysctl, state=state)
+    allowed = sysctl.read_text().split()
+    if name in allowed:
+        yield
+        return
+    with atomic_open(state) as f:  # complete or absent: a torn list would narrow the host's list when restored
+        f.write(f"{os.getpid()}\n{' '.join(allowed)}\n")
+    try:
+        sysctl.write_text(" ".join([*allowed, name]))
+        yield
+    finally:
+        sysctl.write_text(" ".join(allowed))
+        state.unlink(missing_ok=True)
+
+
 def _set_congestion_control(ns: str, name: str) -> None:
     """Make `name` the TCP congestion control of namespace `ns` (see TCP_CONGESTION_CONTROL). Raises NetemuError
     when the kernel does not have it."""
@@ -210,11 +253,8 @@ def _set_congestion_control(ns: str, name: str) -> None:
         if name in allowed:
             raise
     try:
-        ALLOWED_CONGESTION_CONTROL.write_text(" ".join([*allowed, name]))
-        try:
+        with allowed_congestion_control(name):
             _sh(*setting)
-        finally:
-            ALLOWED_CONGESTION_CONTROL.write_text(" ".join(allowed))
     except OSError as e:
         raise NetemuError(f"cannot allow TCP congestion control {name} in {ALLOWED_CONGESTION_CONTROL}: {e}") from None
 
@@ -277,6 +317,8 @@ class EmulatedCluster:
         atexit.register(self._teardown)
         try:
             cleanup_leftovers(self.prefix)
+            with contextlib.suppress(OSError):  # without the sysctl there is nothing to restore
+                restore_allowed_congestion_control()
             self._build()
             if self.verify:
                 self._verify()

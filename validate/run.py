@@ -36,8 +36,10 @@ import datetime
 import json
 import os
 import platform
+import re
+import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from simfog.cluster import Cluster
 from simfog.engine import ComputeModel, Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
+from simfog.processes import pid_alive
 from simfog.results import Result
 from simfog.trace import NetworkTrace, Provenance
 from validate import compare
@@ -63,6 +66,10 @@ REPO = Path(__file__).resolve().parents[1]
 # two would calibrate that artifact into every size.
 CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
 STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores) and the process group
+# The run's temporary folder in tempfile.gettempdir(): "simfog-validate-<pid>-<8 random>"; the pid lets a later run
+# remove the folder of a validator killed with SIGKILL (the only exit that cannot remove its own).
+WORKSPACE_PREFIX = "simfog-validate-"
+_WORKSPACE = re.compile(rf"{re.escape(WORKSPACE_PREFIX)}(?P<pid>\d+)-[a-z0-9_]{{8}}")
 # Scheduling of the ranks (calibration and runs alike), see validate.scheduling: "rt" (SCHED_RR, every thread, with
 # a 1 ms round-robin slice while the ranks run), "nice" (nice -20) or "none". "rt" needs root.
 
@@ -416,10 +423,10 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
                               "nic_bandwidth for every experiment of one group")
     ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
-    with tempfile.TemporaryDirectory(prefix="simfog-validate-") as tmp, \
+    with _workspace() as tmp, \
             _open(first, options) as cluster, \
             slice_ as short_slice:
-        work = Path(options.workdir) if options.workdir else Path(tmp)
+        work = Path(options.workdir) if options.workdir else tmp
         work.mkdir(parents=True, exist_ok=True)
         emulated = bool(getattr(cluster, "shaped", False))
         note = "" if emulated else (f"not emulated: {cluster.reason}" if options.launcher == "slurm" else
@@ -476,6 +483,30 @@ def _open(shape: Cluster, options: Options):
     if options.launcher == "slurm":
         return SlurmNodes(shape.nodes, shape.nic.bandwidth_Bps)
     return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=options.emulate)
+
+
+@contextlib.contextmanager
+def _workspace() -> Iterator[Path]:
+    """The run's temporary folder, removed on leaving the block (success, error, KeyboardInterrupt; SIGTERM too, as
+    it raises SystemExit meanwhile). Folders that SIGKILLed validators left are removed first."""
+    from validate.launcher import signals_raise
+
+    _remove_dead_workspaces()
+    with signals_raise(), tempfile.TemporaryDirectory(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-") as tmp:
+        yield Path(tmp)
+
+
+def _remove_dead_workspaces() -> None:
+    """Removes temporary folders of validators whose process is gone; those of live runs stay."""
+    root = Path(tempfile.gettempdir())
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        m = _WORKSPACE.fullmatch(name)
+        if m and not pid_alive(int(m["pid"])):
+            shutil.rmtree(root / name, ignore_errors=True)
 
 
 def _drops(cluster) -> int:

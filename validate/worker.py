@@ -32,6 +32,9 @@ Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "no
 moves every thread of the rank to real-time round-robin scheduling (or nice -20), so that other work on the
 machine does not delay the ranks' and gloo's wake-ups; again after a configuration created process groups;
 `--calibrate` runs the calibration microbenchmarks the same way. Torch-only module.
+
+Each rank notes its steps for the launcher (`validate.launcher.note_step`: joining the process group, per iteration
+its compute and its wait for communication), so that a rank that hangs is named with what it was doing.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import torch.distributed as dist
 from simfog.errors import ConfigError
 from simfog.trace import load_model_trace
 from validate.buckets import BucketedAllreduce
+from validate.launcher import note_step
 from validate.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
 from validate.scheduling import raise_priority
 
@@ -150,6 +154,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
     try:
         for i in range(warmup + iterations):
             it = i - warmup
+            note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: compute")  # before the clock starts
             s = cfg["samples"][max(it, 0)][rank]
             if it == 0:
                 dist.barrier()
@@ -165,6 +170,9 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
             if averaging is not None:
                 averaging.launch(i)
             loss.backward()
+            # while the buckets are in flight; a rank stuck in its compute has not got this far (with ddp the wait
+            # is inside backward, so a hang there cannot be told from one in the compute)
+            note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: waiting for communication")
             if buckets is not None:
                 buckets.finish()
             if averaging is not None:
@@ -203,6 +211,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
 
 def _init(timeout_s: float) -> tuple[int, int]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    note_step("joining the gloo process group")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
     dist.barrier()  # every rank connected before any changes its scheduling
@@ -218,6 +227,7 @@ def calibrate_main(plan_path: str, out_dir: str, priority: str, timeout_s: float
     plan = json.loads(Path(plan_path).read_text())
     rank, world = _init(timeout_s)
     applied = raise_priority(priority)
+    note_step("timing the calibration microbenchmarks")
     try:
         samples = time_plan(plan, lambda c, b: make_op(c, b, rank, world, torch.device("cpu")), dist.barrier)
     finally:
@@ -254,8 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for cfg in spec["configs"]:
+            note_step(f"{cfg['id']}: setting up")
             dist.barrier()
             results.append(run_config(cfg, rank, world, spec.get("priority", "none")))
+        note_step("final barrier")
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -199,10 +199,57 @@ def test_a_hung_rank_hits_the_time_bound_and_is_named(kind):
             launch(c, 2, lambda r, n: py(code, marker), timeout_s=2)
     err = info.value
     assert err.ranks == (1,)
-    assert "rank 1 still running after the 2 s time bound" in str(err)
+    assert str(err).startswith("rank 1 hung: still running after the 2 s time bound; rank 1 on node 0")
     assert [r.returncode for r in err.results] == [0, -signal.SIGTERM, 0, 0]
     assert processes_with(marker) == []
     assert our_namespaces() == []
+
+
+# Every rank notes its steps; rank 2 hangs in its compute, the others wait for it in the "allreduce".
+BEHIND = """
+    import os, sys, time
+    from validate.launcher import note_step
+    rank = os.environ["RANK"]
+    note_step("iteration 0: compute")
+    print(f"rank {rank} computing", file=sys.stderr, flush=True)
+    if rank != "2":
+        note_step("iteration 0: allreduce,\\n waiting")  # a line break in a step stays one line
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("kind", clusters())
+def test_the_rank_behind_is_named_with_its_node_step_and_stderr(kind):
+    marker = f"sf-behind-{uuid.uuid4().hex}"
+    with make(kind) as c:
+        with pytest.raises(LaunchError) as info:
+            launch(c, 2, lambda r, n: py(BEHIND, marker), timeout_s=5)
+        where = f"namespace {c.nodes[1].namespace}" if kind == "emulated" else "loopback"
+    err = info.value
+    assert err.ranks == (2,)  # ranks 0, 1 and 3 were still running too, but waiting for rank 2
+    first = str(err).splitlines()[0]
+    assert first.startswith("rank 2 hung: still running after the 5 s time bound; rank 2 on node 1 "
+                            f"({where}), last step 'iteration 0: compute'; ranks 0, 1, 3 had gone further "
+                            "(last step 'iteration 0: allreduce, waiting')")
+    assert "Last stderr lines of rank 2:\n    rank 2 computing" in str(err)
+    assert "rank 0 computing" not in str(err)
+    assert all(r.returncode < 0 for r in err.results)
+    assert processes_with(marker) == []
+    assert our_namespaces() == []
+
+
+def test_ranks_that_cannot_be_told_apart_are_all_named():
+    code = """
+        import time
+        from validate.launcher import note_step
+        note_step("joining the process group")
+        time.sleep(60)
+    """
+    with pytest.raises(LaunchError) as info:
+        launch(LoopbackCluster(2), 1, lambda r, n: py(code, "tie"), timeout_s=3)
+    assert info.value.ranks == (0, 1)
+    assert str(info.value).startswith("ranks 0, 1 hung: still running after the 3 s time bound; rank 0 on node 0 "
+                                      "(loopback), last step 'joining the process group'; rank 1 on node 1")
 
 
 def test_a_rank_killed_by_a_signal_is_reported_with_the_signal():

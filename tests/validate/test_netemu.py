@@ -240,3 +240,69 @@ def test_forced_fallback_is_loopback_and_says_so_once(monkeypatch, capsys):
     assert capsys.readouterr().err.count("no root in this test") == 1
     with pytest.raises(netemu.NetemuError, match="no root in this test"):
         open_cluster(2, 1e6, emulate=True)
+
+
+# ---- the host's allowed congestion-control list: widened for a moment, restored, also after a SIGKILL ----
+
+@pytest.fixture
+def allowed(tmp_path):
+    path = tmp_path / "tcp_allowed_congestion_control"
+    path.write_text("reno bbr\n")
+    return path
+
+
+def test_allowed_list_is_widened_for_the_block_and_restored(allowed, tmp_path):
+    state = tmp_path / "state"
+    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state=state):
+        assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
+        assert state.read_text() == f"{os.getpid()}\nreno bbr\n"  # what a later run restores if this one is killed
+    assert allowed.read_text().split() == ["reno", "bbr"]
+    assert not state.exists()
+    with netemu.allowed_congestion_control("reno", sysctl=allowed, state=state):  # allowed already: untouched
+        assert allowed.read_text().split() == ["reno", "bbr"] and not state.exists()
+
+
+# Widens the list at argv[1] (state file argv[2]), says so, and waits to be killed.
+WIDENER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from validate.netemu import allowed_congestion_control
+    with allowed_congestion_control("cubic", sysctl=Path(sys.argv[1]), state=Path(sys.argv[2])):
+        print("widened", flush=True)
+        time.sleep(60)
+""")
+
+
+def test_list_left_widened_by_a_killed_run_is_restored_by_the_next(allowed, tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-c", WIDENER, str(allowed), str(state)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "widened"
+        # while its owner lives, the widening is not a leftover
+        assert not netemu.restore_allowed_congestion_control(sysctl=allowed, state=state)
+        assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
+    finally:
+        proc.kill()  # SIGKILL: it cannot restore the list
+        proc.wait()
+    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]  # left widened ...
+    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state=state):
+        assert state.read_text() == f"{os.getpid()}\nreno bbr\n"  # ... and the next run starts from the real list
+    assert allowed.read_text().split() == ["reno", "bbr"]
+    assert not state.exists()
+
+
+@root
+def test_next_cluster_restores_a_list_left_widened(allowed, tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    allowed.write_text("reno bbr cubic\n")
+    state.write_text(f"{dead.pid}\nreno bbr\n")  # a validator killed while the list was widened
+    monkeypatch.setattr(netemu, "ALLOWED_CONGESTION_CONTROL", allowed)
+    monkeypatch.setattr(netemu, "CC_STATE_FILE", state)
+    # reno is allowed everywhere, so building this cluster widens nothing of the host's real list
+    with EmulatedCluster(1, 25e6, prefix=PREFIX, verify=False, tcp_congestion_control="reno"):
+        assert allowed.read_text().split() == ["reno", "bbr"]
+        assert not state.exists()
+    assert ours(pid=os.getpid()) == []

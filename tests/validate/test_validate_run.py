@@ -6,7 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +25,8 @@ from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
 from .conftest import emulation_available
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _rank(start, fe, be, launch, done, os_, end):
@@ -185,3 +193,109 @@ def test_host_overheads_feed_the_prediction(experiment):
     # the experiment file still wins over the host's measurement
     given = replace(experiment, comm=replace(experiment.comm, bucket_copy_Bps=1e9))
     assert simulated_experiment(given, None, rec).overheads().sources["bucket_copy_Bps"] == "experiment file"
+
+
+# ---- the run's temporary folder: removed on success, error and Ctrl-C; a SIGKILLed run's by the next run ----
+
+def _one_rank():
+    trace = make_trace([1e-3] * 2, [2e-3] * 2, [1000] * 2)
+    return make_experiment(trace, nodes=1, gpus_per_node=1, iterations=2)
+
+
+@pytest.fixture
+def tmpdir_(tmp_path, monkeypatch):
+    """An empty folder of our own as tempfile's default directory (what the validator's folder goes into)."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _failing_launch(*args, **kwargs):
+    from validate.launcher import LaunchError
+
+    raise LaunchError("rank 0 exited with code 1", (0,), [])
+
+
+def _interrupted_launch(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_temporary_folder_is_removed_after_a_run(tmpdir_):
+    pytest.importorskip("torch")
+    from validate.run import run_group
+
+    group = run_group([_one_rank()], Options(emulate=False, priority="none"))
+    assert group.rows[0]["error"] == ""
+    assert list(tmpdir_.iterdir()) == []
+
+
+def test_temporary_folder_is_removed_after_an_error_and_ctrl_c(tmpdir_, monkeypatch):
+    from validate import launcher
+    from validate.run import run_group
+
+    monkeypatch.setattr(launcher, "launch", _failing_launch)
+    group = run_group([_one_rank()], Options(emulate=False, priority="none"))
+    assert "rank 0 exited with code 1" in group.rows[0]["error"]
+    assert list(tmpdir_.iterdir()) == []
+    monkeypatch.setattr(launcher, "launch", _interrupted_launch)
+    with pytest.raises(KeyboardInterrupt):
+        run_group([_one_rank()], Options(emulate=False, priority="none"))
+    assert list(tmpdir_.iterdir()) == []
+
+
+# A validator whose launch never ends: it says so once its temporary folder exists, and waits to be killed.
+STUCK_VALIDATOR = textwrap.dedent("""
+    import sys, tempfile, time
+    tempfile.tempdir = sys.argv[1]
+    from tests.conftest import make_experiment, make_trace
+    from validate import launcher
+    from validate.run import Options, run_group
+
+    def launch(*args, **kwargs):
+        print("running", flush=True)
+        time.sleep(60)
+
+    launcher.launch = launch
+    exp = make_experiment(make_trace([1e-3] * 2, [2e-3] * 2, [1000] * 2), nodes=1, gpus_per_node=1, iterations=2)
+    run_group([exp], Options(emulate=False, priority="none"))
+""")
+
+
+def _stuck_validator(tmpdir_) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_VALIDATOR, str(tmpdir_)], stdout=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
+def test_temporary_folder_is_removed_on_sigterm(tmpdir_):
+    stuck = _stuck_validator(tmpdir_)
+    stuck.terminate()
+    assert stuck.wait(timeout=30) == 128 + signal.SIGTERM
+    assert list(tmpdir_.iterdir()) == []
+
+
+def test_temporary_folder_of_a_killed_run_is_removed_by_the_next(tmpdir_, monkeypatch):
+    from validate import launcher
+    from validate.run import run_group
+
+    live = tmpdir_ / f"simfog-validate-{os.getpid()}-abcdefgh"  # a live run's folder (ours) stays
+    live.mkdir()
+    stuck = _stuck_validator(tmpdir_)
+    stuck.kill()  # SIGKILL: it cannot remove its folder
+    stuck.wait()
+    left = [p for p in tmpdir_.iterdir() if p != live]
+    assert len(left) == 1 and left[0].name.startswith(f"simfog-validate-{stuck.pid}-")
+    assert (left[0] / "spec.json").is_file()
+
+    monkeypatch.setattr(launcher, "launch", _failing_launch)
+    run_group([_one_rank()], Options(emulate=False, priority="none"))
+    assert list(tmpdir_.iterdir()) == [live]
