@@ -28,13 +28,12 @@ simfog.tune for why; it also makes thousands of ranks cheap to simulate).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from simfog import units
+from simfog import files, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment, Workload
@@ -154,11 +153,11 @@ def load_catalogue(path: str | Path) -> Catalogue:
     and the value for anything wrong in it."""
     path, source = Path(path), str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("catalogue", source, "an existing catalogue file (.toml)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(e), "valid TOML", source=source) from None
+        text = files.read_text(path)
+    except ConfigError as e:
+        allowed = "an existing catalogue file (.toml)" if e.allowed == "an existing file" else e.allowed
+        raise ConfigError("catalogue", source, allowed) from None
+    data = files.parse_toml(text, source)
     for key in data:
         if key not in _TOP:
             raise ConfigError(key, data[key], f"not a known key; allowed: {', '.join(sorted(_TOP))}", source=source)

@@ -7,9 +7,7 @@ in newer traces, gloo work on `pt_gloo_runloop` threads).
 
 from __future__ import annotations
 
-import json
 import math
-import zlib
 from dataclasses import dataclass, field
 
 from simfog import files
@@ -63,19 +61,13 @@ def load(path: str) -> dict:
     try:
         text = files.read_text(path)
     except ConfigError as e:
-        if e.allowed == "an existing file":
+        if not e.allowed.startswith(("a readable file", "a UTF-8")):  # missing, a directory, a FIFO, too large
             raise
         raise ConfigError("file", "(unreadable)", f"{EXPECTED}, complete: it is truncated or corrupt ({e.allowed})",
                           source=path) from None
-    except zlib.error as e:
-        raise ConfigError("file", "(unreadable)", f"{EXPECTED}, complete: it is corrupt ({e})", source=path) from None
     if not text.lstrip().startswith("{"):
         raise ConfigError("format", text.lstrip()[:40], EXPECTED, source=path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError("json", f"line {e.lineno} column {e.colno}",
-                          f"{EXPECTED}, complete: it is truncated or corrupt ({e.msg})", source=path) from None
+    data = files.parse_json(text, path, f"{EXPECTED}, complete: it is truncated or corrupt")
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ConfigError("traceEvents", "(missing)", EXPECTED, source=path)
     return data
