@@ -14,7 +14,6 @@ from pathlib import Path
 
 from simfog.errors import ConfigError
 
-
 # The most simfog reads from one input file, after decompression. Real inputs are far smaller (the largest
 # Kineto traces are a few hundred MB); the cap keeps /dev/zero-like or gzip-bomb inputs from eating all memory.
 MAX_INPUT_BYTES = 1 << 30
