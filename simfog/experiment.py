@@ -273,6 +273,9 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         try:
             cluster = cluster_from_network_trace(path, cluster)
         except ConfigError as e:
+            if e.field == "path" and e.source is None:  # missing, a directory, ...: the experiment's key is at fault
+                raise ConfigError(f"{p}network_trace", c["network_trace"], f"{e.allowed} ({path})",
+                                  source=source) from None
             raise e.in_file(str(path)) from None
         network_trace = str(path)
 
@@ -419,8 +422,9 @@ def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
     for key, limit, what in (("rank_slowdown", cluster.ranks, "rank"), ("node_slowdown", cluster.nodes, "node")):
         table = _index_map(h, key, limit, what, source)
         for i, v in table.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ConfigError(f"{p}{key}.{i}", v, "a compute-time factor > 0 (1.5 = 50 % slower)", source=source)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:  # NaN fails too
+                raise ConfigError(f"{p}{key}.{i}", v, "a finite compute-time factor > 0 (1.5 = 50 % slower)",
+                                  source=source)
         slow[key] = tuple(sorted((i, float(v)) for i, v in table.items()))
     rate = h.get("straggler_rate", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
