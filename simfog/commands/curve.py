@@ -84,13 +84,14 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment, plot, sweep
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import checked_grid
+    from simfog.commands.sweep import check_jobs, checked_grid
     from simfog.files import check_output
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
+    check_jobs(args.jobs)
     for suffix in ("csv", "png", "svg"):
         check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])

@@ -40,6 +40,7 @@ def run(args) -> int:
     from simfog.errors import ConfigError
 
     check_output(args.output)
+    check_jobs(args.jobs)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     try:
         ranks = [int(r) for r in _option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
@@ -55,6 +56,11 @@ def run(args) -> int:
     return 0
 
 
+def check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise ConfigError("--jobs", jobs, "an integer >= 1 (local worker processes)")
+
+
 def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
                  thresholds: list) -> list:
     """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
@@ -68,7 +74,10 @@ def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text:
     for c in colls:
         collectives.ALGORITHMS.get(c, field="--collective")
     for r in ranks:
-        exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
+        try:
+            exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
+        except ConfigError as e:
+            raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
     return sweep.grid(ranks, merges, colls, thresholds)
 
 
