@@ -44,7 +44,9 @@ def run(args) -> int:
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name}", getattr(args, name),
                               "not used by tune: it searches merge = threshold and compares fixed baselines")
-    png, csv = check_output(f"{args.output}.png"), check_output(f"{args.output}.csv")
+    png, csv = f"{args.output}.png", f"{args.output}.csv"
+    check_output(png)
+    check_output(csv)
     exp = load_with_overrides(args)
     bounds = {k: units.nbytes(getattr(args, k), field=f"--{k}") if getattr(args, k) else None for k in ("lo", "hi")}
     try:
