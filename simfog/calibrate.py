@@ -44,6 +44,7 @@ STATISTICS = {"median": np.median, "min": np.min, "mean": np.mean}
 BREAKPOINT_GAIN = 2.0  # a breakpoint must cut the squared relative error more than this factor
 NOISE_FLOOR = 0.01     # ... and one line must be off by more than this (rms relative error)
 BYTE_TERM_MIN = 0.01   # below this share of the largest message's time, β is noise: no bandwidth is fitted
+MIN_TIME_S = 1e-12     # a measured time below a picosecond is no measurement (and 1/t overflows near denormals)
 
 
 def coefficients(collective: str, ranks: int, algorithm: str = "ring") -> tuple[float, float]:
@@ -267,9 +268,9 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
         if cls == "mixed" and mixed_as_nic:
             cls = "nic"
         t = float(STATISTICS[statistic](m.time_s))
-        if not t > 0:
+        if not t >= MIN_TIME_S:  # 0 s or a denormal: relative errors and 1/t blow up (no timer resolves it)
             raise ConfigError(f"measurements[{i}].time_s", list(m.time_s),
-                              f"samples whose {statistic} is > 0 (errors are relative)")
+                              f"samples whose {statistic} is >= {MIN_TIME_S:g} s (errors are relative)")
         a, b = coefficients(m.collective, m.ranks, algorithm)
         by_class.setdefault(cls, []).append((m.collective, m.ranks, m.nodes, m.bytes, t, a, b * m.bytes))
     fits = {c: _fit_class(c, _points(by_class[c])) for c in CLASSES if c in by_class}
@@ -329,6 +330,9 @@ def _fit_class(cls: str, p: _Points) -> LinkFit:
     if len(sizes) < 2:
         raise Infeasible(f"link class {cls!r}: {len(sizes)} distinct message size(s); α and β need at least 2 "
                          f"(sizes seen: {[int(s) for s in sizes]})")
+    if np.ptp(p.t) <= 1e-9 * p.t.max():
+        raise Infeasible(f"link class {cls!r}: the times do not grow with message size (every measurement takes "
+                         f"{units.format_time(p.t[0])}), so no bandwidth can be fitted")
     alpha, beta, sse1 = _fit_line(p)
     small = large = (alpha, beta)
     best, breakpoint_bytes = sse1, None

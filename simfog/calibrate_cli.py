@@ -19,7 +19,8 @@ import numpy as np
 
 from simfog import nccl, nccl_fit, network_file
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, Infeasible
+from simfog.files import check_output
 from simfog.trace import load_network_trace
 
 MODELS = ("auto", "nccl", "alpha-beta")
@@ -52,8 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Calibrate, print the report, write the network file if asked. Returns 0. Raises ConfigError (naming the
-    file) and Infeasible (nothing to fit) as the fits do."""
+    """Calibrate, print the report, write the network file if asked. Returns 0. Raises ConfigError and Infeasible
+    (nothing to fit), both naming the trace file(s)."""
+    if args.output:
+        check_output(args.output)
+    try:
+        return _run(args)
+    except Infeasible as e:
+        raise Infeasible(f"{', '.join(args.trace)}: {e}") from None
+    except ConfigError as e:
+        raise e.in_file(", ".join(args.trace)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     traces = [load_network_trace(p) for p in args.trace]
     model = args.model
     if model == "auto":

@@ -35,6 +35,18 @@ COLLECT = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (the usage block is what --help is for), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(text: str) -> str:
+    """Messages name user-supplied keys, paths and values: escape their line breaks so an error is one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _add(sub, name: str, module: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(_module=module)
@@ -45,7 +57,7 @@ def _add(sub, name: str, module: str, help_text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simfog", description="Trace-driven simulator of data-parallel training.")
+    parser = _Parser(prog="simfog", description="Trace-driven simulator of data-parallel training.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         _add(sub, name, module, help_text)
@@ -57,15 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "_missing", None):
-        print(f"simfog: error: this command needs a missing module ({args._missing}); "
-              "install the extras: pip install -e '.[validate]'", file=sys.stderr)
-        return 2
     try:
+        # Inside the try: building the parser imports every command, so Ctrl-C often lands there.
+        args = build_parser().parse_args(argv)
+        if getattr(args, "_missing", None):
+            print(f"simfog: error: this command needs a missing module ({args._missing}); "
+                  "install the extras: pip install -e '.[validate]'", file=sys.stderr)
+            return 2
         return importlib.import_module(args._module).run(args) or 0
     except SimfogError as e:
-        print(f"simfog: error: {e}", file=sys.stderr)
+        print(f"simfog: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("simfog: interrupted", file=sys.stderr)

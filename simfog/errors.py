@@ -16,13 +16,22 @@ class ConfigError(SimfogError, ValueError):
     def __init__(self, field: str, value: object, allowed: str, *, source: str | None = None):
         self.field, self.value, self.allowed, self.source = field, value, allowed, source
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}{field} = {value!r}: {allowed}")
+        super().__init__(f"{where}{field} = {_short_repr(value)}: {allowed}")
 
     def in_file(self, source: str) -> ConfigError:
         """The same error, now naming the file it came from (keeps an existing name)."""
         if self.source:
             return self
         return ConfigError(self.field, self.value, self.allowed, source=source)
+
+
+def _short_repr(value: object, limit: int = 120) -> str:
+    """repr(value), cut in the middle when long (a 400-digit number, a whole list) so the message stays one
+    readable line; newlines are escaped by repr already."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...{text[-20:]} ({len(text)} characters)"
 
 
 class Infeasible(SimfogError):

@@ -6,13 +6,12 @@ TOML, read with tomllib. Paths are relative to the file; every quantity carries 
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simfog import nccl, network_file, units
+from simfog import files, nccl, network_file, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.network_file import NetworkFile
@@ -83,6 +82,26 @@ class Comm:
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
 
+MAX_SEED = 2**63 - 1   # seeds are written to CSV and JSON files and read back as int64
+# One run simulates every (rank, iteration) and keeps its intervals: 10**6 of them take minutes and a few GB.
+MAX_RANK_ITERATIONS = 10**6
+
+
+def check_run_size(seed: object, iterations: object, ranks: int, *, seed_field: str = "seed",
+                   iterations_field: str = "iterations", source: str | None = None) -> None:
+    """Raise ConfigError unless `seed` is an integer in 0..MAX_SEED, `iterations` an integer >= 1 and
+    ranks x iterations at most MAX_RANK_ITERATIONS (naming the field, e.g. "--iterations", and the bound)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(seed_field, seed, f"an integer in 0..{MAX_SEED}", source=source)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ConfigError(iterations_field, iterations, "an integer >= 1", source=source)
+    why = f"ranks x iterations is at most {MAX_RANK_ITERATIONS:,} (a larger run takes hours and tens of GB)"
+    if ranks > MAX_RANK_ITERATIONS:
+        raise ConfigError("ranks", ranks, f"at most {MAX_RANK_ITERATIONS:,}: {why}", source=source)
+    if ranks * iterations > MAX_RANK_ITERATIONS:
+        raise ConfigError(iterations_field, iterations, f"at most {MAX_RANK_ITERATIONS // ranks:,} with {ranks} "
+                          f"ranks: {why}", source=source)
+
 
 @dataclass(frozen=True)
 class Heterogeneity:
@@ -112,6 +131,10 @@ class Experiment:
     network_trace: str | None = None   # when the cluster links were calibrated from measurements
     heterogeneity: Heterogeneity = Heterogeneity()
     network: NetworkFile | None = None  # [cluster] network: a calibrated NCCL network (simfog.network_file)
+
+    def __post_init__(self):
+        # Here rather than only in from_dict: overrides (--iterations, --ranks, sweep points) go through replace().
+        check_run_size(self.seed, self.iterations, self.cluster.ranks, source=self.source)
 
     def cost_model(self) -> CostModel:
         """The collective cost model of this experiment (comm.collective on the cluster, the network file's NCCL
@@ -218,6 +241,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     _no_unknown(d, _TOP, "", source)
     seed = _int(d, "seed", "", source, default=0, minimum=0)
     iterations = _int(d, "iterations", "", source, default=5)
+    if seed > MAX_SEED:
+        raise ConfigError("seed", seed, f"an integer in 0..{MAX_SEED}", source=source)
     w = _section(d, "workload", _WORKLOAD, source)
     if "trace" not in w or not isinstance(w["trace"], str):
         raise ConfigError("workload.trace", w.get("trace", "(missing)"), "a path to a model trace (.json or .json.gz)",
@@ -227,8 +252,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         trace = load_model_trace(trace_path)
     except ConfigError as e:
         if e.field == "path":
-            raise ConfigError("workload.trace", w["trace"], f"an existing model trace file ({trace_path})",
-                              source=source) from None
+            allowed = "an existing model trace file" if e.allowed == "an existing file" else e.allowed
+            raise ConfigError("workload.trace", w["trace"], f"{allowed} ({trace_path})", source=source) from None
         raise
     compute = _choice(w, "compute", "workload.", source, "samples", choices=COMPUTE_MODES)
 
@@ -261,6 +286,9 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         try:
             cluster = cluster_from_network_trace(path, cluster)
         except ConfigError as e:
+            if e.field == "path" and e.source is None:  # missing, a directory, ...: the experiment's key is at fault
+                raise ConfigError(f"{p}network_trace", c["network_trace"], f"{e.allowed} ({path})",
+                                  source=source) from None
             raise e.in_file(str(path)) from None
         network_trace = str(path)
 
@@ -407,8 +435,9 @@ def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
     for key, limit, what in (("rank_slowdown", cluster.ranks, "rank"), ("node_slowdown", cluster.nodes, "node")):
         table = _index_map(h, key, limit, what, source)
         for i, v in table.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ConfigError(f"{p}{key}.{i}", v, "a compute-time factor > 0 (1.5 = 50 % slower)", source=source)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:  # NaN fails too
+                raise ConfigError(f"{p}{key}.{i}", v, "a finite compute-time factor > 0 (1.5 = 50 % slower)",
+                                  source=source)
         slow[key] = tuple(sorted((i, float(v)) for i, v in table.items()))
     rate = h.get("straggler_rate", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
@@ -427,12 +456,14 @@ def load(path: str | Path) -> Experiment:
     """Read an experiment TOML file. Raises ConfigError (naming the file) for anything wrong in it."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError("path", str(path), "an existing experiment file (.toml)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(e), "valid TOML", source=str(path)) from None
+        text = files.read_text(path)
+    except ConfigError as e:
+        allowed = "an existing experiment file (.toml)" if e.allowed == "an existing file" else e.allowed
+        raise ConfigError("path", str(path), allowed) from None
+    if path.name.endswith((".json", ".json.gz")) or text.lstrip().startswith("{"):
+        raise ConfigError("path", str(path), "an experiment file (.toml); this is JSON, e.g. a trace, which an "
+                          'experiment names in [workload] trace = "..."')
+    data = files.parse_toml(text, str(path))
     try:
         return from_dict(data, base_dir=path.parent, source=str(path))
     except ConfigError as e:

@@ -7,36 +7,118 @@ import gzip
 import json
 import os
 import re
+import stat
 import tempfile
+import tomllib
 import zlib
 from pathlib import Path
 
 from simfog.errors import ConfigError
 from simfog.processes import pid_alive
 
+# The most simfog reads from one input file, after decompression. Real inputs are far smaller (the largest
+# Kineto traces are a few hundred MB); the cap keeps /dev/zero-like or gzip-bomb inputs from eating all memory.
+MAX_INPUT_BYTES = 1 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
 
-def read_text(path: str | os.PathLike) -> str:
-    """The file's text; `.gz` files are decompressed. Raises ConfigError if missing or unreadable."""
+
+def check_input(path: str | os.PathLike) -> Path:
+    """`path` as a Path if it is an existing regular file. Raises ConfigError ("path") for a missing file, a
+    directory, or a FIFO, device or socket: those can block for ever or never end (/dev/zero)."""
     path = Path(path)
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8")
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise ConfigError("path", str(path), "an existing file") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
-        raise ConfigError("path", str(path), f"a readable text file ({e})") from None
+    except (OSError, ValueError) as e:  # permission, a name too long, an embedded NUL byte
+        raise ConfigError("path", str(path), f"a readable file ({getattr(e, 'strerror', None) or e})") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError("path", str(path), "a file, not a directory")
+    if not stat.S_ISREG(mode):
+        raise ConfigError("path", str(path), "a regular file (not a FIFO, device or socket)")
+    return path
+
+
+def read_bytes(path: str | os.PathLike, *, limit: int | None = None) -> bytes:
+    """The file's bytes (`.gz` files decompressed), at most `limit` (default MAX_INPUT_BYTES). Raises ConfigError
+    ("path") for what check_input refuses, an unreadable or corrupt file, or one over the limit."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    path = check_input(path)
+    try:
+        with open(path, "rb") as raw:
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                    data = gz.read(limit + 1)
+            else:
+                data = raw.read(limit + 1)
+    except FileNotFoundError:
+        raise ConfigError("path", str(path), "an existing file") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise ConfigError("path", str(path), f"a readable file ({e})") from None
+    if len(data) > limit:
+        what = " decompressed" if path.suffix == ".gz" else ""
+        raise ConfigError("path", str(path), f"a file of at most {limit:,} bytes{what}")
+    return data
+
+
+def read_text(path: str | os.PathLike, *, limit: int | None = None) -> str:
+    """The file's UTF-8 text (`.gz` files decompressed). Raises ConfigError ("path") as read_bytes does, or for
+    bytes that are not UTF-8 (naming the offset, and saying so when they are gzip data without a .gz name)."""
+    data = read_bytes(path, limit=limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if data.startswith(_GZIP_MAGIC):
+            allowed = "a UTF-8 text file, not gzip-compressed data (a trace? pass the right file, or name it .gz)"
+        else:
+            allowed = f"a UTF-8 text file (byte {data[e.start]:#04x} at offset {e.start} is not UTF-8)"
+        raise ConfigError("path", str(path), allowed) from None
 
 
 def read_json(path: str | os.PathLike) -> object:
     """Parsed JSON of a `.json` or `.json.gz` file; a syntax error names the file, line and column."""
-    text = read_text(path)
+    return parse_json(read_text(path), str(path))
+
+
+def parse_json(text: str, source: str, allowed: str = "valid JSON") -> object:
+    """json.loads(text), with every failure (syntax, nesting too deep for the parser, integers too long) as one
+    ConfigError naming `source`."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError("json", f"line {e.lineno} column {e.colno}", f"valid JSON ({e.msg})",
-                          source=str(path)) from None
+        raise ConfigError("json", f"line {e.lineno} column {e.colno}", f"{allowed} ({e.msg})", source=source) from None
+    except RecursionError:
+        raise ConfigError("json", "(nesting too deep)", f"{allowed}, nested less deeply", source=source) from None
+    except ValueError as e:  # e.g. an integer over Python's 4,300-digit limit
+        raise ConfigError("json", str(e)[:80], allowed, source=source) from None
+
+
+def parse_toml(text: str, source: str, allowed: str = "valid TOML") -> dict:
+    """tomllib.loads(text), with every failure (syntax, nesting too deep, integers too long) as one ConfigError
+    naming `source`."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(e), allowed, source=source) from None
+    except RecursionError:
+        raise ConfigError("toml", "(nesting too deep)", f"{allowed}, nested less deeply", source=source) from None
+    except ValueError as e:  # an integer over Python's 4,300-digit limit
+        raise ConfigError("toml", str(e)[:80], allowed, source=source) from None
+
+
+def check_output(path: str | os.PathLike) -> Path:
+    """`path` as a Path if a file can be written there: not an existing directory, and its folder exists (or can
+    be made) as a folder. Raises ConfigError ("output") otherwise; commands call it before their work, so a bad
+    -o fails at once and writes nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError("output", str(path), "a file name, not an existing directory")
+    for parent in path.parents:  # the nearest existing ancestor must be a folder
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise ConfigError("output", str(path), f"a file in a folder ({parent} is not a folder)")
+            break
+    return path
 
 
 def _temp_pattern(path: Path) -> re.Pattern:
@@ -64,11 +146,14 @@ def _remove_stale_temps(path: Path) -> None:
 def atomic_open(path: str | os.PathLike, mode: str = "w"):
     """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error.
     Temporary files that killed writers left beside `path` are removed first (see `_remove_stale_temps`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
-    # the writer's pid in the name tells a later write whether this file is still being written
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    path = check_output(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(path)
+        # the writer's pid in the name tells a later write whether this file is still being written
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # the parent is a file, not writable, ...
+        raise ConfigError("output", str(path), f"a file in a writable folder ({e.strerror or e})") from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -87,7 +172,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
         else:
             with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
                 yield f
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:  # e.g. a directory appeared at `path` meanwhile
+            raise ConfigError("output", str(path), f"a file name that can be replaced ({e.strerror or e})") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from simfog.errors import ConfigError
+from simfog.files import check_output
 from simfog.importers import IMPORTERS, ImporterWarning, import_files, options_of
 from simfog.trace import ModelTrace
 
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", str(out), "a file name ending in .json or .json.gz")
+    check_output(out)
     files = list(getattr(args, "files", None) or [args.file])
     options = _options(args.kind, args.set)
     collective = getattr(args, "collective", None)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simfog import nccl, units
+from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import NetworkTrace
 
@@ -139,8 +140,9 @@ def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, i
             if m.ranks < 2 or m.collective not in nccl.OPS or not m.time_s or m.bytes == 0:  # 0 B: no transfer
                 continue
             t = float(STATISTICS[statistic](m.time_s))
-            if not (math.isfinite(t) and t > 0):
-                raise ConfigError("measurements.time_s", list(m.time_s), "times > 0 (errors are relative)")
+            if not (math.isfinite(t) and t >= MIN_TIME_S):  # 0 s or a denormal: relative errors blow up
+                raise ConfigError("measurements.time_s", list(m.time_s),
+                                  f"times >= {MIN_TIME_S:g} s (errors are relative)")
             pts.append((m.collective, m.ranks, m.nodes, m.bytes, t, g))
     return pts
 
@@ -165,6 +167,10 @@ def fit(traces: Sequence[NetworkTrace], *, version: str = "2.30", gpu_arch: str 
     if len({p[3] for p in pts}) < 2:
         raise Infeasible(f"nothing to calibrate: every measurement has the same size ({pts[0][3]} B); latency "
                          "and bandwidth need at least two sizes")
+    times = [p[4] for p in pts]
+    if max(times) - min(times) <= 1e-9 * max(times):
+        raise Infeasible(f"nothing to calibrate: the times do not grow with message size (every measurement takes "
+                         f"{units.format_time(times[0])}), so no bandwidth can be fitted")
     arch = gpu_arch or next((a for a in map(arch_of, traces) if a), None) or "ampere"
     base = nccl.NcclNetwork(1e9, 1e9, version=version, gpu_arch=arch, cpu_vendor=cpu_vendor,
                             intra_transport=intra_transport)

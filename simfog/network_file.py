@@ -23,7 +23,6 @@ Human units in the file, SI inside (simfog.units). Unknown keys are errors.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,10 +52,7 @@ def load(path: str | Path) -> NetworkFile:
     """Read a network file. Raises ConfigError naming the file, key, value and what is allowed."""
     path = str(path)
     text = files.read_text(path)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(e), "a valid TOML network file", source=path) from None
+    doc = files.parse_toml(text, path, "a valid TOML network file")
     unknown = set(doc) - {"nccl", "provenance"}
     if unknown:
         raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, provenance", source=path)

@@ -28,16 +28,15 @@ simfog.tune for why; it also makes thousands of ranks cheap to simulate).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from simfog import units
+from simfog import files, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
-from simfog.experiment import Comm, Experiment, Workload
+from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload
 from simfog.network_file import NetworkFile
 
 _TOP = {"currency", "note", "option"}
@@ -99,10 +98,11 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
         if key not in _OPTION:
             raise ConfigError(p + key, d[key], f"not a known key; allowed: {', '.join(sorted(_OPTION))}", source=source)
 
-    def integer(key):
+    def integer(key, most=MAX_RANK_ITERATIONS):
         v = d.get(key, "(missing)")
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(p + key, v, "an integer >= 1", source=source)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+            raise ConfigError(p + key, v, f"an integer in 1..{most:,} (gpus_per_node x max_nodes GPUs at most "
+                              f"{MAX_RANK_ITERATIONS:,}, what one simulation may hold)", source=source)
         return v
 
     network = None
@@ -141,7 +141,8 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     over = d.get("oversubscription", 1.0)
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not over >= 1:
         raise ConfigError(p + "oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
-    return ClusterOption(name, integer("gpus_per_node"), integer("max_nodes"),
+    gpus_per_node = integer("gpus_per_node")
+    return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
                          Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth")),
                          Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth")),
                          float(price), float(over),
@@ -154,11 +155,11 @@ def load_catalogue(path: str | Path) -> Catalogue:
     and the value for anything wrong in it."""
     path, source = Path(path), str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("catalogue", source, "an existing catalogue file (.toml)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(e), "valid TOML", source=source) from None
+        text = files.read_text(path)
+    except ConfigError as e:
+        allowed = "an existing catalogue file (.toml)" if e.allowed == "an existing file" else e.allowed
+        raise ConfigError("catalogue", source, allowed) from None
+    data = files.parse_toml(text, source)
     for key in data:
         if key not in _TOP:
             raise ConfigError(key, data[key], f"not a known key; allowed: {', '.join(sorted(_TOP))}", source=source)

@@ -38,7 +38,7 @@ def select_ranks(total: int, ranks: Sequence[int] | None = None, *, max_ranks: i
     if ranks is not None:
         bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < total]
         if bad or not len(ranks):
-            raise ConfigError("timeline ranks", list(ranks), f"one or more ranks in 0..{total - 1}")
+            raise ConfigError("timeline ranks (--timeline-ranks)", list(ranks), f"one or more ranks in 0..{total - 1}")
         return sorted(set(ranks))
     if total <= max_ranks:
         return list(range(total))

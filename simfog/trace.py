@@ -7,7 +7,6 @@ iteration k, which is why every layer must have the same number of samples.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,11 @@ NETWORK_FORMAT = "simfog.network-trace/1"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
                "int32": 4, "int64": 8}
 SOURCES = ("measured", "estimated", "imported")
+# Bounds that keep every sum and product simfog forms from a trace finite and exact: counts (elements, batch size,
+# ranks, bytes) up to 2**53, the largest integer a float holds exactly; durations up to 10**9 s (31 years), so
+# that layers x iterations x ranks of them still add up to a finite time.
+MAX_COUNT = 2**53
+MAX_SECONDS = 1e9
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
 
 
@@ -176,19 +180,20 @@ def _get(d: Mapping, key: str, where: str, kind: type | tuple, allowed: str):
 
 
 def _count(d: Mapping, key: str, where: str, minimum: int = 1) -> int:
-    v = _get(d, key, where, int, f"an integer >= {minimum}")
-    if v < minimum:
-        raise ConfigError(f"{where}{key}", v, f"an integer >= {minimum}")
+    allowed = f"an integer in {minimum}..{MAX_COUNT} (2**53)"
+    v = _get(d, key, where, int, allowed)
+    if not minimum <= v <= MAX_COUNT:
+        raise ConfigError(f"{where}{key}", v, allowed)
     return v
 
 
 def _times(d: Mapping, key: str, where: str, *, allow_empty: bool = False) -> tuple[float, ...]:
-    allowed = "a list of durations in seconds (finite numbers >= 0)"
+    allowed = f"a list of durations in seconds (numbers from 0 to {MAX_SECONDS:g})"
     values = _get(d, key, where, list, allowed)
     if not values and not allow_empty:
         raise ConfigError(f"{where}{key}", values, allowed + ", at least one")
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_SECONDS:
             raise ConfigError(f"{where}{key}[{i}]", v, allowed)
     return tuple(float(v) for v in values)
 
@@ -197,8 +202,8 @@ def _optional_number(d: Mapping, key: str, where: str) -> float | None:
     if d.get(key) is None:
         return None
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise ConfigError(f"{where}{key}", v, "a finite number >= 0 or null")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e300:
+        raise ConfigError(f"{where}{key}", v, "a number from 0 to 1e300, or null")
     return float(v)
 
 
@@ -249,6 +254,9 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
             params.append(Tensor(name, _count(p, "elements", pw), dtype))
         layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
                             _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w)))
+    if not seen:  # nothing to communicate: every algorithm needs at least one gradient
+        raise ConfigError("layers", "(no parameters)", "at least one layer with a parameter tensor (params): "
+                          "data-parallel training communicates their gradients")
     order = _get(d, "grad_ready_order", "", list, "a list naming every parameter once")
     missing, extra = seen - set(order), [n for n in order if n not in seen]
     if extra or missing or len(order) != len(set(order)):

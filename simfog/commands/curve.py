@@ -15,6 +15,9 @@ import pandas as pd
 
 from simfog.commands.sweep import _list
 from simfog.errors import ConfigError
+from simfog.experiment import MAX_RANK_ITERATIONS
+
+MAX_POINTS = 1000  # rank counts one curve may have: each is a simulation
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -22,6 +25,8 @@ def parse_ranks(text: str) -> list[int]:
     the second step is not a whole ratio. Raises ConfigError for anything else."""
     parts = _list(text)
     bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
+    if not parts:
+        raise bad
     if "..." not in parts:
         try:
             return [int(p) for p in parts]
@@ -35,6 +40,9 @@ def parse_ranks(text: str) -> list[int]:
         raise bad from None
     if not 0 < a < b <= z:
         raise bad
+    if z > MAX_RANK_ITERATIONS or (b % a and (z - a) // (b - a) >= MAX_POINTS):  # before building the series
+        raise ConfigError("--ranks", text, f"a series of at most {MAX_POINTS} rank counts up to "
+                          f"{MAX_RANK_ITERATIONS:,} ranks")
     out = [a]
     if b % a == 0 and b // a > 1:
         while out[-1] * (b // a) <= z:
@@ -76,12 +84,16 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment, plot, sweep
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import checked_grid
+    from simfog.commands.sweep import check_jobs, checked_grid
+    from simfog.files import check_output
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
+    check_jobs(args.jobs)
+    for suffix in ("csv", "png", "svg"):
+        check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
     csv = f"{args.output}.csv"
     rows = sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)

@@ -86,9 +86,12 @@ def _write(result, prefix: str) -> tuple[str, str]:
 def run(args) -> int:
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.errors import Infeasible
+    from simfog.files import check_output
     from simfog.plan import load_catalogue, plan, workload_experiment
 
     target, epoch = target_from_args(args)
+    for suffix in ("csv", "png"):
+        check_output(f"{args.output}.{suffix}")
     exp = workload_experiment(args.workload or DEFAULT_EXPERIMENT)
     catalogue = load_catalogue(args.catalogue or DEFAULT_CATALOGUE)
     try:

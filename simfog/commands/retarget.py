@@ -15,9 +15,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from simfog.files import check_output
     from simfog.retarget import retarget
     from simfog.trace import load_model_trace
 
+    check_output(args.output)
     out = retarget(load_model_trace(args.trace), args.device, precision=args.precision, efficiency=args.efficiency)
     out.save(args.output)
     fwd = sum(layer.forward_s[0] for layer in out.layers)

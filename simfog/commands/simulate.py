@@ -47,12 +47,11 @@ def load_with_overrides(args):
         exp = exp.with_comm(collective=args.collective)
     if args.threshold is not None:
         exp = exp.with_comm(threshold_bytes=units.nbytes(args.threshold, field="--threshold"))
-    if args.iterations is not None:
-        if args.iterations < 1:
-            raise ConfigError("--iterations", args.iterations, "an integer >= 1")
-        exp = replace(exp, iterations=args.iterations)
-    if args.seed is not None:
-        exp = replace(exp, seed=args.seed)
+    if args.iterations is not None or args.seed is not None:
+        seed = exp.seed if args.seed is None else args.seed
+        iterations = exp.iterations if args.iterations is None else args.iterations
+        experiment.check_run_size(seed, iterations, exp.ranks, seed_field="--seed", iterations_field="--iterations")
+        exp = replace(exp, seed=seed, iterations=iterations)
     if exp.comm.merge == "threshold" and exp.comm.threshold_bytes is None:
         raise ConfigError("--threshold", None, 'a size such as "25MiB" when merge = "threshold"')
     return exp
@@ -96,8 +95,11 @@ def format_summary(s: dict) -> str:
 def run(args) -> int:
     from simfog.cli import print_json
     from simfog.engine import simulate
-    from simfog.files import atomic_open
+    from simfog.files import atomic_open, check_output
 
+    for path in (args.intervals, args.timeline):
+        if path:
+            check_output(path)  # before simulating: a bad name fails at once
     result = simulate(load_with_overrides(args))
     summary = result.summary()
     if args.intervals:

@@ -5,10 +5,21 @@ from __future__ import annotations
 import os
 
 from simfog import units
+from simfog.errors import ConfigError
+from simfog.files import check_output
 
 
 def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _option_list(text: str, option: str) -> list[str]:
+    """The comma-separated values of `option`; an option given with nothing in it (`--ranks ''`) is an error
+    rather than a silent fall back to the file's value."""
+    values = _list(text)
+    if not values:
+        raise ConfigError(option, text, "one or more comma-separated values")
+    return values
 
 
 def add_arguments(parser) -> None:
@@ -28,13 +39,15 @@ def run(args) -> int:
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.errors import ConfigError
 
+    check_output(args.output)
+    check_jobs(args.jobs)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     try:
-        ranks = [int(r) for r in _list(args.ranks)] if args.ranks else [exp.ranks]
+        ranks = [int(r) for r in _option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
     except ValueError:
         raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
-    thresholds = ([units.nbytes(t, field="--threshold") for t in _list(args.threshold)] if args.threshold
-                  else [exp.comm.threshold_bytes])
+    thresholds = ([units.nbytes(t, field="--threshold") for t in _option_list(args.threshold, "--threshold")]
+                  if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
     rows = sweep.run(exp, points, args.output, jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress)
@@ -43,20 +56,28 @@ def run(args) -> int:
     return 0
 
 
+def check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise ConfigError("--jobs", jobs, "an integer >= 1 (local worker processes)")
+
+
 def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
                  thresholds: list) -> list:
     """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
     validated before anything runs (ConfigError naming the option)."""
     from simfog import collectives, merge, sweep
 
-    merges = _list(merge_text) if merge_text else [exp.comm.merge]
-    colls = _list(collective_text) if collective_text else [exp.comm.collective]
+    merges = _option_list(merge_text, "--merge") if merge_text is not None else [exp.comm.merge]
+    colls = _option_list(collective_text, "--collective") if collective_text is not None else [exp.comm.collective]
     for m in merges:
         merge.POLICIES.get(m, field="--merge")
     for c in colls:
         collectives.ALGORITHMS.get(c, field="--collective")
     for r in ranks:
-        exp.cluster.with_ranks(r)
+        try:
+            exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
+        except ConfigError as e:
+            raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
     return sweep.grid(ranks, merges, colls, thresholds)
 
 

@@ -37,17 +37,24 @@ def run(args) -> int:
     from simfog import plot
     from simfog.cli import print_json
     from simfog.errors import ConfigError
-    from simfog.files import atomic_open
+    from simfog.files import atomic_open, check_output
     from simfog.tune import tune
 
     for name in ("merge", "threshold"):
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name}", getattr(args, name),
                               "not used by tune: it searches merge = threshold and compares fixed baselines")
+    png, csv = f"{args.output}.png", f"{args.output}.csv"
+    check_output(png)
+    check_output(csv)
     exp = load_with_overrides(args)
     bounds = {k: units.nbytes(getattr(args, k), field=f"--{k}") if getattr(args, k) else None for k in ("lo", "hi")}
-    result = tune(exp, points=args.points, refine=args.refine, samples=args.samples, **bounds)
-    png, csv = f"{args.output}.png", f"{args.output}.csv"
+    try:
+        result = tune(exp, points=args.points, refine=args.refine, samples=args.samples, **bounds)
+    except ConfigError as e:
+        if e.field in ("points", "refine", "lo", "hi"):  # the library's names for these options
+            raise ConfigError(f"--{e.field}", e.value, e.allowed) from None
+        raise
     with atomic_open(csv) as f:
         result.curve.to_csv(f, index=False)
     plot.save(plot.tune_figure(result), png)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+from simfog import files
 from simfog.errors import ConfigError
 from simfog.importers.imb import import_imb
 from simfog.importers.kineto import import_kineto
@@ -53,8 +54,7 @@ def import_file(kind: str, path: str | Path, **options) -> ModelTrace | NetworkT
         if name not in allowed:
             raise ConfigError("option", name, f"an option of importer {kind}: {', '.join(allowed) or 'none'}",
                               source=str(path))
-    if not Path(path).is_file():
-        raise ConfigError("path", str(path), "an existing file")
+    files.check_input(path)  # a missing file, a directory, a FIFO or /dev/zero: refused before any importer reads
     trace = fn(path, **options)
     check = model_trace_from_dict if isinstance(trace, ModelTrace) else network_trace_from_dict
     try:

@@ -79,8 +79,8 @@ class _Iteration:
         for e in bwd:
             if "AccumulateGrad" in e.name:
                 leaf = next((s for s in e.subtree if s.name == "torch::autograd::AccumulateGrad"), e)
-                dims, types = leaf.args.get("Input Dims") or [None], leaf.args.get("Input type") or [None]
-                self.grads.append((current, ke.elements_of(dims[0]), ke.DTYPES.get(str(types[0]).lower())))
+                self.grads.append((current, ke.elements_of(ke.first_arg(leaf.args, "Input Dims")),
+                                   ke.DTYPES.get(str(ke.first_arg(leaf.args, "Input type")).lower())))
             elif e.seq in creator:
                 current = group_of[creator[e.seq]]
             else:
@@ -99,9 +99,9 @@ class _Iteration:
                 self.buckets.append((layer, c))
         self.batch = None   # the first layer op that takes the activation batch as its first input
         for i in sorted(layer_ops):
-            dims = fwd[i].args.get("Input Dims") or [[]]
-            if fwd[i].name.startswith(_BATCH_OPS) and dims[0] and isinstance(dims[0][0], int):
-                self.batch = dims[0][0]
+            dims = ke.first_arg(fwd[i].args, "Input Dims")
+            if fwd[i].name.startswith(_BATCH_OPS) and isinstance(dims, list) and dims and ke.is_dim(dims[0]):
+                self.batch = dims[0]
                 break
 
     @staticmethod

@@ -7,9 +7,7 @@ in newer traces, gloo work on `pt_gloo_runloop` threads).
 
 from __future__ import annotations
 
-import json
 import math
-import zlib
 from dataclasses import dataclass, field
 
 from simfog import files
@@ -55,7 +53,7 @@ class Event:
 
     @property
     def seq(self) -> int | None:
-        return self.args.get("Sequence number")
+        return _id(self.args.get("Sequence number"))
 
 
 def load(path: str) -> dict:
@@ -63,19 +61,13 @@ def load(path: str) -> dict:
     try:
         text = files.read_text(path)
     except ConfigError as e:
-        if e.allowed == "an existing file":
+        if not e.allowed.startswith(("a readable file", "a UTF-8")):  # missing, a directory, a FIFO, too large
             raise
         raise ConfigError("file", "(unreadable)", f"{EXPECTED}, complete: it is truncated or corrupt ({e.allowed})",
                           source=path) from None
-    except zlib.error as e:
-        raise ConfigError("file", "(unreadable)", f"{EXPECTED}, complete: it is corrupt ({e})", source=path) from None
     if not text.lstrip().startswith("{"):
         raise ConfigError("format", text.lstrip()[:40], EXPECTED, source=path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError("json", f"line {e.lineno} column {e.colno}",
-                          f"{EXPECTED}, complete: it is truncated or corrupt ({e.msg})", source=path) from None
+    data = files.parse_json(text, path, f"{EXPECTED}, complete: it is truncated or corrupt")
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ConfigError("traceEvents", "(missing)", EXPECTED, source=path)
     return data
@@ -90,15 +82,44 @@ def collective_of(name: str) -> str | None:
     return _COLLECTIVE.get(key)
 
 
+def first_arg(args: dict, key: str):
+    """The first entry of a record_shapes list argument ("Input Dims", "Input type"); None when it is absent or
+    not a non-empty list (hand-edited or damaged traces)."""
+    value = args.get(key)
+    return value[0] if isinstance(value, list) and value else None
+
+
+def is_dim(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def elements_of(dims) -> int | None:
-    """Elements of a record_shapes 'Input Dims' first argument: a tensor [N, M] or a tensor list [[N], [M]]."""
+    """Elements of a record_shapes 'Input Dims' first argument: a tensor [N, M] or a tensor list [[N], [M]];
+    None for anything else (negative or non-integer sizes included)."""
     if not isinstance(dims, list) or not dims:
         return None
-    if all(isinstance(d, int) for d in dims):
+    if all(is_dim(d) for d in dims):
         return math.prod(dims)
-    if all(isinstance(d, list) and all(isinstance(x, int) for x in d) for d in dims):
+    if all(isinstance(d, list) and all(is_dim(x) for x in d) for d in dims):
         return sum(math.prod(d) for d in dims)
     return None
+
+
+def _id(value) -> int | str | None:
+    """An id-like event argument ("Sequence number", "External id") usable as a key; None when it is a list,
+    an object or absent."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def _time(value) -> float | None:
+    """A finite µs time from an event field, else None (strings, booleans, NaN, numbers beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _is_module_call(e: Event) -> bool:
@@ -115,8 +136,8 @@ class Trace:
         for raw in data["traceEvents"]:
             if not isinstance(raw, dict) or raw.get("ph") != "X" or raw.get("cat") not in CPU_CATS + GPU_CATS:
                 continue
-            ts, dur = raw.get("ts"), raw.get("dur", 0)
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+            ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))
+            if ts is None or dur is None or dur < 0:  # not a usable event (damaged or hand-edited)
                 continue
             args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
             e = Event(str(raw.get("name", "")), raw["cat"], (raw.get("pid"), raw.get("tid")), float(ts),
@@ -146,9 +167,10 @@ class Trace:
             stack.append(e)
 
     def _link_gpu(self) -> None:
-        by_id = {e.args["External id"]: e for e in self.cpu if e.cat == "cpu_op" and "External id" in e.args}
+        by_id = {_id(e.args.get("External id")): e for e in self.cpu if e.cat == "cpu_op"}
+        by_id.pop(None, None)
         for g in self.gpu:
-            op = by_id.get(g.args.get("External id"))
+            op = by_id.get(_id(g.args.get("External id")))
             if op is None or op.top is None:
                 continue
             if op.comm or "nccl" in g.name.lower():
@@ -231,8 +253,7 @@ def collectives(trace: Trace) -> list[Collective]:
             coll = collective_of(e.name)
             if coll is None or (e.parent is not None and e.parent.comm):
                 continue
-            dims = e.args.get("Input Dims") or [None]
-            out.append(Collective(coll, elements_of(dims[0]), None, None, e))
+            out.append(Collective(coll, elements_of(first_arg(e.args, "Input Dims")), None, None, e))
     kernels = {id(op): g for top in trace.tops() for op, g in reversed(top.comm_gpu)}  # first kernel per op
     work = {}
     for a in sorted((e for e in trace.cpu if e.cat == "user_annotation" and e.name.startswith("gloo:")),
@@ -243,8 +264,8 @@ def collectives(trace: Trace) -> list[Collective]:
         if c.elements is None:   # older NCCL traces: only the nccl:<name> annotation inside has the shape
             a = next((a for a in marks if a.thread == c.issue.thread and c.issue.ts <= a.ts <= c.issue.end), None)
             if a is not None:
-                c.elements = elements_of((a.args.get("Input Dims") or [None])[0])
-                c.dtype = c.dtype or DTYPES.get(str((a.args.get("Input type") or [None])[0]).lower())
+                c.elements = elements_of(first_arg(a.args, "Input Dims"))
+                c.dtype = c.dtype or DTYPES.get(str(first_arg(a.args, "Input type")).lower())
     used: dict = {}
     for c in out:
         inside = [c.issue] + [s for s in c.issue.top.subtree if _under(s, c.issue)]
@@ -254,10 +275,8 @@ def collectives(trace: Trace) -> list[Collective]:
             if k < len(work[c.collective]):
                 g = work[c.collective][k]
                 used[c.collective] = k + 1
-                dims = g.args.get("Input Dims") or [None]
-                c.elements = c.elements or elements_of(dims[0])
-                types = g.args.get("Input type") or [None]
-                c.dtype = c.dtype or DTYPES.get(str(types[0]).lower())
+                c.elements = c.elements or elements_of(first_arg(g.args, "Input Dims"))
+                c.dtype = c.dtype or DTYPES.get(str(first_arg(g.args, "Input type")).lower())
         if g is not None:
             c.start_us, c.duration_us = g.ts, g.dur
     return out

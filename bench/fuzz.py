@@ -1,0 +1,747 @@
+"""Malformed inputs through the `simfog` command: every one must end with exit code 2 and one line on stderr.
+
+Inputs are mutations of what the project ships and reads: the model and network traces in traces/, the
+experiments (the embedded default and notebooks/experiments), the plan catalogue, the reference logs in
+../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths.
+Each family below builds inputs that are malformed by construction, so exit 0 is always wrong for them (except
+the Kineto family, whose odd events a tolerant importer may read: there exit 0 must write a trace that loads).
+
+Each input runs in-process through simfog.cli.main(argv) in its own folder, under a per-input alarm so a hang
+is reported rather than waited out. Outcomes:
+  clean      exit 2, one line `simfog...: error: ...` naming the file or option, nothing written
+  ok         exit 0 where that is allowed (Kineto family) and the output loads
+  traceback  an exception escaped main()
+  silent     exit 0 for malformed input, or an exit without exactly one error line, or output written
+  vague      a clean error that does not name the file or option it is about
+  hang       over the per-input time limit
+
+    python bench/fuzz.py                 # 2,400 inputs, seed 0
+    python bench/fuzz.py -n 5000 --seed 7 --show 20
+
+The last line is `tried=<n> tracebacks=<n> silent=<n> hangs=<n>`. tests/test_fuzz_cli.py runs the same
+families through hypothesis in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import math
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import tomllib
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT.parent / "shared" / "ref"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BIG = 10**400          # a 400-digit integer
+NAN, INF = float("nan"), float("inf")
+DELETE = object()      # a breaker value: remove the key
+
+
+@dataclass
+class Case:
+    family: str
+    argv: list[str]
+    names: tuple[str, ...] = ()   # the message must contain one of these (the file or option at fault)
+    may_succeed: bool = False     # exit 0 allowed (then `output` must load as a trace)
+    output: str | None = None
+
+
+@dataclass
+class Outcome:
+    kind: str            # clean, ok, traceback, silent, vague, hang
+    rc: object
+    stderr: str
+    detail: str = ""
+
+
+# ---- the corpus: what the project ships ----
+
+@cache
+def corpus() -> dict:
+    from simfog import files
+
+    model = [files.read_json(ROOT / "traces" / n) for n in ("mlp-cpu-b1024.json.gz", "resnet20-cpu-b32.json.gz")]
+    net = [files.read_json(ROOT / "traces" / "net-gloo-loopback.json.gz")]
+    exps = [tomllib.loads((ROOT / "simfog" / "data" / "default.toml").read_text())]
+    exps += [tomllib.loads(p.read_text()) for p in sorted((ROOT / "notebooks" / "experiments").glob("*.toml"))]
+    for e in exps:  # a small trace beside the experiment, layer times fixed: malformed inputs fail fast
+        e["workload"] = {"trace": "t.json", "compute": "mean"}
+        e["iterations"] = 2
+    catalogue = tomllib.loads((ROOT / "simfog" / "data" / "catalogue.toml").read_text())
+    logs = sorted(p for p in REF.rglob("*") if p.is_file() and p.suffix in (".log", ".nccl")) if REF.is_dir() else []
+    kineto = [REF / "gloo-ddp-cpu" / "rank0.json.gz"] if (REF / "gloo-ddp-cpu" / "rank0.json.gz").is_file() else []
+    return {"model": model, "net": net, "exps": exps, "catalogue": catalogue, "logs": logs, "kineto": kineto}
+
+
+def dump_toml(d: dict) -> str:
+    """A small TOML writer for the corpus' shapes: scalars, lists and inline tables under [sections]."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else ("inf" if v == INF else "-inf" if v == -INF else repr(v))
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(str(k))} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(type(v))
+
+    key = json.dumps  # quoted keys: any name the mutations use stays one key
+    lines, tables = [], []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            tables += [f"[{key(k)}]"] + [f"{key(str(a))} = {value(b)}" for a, b in v.items()]
+        elif isinstance(v, list) and v and all(isinstance(t, dict) for t in v):
+            for t in v:
+                tables += [f"[[{key(k)}]]"] + [f"{key(str(a))} = {value(b)}" for a, b in t.items()]
+        else:
+            lines.append(f"{key(k)} = {value(v)}")
+    return "\n".join(lines + tables) + "\n"
+
+
+def _copy(x):
+    return json.loads(json.dumps(x))
+
+
+def _set(d, path: tuple, v) -> None:
+    for k in path[:-1]:
+        d = d[k]
+    if v is DELETE:
+        d.pop(path[-1], None) if isinstance(d, dict) else d.pop(path[-1])
+    else:
+        d[path[-1]] = v
+
+
+def _write(d: Path, name: str, data) -> str:
+    p = d / name
+    if isinstance(data, bytes):
+        p.write_bytes(data)
+    elif name.endswith(".gz"):
+        p.write_bytes(gzip.compress(data.encode(), mtime=0))
+    else:
+        p.write_text(data)
+    return name
+
+
+def _exp_file(d: Path, rng: random.Random, trace_name: str = "t.json", name: str = "e.toml", **changes) -> str:
+    e = _copy(rng.choice(corpus()["exps"]))
+    e["workload"]["trace"] = trace_name
+    e.update(changes)
+    return _write(d, name, dump_toml(e))
+
+
+def _good_trace(d: Path, rng: random.Random, name: str = "t.json") -> str:
+    return _write(d, name, json.dumps(rng.choice(corpus()["model"])))
+
+
+# ---- breakers: each makes the input invalid ----
+
+def break_model_trace(t: dict, rng: random.Random) -> None:
+    layers = t["layers"]
+    i = rng.randrange(len(layers))
+    with_params = [k for k, layer in enumerate(layers) if layer["params"]]
+    j = rng.choice(with_params)
+    bad_time = rng.choice([NAN, INF, -INF, -1.0, 1e308, 1e10, "0.1", None, True, BIG, [], {}])
+    pick = rng.randrange(17)
+    if pick == 0:
+        layers[i][rng.choice(["forward_s", "backward_s"])][0] = bad_time
+    elif pick == 1:
+        layers[0]["forward_s"].append(0.001)  # a sample count that differs from the layer's backward_s
+    elif pick == 2:
+        layers[j]["params"][0]["elements"] = rng.choice([0, -1, 1.5, "10", None, True, 2**53 + 1, BIG])
+    elif pick == 3:
+        layers[j]["params"][0]["dtype"] = rng.choice(["float128", 3, None, ""])
+    elif pick == 4:
+        k = rng.choice([k for k in with_params if k != j] or [j])
+        extra = dict(layers[k]["params"][0])
+        layers[j]["params"].append(extra)  # the same parameter name twice
+    elif pick == 5:
+        _set(t, (rng.choice(["format", "layers", "model", "batch_size", "dtype", "device", "software", "provenance",
+                             "grad_ready_order"]),), DELETE)
+    elif pick == 6:
+        _set(t, ("provenance", rng.choice(["command", "date", "host", "source", "estimated"])),
+             rng.choice([DELETE, 5, None]))
+    elif pick == 7:
+        t["batch_size"] = rng.choice([0, -1, 1.5, "32", BIG, True, None])
+    elif pick == 8:
+        order = t["grad_ready_order"]
+        choice = rng.randrange(4)
+        if choice == 0:
+            order.pop(rng.randrange(len(order)))
+        elif choice == 1:
+            order.append("no.such.parameter")
+        elif choice == 2:
+            order.append(order[0])
+        else:
+            t["grad_ready_order"] = "all"
+    elif pick == 9:
+        t["layers"] = rng.choice([[], {}, "x", None])
+    elif pick == 10:
+        for layer in layers:
+            layer["params"] = []
+        t["grad_ready_order"] = []
+    elif pick == 11:
+        t["format"] = rng.choice(["simfog.model-trace/2", None, 1, "simfog.network-trace/1"])
+    elif pick == 12:
+        t["provenance"]["source"] = "guessed" if rng.random() < 0.5 else t["provenance"]["source"]
+        t["provenance"]["estimated"] = "yes"
+    elif pick == 13:
+        t[rng.choice(["device", "software"])] = rng.choice([[], "x", 5])
+    elif pick == 14:
+        t["optimizer_s"] = rng.choice([[NAN], ["x"], "x", [-1], [1e300]])
+    elif pick == 15:
+        layers[i]["flops"] = rng.choice([-1, NAN, "x", BIG, INF])
+    else:
+        layers[i][rng.choice(["name", "forward_s", "backward_s", "params"])] = rng.choice([5, None, {"a": 1}])
+
+
+def break_net_trace(t: dict, rng: random.Random) -> None:
+    ms = t["measurements"]
+    m = rng.choice(ms)
+    pick = rng.randrange(9)
+    if pick == 0:
+        m["collective"] = rng.choice(["allfoo", 5, None])
+    elif pick == 1:
+        m["ranks"] = rng.choice([0, -1, BIG, 1.5, "2"])
+    elif pick == 2:
+        m["nodes"] = m["ranks"] + rng.randint(1, 5)
+    elif pick == 3:
+        m["bytes"] = rng.choice([-1, BIG, 1.5, None])
+    elif pick == 4:
+        m["time_s"] = rng.choice([[], [NAN], [-1.0], ["x"], [1e308], [INF], "x"])
+    elif pick == 5:
+        t["measurements"] = rng.choice([[], "x", None])
+    elif pick == 6:
+        t[rng.choice(["backend", "transport"])] = rng.choice([5, None, []])
+    elif pick == 7:
+        _set(t, (rng.choice(["format", "measurements", "backend", "transport", "provenance"]),), DELETE)
+    else:
+        for x in ms:
+            x["time_s"] = rng.choice([[1.0] * len(x["time_s"]), [5e-324] * len(x["time_s"]), [0.0]])
+
+
+# (path, bad values): each is invalid whatever the rest of the experiment says.
+EXP_BREAKS = [
+    (("seed",), [-1, BIG, 1.5, "1", 2**63, True]),
+    (("iterations",), [0, -1, 10**7, 1.5, "5", BIG]),
+    (("seeds",), [1]),
+    (("workload",), [5, "x", [1]]),
+    (("workload", "trace"), [5, DELETE, "nope.json", ".", "/dev/zero", "e.toml"]),
+    (("workload", "compute"), ["median", 1]),
+    (("workload", "extra"), [1]),
+    (("cluster",), [5, DELETE]),
+    (("cluster", "nodes"), [0, -1, 1.5, "2", BIG, 10**7, DELETE]),
+    (("cluster", "gpus_per_node"), [0, -3, 2.5, "8", BIG]),
+    (("cluster", "nic_bandwidth"), [10, "10", "10 furlongs", "-1Gbit/s", "", True, "Gbit/s", "1e3 ms"]),
+    (("cluster", "nic_latency"), [5, "5", "-1us", "1 parsec", "us"]),
+    (("cluster", "intra_bandwidth"), ["0GB/s", "fast", 150]),
+    (("cluster", "oversubscription"), [0.5, "2", NAN, True, -1]),
+    (("cluster", "reduce_bandwidth"), ["0B/s", "x"]),
+    (("cluster", "network"), [5, "missing.toml", ".", "e.toml"]),
+    (("cluster", "network_trace"), ["missing.json", ".", "t.json"]),
+    (("cluster", "bogus"), [1]),
+    (("comm",), [5, [1]]),
+    (("comm", "collective"), ["ringo", 1, ""]),
+    (("comm", "merge"), ["bogus", None if False else "wfbpp"]),
+    (("comm", "algorithm"), ["x", 3]),
+    (("comm", "threshold"), [25, "25", "-1MiB", "MiB"]),
+    (("comm", "streams"), [0, 1.5, "2"]),
+    (("comm", "ps_servers"), [0, -1]),
+    (("comm", "topology"), ["blob", 1]),
+    (("comm", "combine"), ["xyz"]),
+    (("comm", "negotiate"), ["yes", 1]),
+    (("comm", "group_size"), [1, 0]),
+    (("comm", "consensus_eps"), [1.5, NAN, 0, "0.1"]),
+    (("comm", "overlap_slowdown"), [0.5, NAN, INF, "2"]),
+    (("comm", "nccl_algo"), ["foo", [], 5]),
+    (("comm", "encode_bandwidth"), ["0GB/s", 5]),
+    (("comm", "async_period"), ["0s", "x"]),
+    (("comm", "bogus"), [1]),
+    (("heterogeneity", "rank_slowdown"), [{"999": 1.5}, {"0": -1}, {"x": 2}, 5, {"0": NAN}, {"0": "2"}]),
+    (("heterogeneity", "node_slowdown"), [{"99": 2.0}, {"0": 0}]),
+    (("heterogeneity", "straggler_rate"), [2, -0.1, NAN, "0.5"]),
+    (("heterogeneity", "straggler_distribution"), ["cauchy"]),
+    (("heterogeneity", "degraded_nics"), [{"0": "fast"}, {"99": "1Gbit/s"}]),
+    (("heterogeneity", "bogus"), [1]),
+]
+
+
+def break_experiment(e: dict, rng: random.Random) -> None:
+    path, values = rng.choice(EXP_BREAKS)
+    if path[0] == "heterogeneity":
+        e.setdefault("heterogeneity", {})
+    if len(path) > 1:
+        e.setdefault(path[0], {})
+        if not isinstance(e[path[0]], dict):
+            e[path[0]] = {}
+    value = rng.choice(values)
+    _set(e, path, value)
+    if path == ("cluster", "network"):  # network and nic settings together are fine; make the file the fault
+        e["cluster"].pop("network_trace", None)
+    # Pairs that are only wrong together.
+    if rng.random() < 0.1:
+        e.setdefault("comm", {})
+        if isinstance(e["comm"], dict):
+            e["comm"].update(rng.choice([{"merge": "threshold"}, {"collective": "linear"},
+                                         {"mpi_switch": "64KiB", "collective": "ring"},
+                                         {"streams": 2, "algorithm": "gossip"}]))
+            e["comm"].pop("threshold", None)
+            e["comm"].pop("alpha", None)
+
+
+CATALOGUE_BREAKS = [
+    (("currency",), [5, DELETE, ""]),
+    (("option",), [[], 5, DELETE]),
+    (("bogus",), [1]),
+    (("option", 0, "gpus_per_node"), [0, "8", BIG, 1.5, DELETE]),
+    (("option", 0, "max_nodes"), [0, -1, DELETE]),
+    (("option", 0, "price_per_gpu_hour"), [-1, NAN, "2", DELETE]),
+    (("option", 0, "oversubscription"), [0.5, "x"]),
+    (("option", 0, "collectives"), [["nope"], "ring", [5]]),
+    (("option", 0, "merges"), [["nope"], 5]),
+    (("option", 0, "name"), ["", 5, DELETE]),
+    (("option", 0, "bogus"), [1]),
+    (("option", 0, "nic_bandwidth"), [10, "fast", DELETE]),
+    (("option", 0, "network"), ["missing.toml", 5, "."]),
+]
+
+
+def break_catalogue(c: dict, rng: random.Random) -> None:
+    path, values = rng.choice(CATALOGUE_BREAKS)
+    if path[-1] == "name" and rng.random() < 0.3 and len(c["option"]) > 1:
+        c["option"][1]["name"] = c["option"][0]["name"]  # duplicate names
+        return
+    _set(c, path, rng.choice(values))
+
+
+def break_text(text: str, rng: random.Random) -> bytes:
+    """Byte-level damage that no parser may accept: an invalid UTF-8 byte, a cut JSON object, deep nesting."""
+    data = text.encode()
+    pick = rng.randrange(4)
+    if pick == 0:
+        k = rng.randrange(len(data))
+        return data[:k] + bytes([rng.choice([0xFF, 0xFE, 0xC0])]) + data[k + 1:]
+    if pick == 1 and text.lstrip().startswith("{"):
+        return data[:rng.randrange(1, len(data.rstrip()) - 1)]
+    if pick == 2:
+        return gzip.compress(data, mtime=0)  # compressed bytes under a plain name
+    return b"[" * 100_000 + b"]" * 100_000 if text.lstrip().startswith("{") else b"a = " + b"[" * 100_000
+
+
+# ---- families: (rng, folder) -> Case ----
+
+def fam_model_trace(rng, d):
+    t = _copy(rng.choice(corpus()["model"]))
+    break_model_trace(t, rng)
+    name = rng.choice(["t.json", "t.json.gz"])
+    _write(d, name, json.dumps(t))
+    how = rng.randrange(3)
+    if how == 0:
+        return Case("model_trace", ["simulate", _exp_file(d, rng, name)], (name,))
+    if how == 1:
+        return Case("model_trace", ["plan", name, "--target-samples-per-s", "1e9", "-o", "p"], (name,))
+    return Case("model_trace", ["retarget", name, "--device", "a100", "-o", "r.json"], (name,))
+
+
+def fam_trace_bytes(rng, d):
+    t = json.dumps(rng.choice(corpus()["model"] + corpus()["net"]))
+    _write(d, "t.json", break_text(t, rng))
+    if rng.random() < 0.5:
+        return Case("trace_bytes", ["simulate", _exp_file(d, rng)], ("t.json",))
+    return Case("trace_bytes", ["calibrate", "t.json"], ("t.json",))
+
+
+def fam_net_trace(rng, d):
+    t = _copy(rng.choice(corpus()["net"]))
+    break_net_trace(t, rng)
+    _write(d, "n.json", json.dumps(t))
+    if rng.random() < 0.5:
+        return Case("net_trace", ["calibrate", "n.json"] + rng.choice([[], ["--model", "nccl"]]), ("n.json",))
+    _good_trace(d, rng)
+    e = _copy(rng.choice(corpus()["exps"]))
+    e["cluster"].pop("network", None)
+    e["cluster"]["network_trace"] = "n.json"
+    return Case("net_trace", ["simulate", _write(d, "e.toml", dump_toml(e))], ("n.json",))
+
+
+def fam_experiment(rng, d):
+    _good_trace(d, rng)
+    e = _copy(rng.choice(corpus()["exps"]))
+    break_experiment(e, rng)
+    name = _write(d, "e.toml", dump_toml(e))
+    cmd = rng.choice([["simulate", name], ["simulate", name, "--json"], ["sweep", name, "--jobs", "1",
+                      "--no-progress"], ["curve", name, "--ranks", "2,4", "--jobs", "1", "--no-progress"],
+                      ["tune", name, "--points", "3", "--refine", "1"], ["plan", name, "--target-samples-per-s", "1"]])
+    return Case("experiment", cmd, (name, "t.json"))  # network_trace = "t.json": the trace file is at fault
+
+
+def fam_experiment_text(rng, d):
+    _good_trace(d, rng)
+    text = dump_toml(_copy(rng.choice(corpus()["exps"])))
+    pick = rng.randrange(5)
+    if pick == 0:
+        data = break_text(text, rng)
+    elif pick == 1:
+        data = (text + "\nseed = 3\n").encode()          # a key given twice
+    elif pick == 2:
+        lines = text.split("\n")
+        lines.insert(rng.randrange(len(lines)), rng.choice(["= =", "[cluster", "x = ", "\"unclosed = 1"]))
+        data = "\n".join(lines).encode()
+    elif pick == 3:
+        data = (ROOT / "traces" / rng.choice(["mlp-cpu-b1024.json.gz", "net-gloo-loopback.json.gz"])).read_bytes()
+    else:
+        data = json.dumps(rng.choice(corpus()["model"])).encode()
+    name = rng.choice(["e.toml", "e.json.gz" if pick == 3 else "e.toml"])
+    _write(d, name, data)
+    return Case("experiment_text", [rng.choice(["simulate", "sweep", "tune"]), name], (name,))
+
+
+def _special(d: Path, rng: random.Random, name: str) -> str:
+    """A path where a file belongs that is not a readable regular file."""
+    kind = rng.randrange(5)
+    if kind == 0:
+        (d / name).mkdir()
+    elif kind == 1:
+        os.mkfifo(d / name)
+    elif kind == 2:
+        return "/dev/zero"
+    elif kind == 3:
+        (d / name).write_bytes(b"")
+    else:
+        return f"missing-{name}"
+    return name
+
+
+def fam_special_files(rng, d):
+    where = rng.randrange(7)
+    if where == 0:
+        p = _special(d, rng, "e.toml")
+        return Case("special_files", ["simulate", p], (p,))
+    if where == 1:
+        p = _special(d, rng, "t.json")
+        return Case("special_files", ["simulate", _exp_file(d, rng, p)], ("e.toml", p))
+    if where == 2:
+        p = _special(d, rng, "cat.toml")
+        _good_trace(d, rng)
+        return Case("special_files", ["plan", "t.json", "--catalogue", p, "--target-samples-per-s", "1"], (p,))
+    if where == 3:
+        p = _special(d, rng, "n.json")
+        return Case("special_files", ["calibrate", p], (p,))
+    if where == 4:
+        p = _special(d, rng, "x.log")
+        kind = rng.choice(["nccl-tests", "osu", "imb", "mgwfbp", "kineto"])
+        return Case("special_files", ["import", kind, p, "-o", "o.json"], (p,))
+    if where == 5:
+        p = _special(d, rng, "net.toml")
+        return Case("special_files", ["collective", "allreduce", "--network", p, "--nodes", "2",
+                                      "--gpus-per-node", "2"], (p,))
+    p = _special(d, rng, "t.json")
+    return Case("special_files", ["retarget", p, "--device", "a100", "-o", "r.json"], (p,))
+
+
+def fam_options(rng, d):
+    _good_trace(d, rng)
+    e = _exp_file(d, rng)
+    cases = [
+        (["simulate", e, "--seed", rng.choice(["-1", str(2**63), "x", "1.5"])], "--seed"),
+        (["simulate", e, "--iterations", rng.choice(["0", "-3", "1e8", "100000000", "", "x"])], "--iterations"),
+        (["simulate", e, "--ranks", rng.choice(["0", "-1", "x", str(10**9), ""])], "ranks"),
+        (["simulate", e, "--merge", rng.choice(["bogus", ""])], "--merge"),
+        (["simulate", e, "--collective", rng.choice(["bogus", ""])], "--collective"),
+        (["simulate", e, "--threshold", rng.choice(["25", "-1MiB", "", "x"])], "--threshold"),
+        (["simulate", e, "--timeline", "tl.json", "--timeline-ranks", rng.choice(["x-y", "5-1", "-", "999"])],
+         "--timeline-ranks"),
+        (["sweep", e, "--jobs", "1", "--no-progress", "--ranks", rng.choice(["", "x", "0", "-2", ",", "4,x"])],
+         "--ranks"),
+        (["sweep", e, "--jobs", "1", "--no-progress", "--merge", rng.choice(["", "nope", ",,"])], "--merge"),
+        (["sweep", e, "--jobs", "1", "--no-progress", "--collective", "nope"], "--collective"),
+        (["sweep", e, "--jobs", "1", "--no-progress", "--threshold", rng.choice(["x", "", "5"])], "--threshold"),
+        (["sweep", e, "--no-progress", "--jobs", rng.choice(["0", "-1"])], "--jobs"),
+        (["curve", e, "--jobs", "1", "--no-progress", "--ranks",
+          rng.choice(["", "8,4,...,2", "4,8,...,9", "a,b", "2,3,...,1000000000", "...", "1,2,...", "0,1,...,4"])],
+         "--ranks"),
+        (["plan", e, "--target-samples-per-s", rng.choice(["nan", "-1", "0", "x"])], "--target-samples-per-s"),
+        (["plan", e, "--epoch-samples", "100", "--epoch-time", rng.choice(["2", "0s", "x", "-1h"])], "--epoch-time"),
+        (["plan", e, "--epoch-time", "2h"], "--epoch-time"),
+        (["tune", e, "--points", rng.choice(["0", "-1", "1"])], "--points"),
+        (["tune", e, "--refine", "-1"], "--refine"),
+        (["tune", e, "--lo", rng.choice(["x", "5", "-1MiB"])], "--lo"),
+        (["tune", e, "--lo", "1GiB", "--hi", "1KiB"], "--hi"),
+        (["tune", e, "--merge", "ddp"], "--merge"),
+        (["collective", rng.choice(["bogus", ""]), "--network", "x.toml", "--nodes", "1", "--gpus-per-node", "2"],
+         "OP"),
+        (["collective", "allreduce", "--network", "x.toml", "--nodes", rng.choice(["0", "-1"]),
+          "--gpus-per-node", "2"], "--nodes"),
+        (["import", "nccl-tests", "x.log", "-o", rng.choice(["o.txt", "o"])], "--output"),
+        (["import", "osu", "x.log", "-o", "o.json", "-s", rng.choice(["foo=1", "bad", "=3"])], "--set"),
+        (["import", "osu", "x.log", "-o", "o.json", "--collective", "allfoo"], "collective"),
+        (["import", "kineto", "x.log", "-o", "o.json", "--collective", "allreduce"], "--collective"),
+        (["retarget", "t.json", "--device", rng.choice(["nope", ""]), "-o", "r.json"], "device"),
+        (["retarget", "t.json", "--device", "a100", "--efficiency", rng.choice(["0", "-1", "nan", "2", "inf"]),
+          "-o", "r.json"], "efficiency"),
+        (["calibrate", str(ROOT / "traces" / "net-gloo-loopback.json.gz"), "--model", "nccl", "--channels",
+          rng.choice(["0", "65"])], "--channels"),
+        (["calibrate", str(ROOT / "traces" / "net-gloo-loopback.json.gz"), "-o", "n.toml"], "--output"),
+        (["list", rng.choice(["gizmos", "x"])], "kind"),
+        (["simulate", e, "--bogus"], "--bogus"),
+        ([rng.choice(["simulat", "", "--x"])], "simfog"),
+    ]
+    argv, name = rng.choice(cases)
+    if argv[0] == "collective" or argv[:2] == ["import", "nccl-tests"] or argv[0] == "import":
+        _write(d, "x.toml", "[nccl]\nintra_bus_bandwidth = \"100GB/s\"\ninter_bus_bandwidth = \"10GB/s\"\n")
+        (d / "x.log").write_text((REF / "nccl-tests" / "echo-a100-azure" / "nccl_8.log").read_text()
+                                 if REF.is_dir() else "# nccl-tests\n")
+    return Case("options", argv, (name,))
+
+
+def fam_outputs(rng, d):
+    _good_trace(d, rng)
+    e = _exp_file(d, rng)
+    (d / "afile").write_text("x")
+    (d / "adir").mkdir()
+    out = rng.choice(["afile/o", "afile/sub/o", "adir"])
+    plain = out.rstrip("/")
+    net = str(ROOT / "traces" / "net-gloo-loopback.json.gz")
+    cases = [
+        ["simulate", e, "--intervals", out + ".csv" if out != "adir" else out],
+        ["simulate", e, "--timeline", out + ".json" if out != "adir" else out],
+        ["sweep", e, "--jobs", "1", "--no-progress", "-o", plain + (".csv" if out != "adir" else "")],
+        ["curve", e, "--ranks", "2,4", "--jobs", "1", "--no-progress", "-o", plain],
+        ["tune", e, "--points", "3", "--refine", "1", "-o", plain],
+        ["plan", "t.json", "--target-samples-per-s", "1", "-o", plain],
+        ["retarget", "t.json", "--device", "a100", "-o", plain + (".json" if out != "adir" else "")],
+        ["import", "osu", "x.log", "-o", plain + ".json"],
+        ["calibrate", net, "--model", "nccl", "-o", plain + (".toml" if out != "adir" else "")],
+    ]
+    argv = rng.choice(cases)
+    if argv[0] == "curve" and out == "adir":
+        argv[-1] = "adir/"  # PREFIX "adir/" -> "adir/.csv" is fine; make PREFIX.csv itself a directory instead
+        (d / "c.csv").mkdir()
+        argv[-1] = "c"
+    if argv[0] in ("tune", "plan") and out == "adir":
+        (d / "p.csv").mkdir()
+        argv[-1] = "p"
+    if argv[0] == "import":
+        if out == "adir":
+            (d / "o.json").mkdir()
+            argv[-1] = "o.json"
+        (d / "x.log").write_text("# OSU MPI Allreduce Latency Test\n# Size       Avg Latency(us)\n4 1.0\n8 2.0\n")
+    return Case("outputs", argv, ("afile", "adir", "c.csv", "p.csv", "o.json"))
+
+
+def fam_catalogue(rng, d):
+    _good_trace(d, rng)
+    c = _copy(corpus()["catalogue"])
+    break_catalogue(c, rng)
+    _write(d, "cat.toml", dump_toml(c) if rng.random() < 0.9 else break_text(dump_toml(c), rng))
+    return Case("catalogue", ["plan", "t.json", "--catalogue", "cat.toml", "--target-samples-per-s", "1e12"],
+                ("cat.toml",))
+
+
+def fam_ref_logs(rng, d):
+    logs = corpus()["logs"]
+    if not logs:
+        return fam_trace_bytes(rng, d)
+    src = rng.choice(logs)
+    text = src.read_text(errors="replace")
+    pick = rng.randrange(3)
+    if pick == 0:
+        data = break_text(text, rng)
+        data = data if b"\xff" in data or b"\xfe" in data or b"\xc0" in data or data[:2] == b"\x1f\x8b" else \
+            data + b"\xff"
+    elif pick == 1:
+        data = b""
+    else:
+        data = bytes(rng.randrange(256) for _ in range(rng.randint(1, 2000))) + b"\xff"
+    name = "x" + src.suffix
+    _write(d, name, data)
+    kind = rng.choice(["nccl-tests", "osu", "imb", "mgwfbp"])
+    return Case("ref_logs", ["import", kind, name, "-o", "o.json"], (name,))
+
+
+def fam_kineto(rng, d):
+    """Odd Input Dims, duplicated or dropped events in a real Kineto trace: exit 0 with a trace that loads, or
+    a clean error."""
+    srcs = corpus()["kineto"]
+    if not srcs:
+        return fam_model_trace(rng, d)
+    data = _kineto(srcs[0])
+    data = _copy(data)
+    events = data["traceEvents"]
+    for _ in range(rng.randint(1, 5)):
+        pick = rng.randrange(5)
+        k = rng.randrange(len(events))
+        e = events[k]
+        if pick == 0 and isinstance(e.get("args"), dict):
+            e["args"]["Input Dims"] = rng.choice([[], [[]], "x", [[-1, 2]], [[BIG]], [[1.5]], [["a"]], None,
+                                                  [[[1, 2], [3]]], {"a": 1}])
+        elif pick == 1:
+            events.insert(k, _copy(e))
+        elif pick == 2:
+            events.pop(k)
+        elif pick == 3 and isinstance(e.get("args"), dict):
+            e["args"][rng.choice(["Sequence number", "Input type", "External id"])] = rng.choice(
+                [None, "x", -1, BIG, [], [None]])
+        else:
+            e[rng.choice(["ts", "dur"])] = rng.choice([NAN, -1, "x", None, BIG, 1e308])
+    _write(d, "k.json", json.dumps(data))
+    return Case("kineto", ["import", "kineto", "k.json", "-o", "o.json"], ("k.json",), may_succeed=True,
+                output="o.json")
+
+
+@cache
+def _kineto(path: Path) -> dict:
+    from simfog import files
+
+    return files.read_json(path)
+
+
+def fam_units_overflow(rng, d):
+    """Owned by branch i11-correct (simfog/units.py, engine, results): non-finite or overflowing quantities."""
+    _good_trace(d, rng)
+    e = _copy(rng.choice(corpus()["exps"]))
+    key, value = rng.choice([(("cluster", "nic_latency"), "1e400us"), (("cluster", "nic_latency"), "1e308s"),
+                             (("cluster", "nic_bandwidth"), "1e400Gbit/s"), (("cluster", "intra_latency"), "1e400s")])
+    _set(e, key, value)
+    return Case("units_overflow", ["simulate", _write(d, "e.toml", dump_toml(e))], ("e.toml",))
+
+
+FAMILIES = {
+    "model_trace": fam_model_trace, "trace_bytes": fam_trace_bytes, "net_trace": fam_net_trace,
+    "experiment": fam_experiment, "experiment_text": fam_experiment_text, "special_files": fam_special_files,
+    "options": fam_options, "outputs": fam_outputs, "catalogue": fam_catalogue, "ref_logs": fam_ref_logs,
+    "kineto": fam_kineto,
+}
+OTHER_BRANCH = {"units_overflow": fam_units_overflow}   # see --other-branch
+
+
+# ---- running one case ----
+
+class Hang(BaseException):
+    """Raised by the alarm: BaseException so that no `except Exception` in simfog swallows it."""
+
+
+def _tree(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*")}
+
+
+def run_case(case: Case, d: Path, timeout: float | None = 30) -> Outcome:
+    """Run case.argv in folder `d` through simfog.cli.main; classify the outcome."""
+    from simfog import cli
+
+    before = _tree(d)
+    err, out = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    old = signal.signal(signal.SIGALRM, _alarm) if timeout else None
+    rc: object = None
+    try:
+        os.chdir(d)
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                rc = cli.main(list(case.argv))
+            except SystemExit as e:
+                rc = e.code
+    except Hang:
+        return Outcome("hang", None, err.getvalue())
+    except Exception as e:
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        return Outcome("traceback", None, err.getvalue(),
+                       f"{type(e).__name__}: {str(e)[:160]} at {Path(tb.filename).name}:{tb.lineno}")
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        os.chdir(cwd)
+    stderr = err.getvalue()
+    lines = stderr.splitlines()
+    written = _tree(d) - before
+    if rc == 0 and case.may_succeed:
+        from simfog.trace import load_model_trace
+
+        try:
+            load_model_trace(d / case.output)
+        except Exception as e:  # noqa: BLE001 - any failure to load back is the finding
+            return Outcome("silent", rc, stderr, f"exit 0 but {case.output} does not load: {e}")
+        return Outcome("ok", rc, stderr)
+    if rc != 2 or len(lines) != 1 or ": error: " not in lines[0] or "Traceback" in stderr:
+        return Outcome("silent", rc, stderr, f"exit {rc}, {len(lines)} stderr line(s)")
+    if written:
+        return Outcome("silent", rc, stderr, f"wrote {sorted(written)}")
+    if case.names and not any(n in lines[0] for n in case.names):
+        return Outcome("vague", rc, stderr, f"does not name {' or '.join(case.names)}")
+    return Outcome("clean", rc, stderr)
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
+def make_case(family: str, seed: int, d: Path) -> Case:
+    builder = FAMILIES.get(family) or OTHER_BRANCH[family]
+    return builder(random.Random(f"{family}:{seed}"), d)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=2400, help="inputs to try (spread evenly over the families)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=30, help="seconds per input before it counts as a hang")
+    parser.add_argument("--show", type=int, default=10, help="findings printed in full")
+    parser.add_argument("--other-branch", action="store_true",
+                        help="also run the families owned by branch i11-correct (non-finite units)")
+    args = parser.parse_args()
+    import warnings
+
+    warnings.simplefilter("default")  # every warning shows, as for a fresh `simfog` process
+    families = list(FAMILIES) + (list(OTHER_BRANCH) if args.other_branch else [])
+    counts: Counter = Counter()
+    by_family: dict[str, Counter] = {f: Counter() for f in families}
+    findings: list[tuple] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="simfog-fuzz-") as base:
+        for i in range(args.n):
+            family = families[i % len(families)]
+            d = Path(base) / str(i)
+            d.mkdir()
+            case = make_case(family, args.seed * 1_000_003 + i, d)
+            outcome = run_case(case, d, args.timeout)
+            counts[outcome.kind] += 1
+            by_family[family][outcome.kind] += 1
+            if outcome.kind not in ("clean", "ok"):
+                findings.append((family, case.argv, outcome))
+    print(f"{args.n} inputs in {time.perf_counter() - started:.0f} s, seed {args.seed}")
+    for f in families:
+        print(f"  {f:<16} " + ", ".join(f"{k} {v}" for k, v in sorted(by_family[f].items())))
+    distinct = Counter((o.kind, o.detail.split(" at ")[-1] if o.kind == "traceback" else o.detail[:60])
+                       for _, _, o in findings)
+    print(f"clean errors {counts['clean']}, accepted (allowed) {counts['ok']}, vague {counts['vague']}, "
+          f"distinct findings {len(distinct)}")
+    for family, argv, o in findings[:args.show]:
+        print(f"  [{o.kind}] {family}: simfog {' '.join(argv)[:150]}\n      {o.detail} | {o.stderr.strip()[-300:]!r}")
+    print(f"tried={args.n} tracebacks={counts['traceback']} silent={counts['silent']} hangs={counts['hang']}")
+
+
+if __name__ == "__main__":
+    main()
