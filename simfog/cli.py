@@ -32,6 +32,7 @@ COMMANDS = {
 COLLECT = {
     "model": ("validate.collect_model_cli", "measure a zoo model's per-layer compute (torch)"),
     "network": ("validate.collect_network_cli", "measure collectives over gloo or MPI"),
+    "activations": ("validate.collect_activations_cli", "add what each layer keeps for backward to a zoo trace"),
 }
 
 

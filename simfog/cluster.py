@@ -46,6 +46,7 @@ class Cluster:
     oversubscription: float = 1.0
     reduce_Bps: float | None = None
     degraded_nics: tuple[tuple[int, float], ...] = ()  # (node, bandwidth_Bps) of NICs slower than `nic`
+    gpu_memory_B: float | None = None  # device memory per rank: configurations that need more are refused
 
     def __post_init__(self):
         for name in ("nodes", "ranks_per_node"):
@@ -54,6 +55,8 @@ class Cluster:
                 raise ConfigError(f"cluster.{name}", v, "an integer >= 1")
         if not self.oversubscription >= 1.0:
             raise ConfigError("cluster.oversubscription", self.oversubscription, "a number >= 1 (1 = full bisection)")
+        if self.gpu_memory_B is not None and not self.gpu_memory_B > 0:
+            raise ConfigError("cluster.gpu_memory", self.gpu_memory_B, 'a size > 0 such as "80GB"')
         if self.reduce_Bps is not None and not self.reduce_Bps > 0:
             raise ConfigError("cluster.reduce_bandwidth", self.reduce_Bps, "a bandwidth > 0")
         for node, bw in self.degraded_nics:

@@ -156,6 +156,30 @@ class Simulation:
         # Per trace sample, how long backward takes: an algorithm may lengthen it (comm.overlap_slowdown).
         slowed = getattr(self.algorithm, "backward_s", None)
         self.backward_s = self.compute.backward_s if slowed is None else slowed
+        self.memory = self._memory()
+
+    def _memory(self):
+        """Memory per rank (simfog.memory; an algorithm that shards state gives its own `memory()`). Raises
+        Infeasible when it exceeds the cluster's gpu_memory."""
+        from simfog.errors import Infeasible
+        from simfog.memory import BUCKETED, estimate
+
+        exp = self.experiment
+        own = getattr(self.algorithm, "memory", None)
+        if callable(own):
+            memory = own()
+        else:
+            memory = estimate(exp, self.algorithm.describe_buckets() if exp.comm.algorithm in BUCKETED else ())
+        limit = exp.cluster.gpu_memory_B
+        if limit is not None and memory.peak_B > limit:
+            from simfog.units import format_bytes
+
+            raise Infeasible(f"needs {format_bytes(memory.peak_B)} per rank (parameters {format_bytes(memory.parameters_B)}"
+                             f", gradients {format_bytes(memory.gradients_B)}, optimizer {format_bytes(memory.optimizer_B)}"
+                             f", buffers {format_bytes(memory.buffers_B)}, activations "
+                             f"{format_bytes(memory.activations_B or 0)}), over cluster.gpu_memory = "
+                             f"{format_bytes(limit)}")
+        return memory
 
     def symmetric_allowed(self) -> bool:
         """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike."""
@@ -206,7 +230,7 @@ class Simulation:
                       single_rank_time_s=self.compute.single_rank_time_s(),
                       buckets=self.algorithm.describe_buckets(),
                       events=events, wall_s=time.perf_counter() - started,
-                      mixing=getattr(self.algorithm, "mixing", lambda: None)())
+                      mixing=getattr(self.algorithm, "mixing", lambda: None)(), memory=self.memory)
 
 
 def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,7 @@ class Workload:
     trace: ModelTrace
     trace_path: str
     compute: str = "samples"
+    optimizer: str = "momentum"  # simfog.memory.OPTIMIZERS: the optimizer states each rank holds
 
     def compute_source(self) -> str:
         """Where the compute times come from, in one line for people: measured (device, date, how many recorded
@@ -175,9 +176,9 @@ class Experiment:
 _TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
-_WORKLOAD = {"trace", "compute"}
+_WORKLOAD = {"trace", "compute", "optimizer"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
-            "oversubscription", "network_trace", "reduce_bandwidth", "network"}
+            "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory"}
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
@@ -256,6 +257,9 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
             raise ConfigError("workload.trace", w["trace"], f"{allowed} ({trace_path})", source=source) from None
         raise
     compute = _choice(w, "compute", "workload.", source, "samples", choices=COMPUTE_MODES)
+    from simfog.memory import DEFAULT_OPTIMIZER, OPTIMIZERS
+
+    optimizer = _choice(w, "optimizer", "workload.", source, DEFAULT_OPTIMIZER, choices=tuple(OPTIMIZERS))
 
     c = _section(d, "cluster", _CLUSTER, source)
     p = "cluster."
@@ -277,7 +281,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         intra = Link(intra.latency_s, network.nccl.intra_bus_Bps)
         nic = Link(network.nccl.latency_inter_s, network.nccl.inter_bus_Bps)
     cluster = Cluster(_int(c, "nodes", p, source), _int(c, "gpus_per_node", p, source, default=1), intra, nic,
-                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source))
+                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
+                      gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
     network_trace = None
     if "network_trace" in c:
         from simfog.calibrate import cluster_from_network_trace
@@ -329,7 +334,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
                                       source)
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
-    return Experiment(seed, iterations, Workload(trace, str(trace_path), compute), cluster, comm, source,
+    return Experiment(seed, iterations, Workload(trace, str(trace_path), compute, optimizer), cluster, comm, source,
                       network_trace, hetero, network)
 
 

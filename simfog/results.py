@@ -39,6 +39,7 @@ class Result:
     events: int = 0
     wall_s: float = 0.0
     mixing: dict | None = None  # how well models agree (decentralized algorithms): see summary()
+    memory: object = None       # simfog.memory.Memory per rank, when known
 
     def intervals(self) -> pd.DataFrame:
         """Every interval of every rank: columns rank, iteration, kind, name, start_s, end_s. On the symmetric
@@ -117,6 +118,7 @@ class Result:
             "network_trace": exp.network_trace,
             **_overhead_fields(exp),
             **_mixing_fields(self.mixing),
+            **(self.memory.summary() if self.memory is not None else {}),
         }
 
 

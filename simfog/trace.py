@@ -51,6 +51,7 @@ class Layer:
     params: tuple[Tensor, ...] = ()
     flops: float | None = None          # forward FLOPs (backward is usually about 2x)
     bytes_accessed: float | None = None  # forward memory traffic, for roofline retargeting
+    activation_bytes: float | None = None  # what autograd keeps from this layer's forward until its backward
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ def _layer_dict(layer: Layer) -> dict:
         d["flops"] = layer.flops
     if layer.bytes_accessed is not None:
         d["bytes_accessed"] = layer.bytes_accessed
+    if layer.activation_bytes is not None:
+        d["activation_bytes"] = layer.activation_bytes
     return d
 
 
@@ -253,7 +256,8 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
                 raise ConfigError(f"{pw}dtype", dtype, f"one of {', '.join(DTYPE_BYTES)}")
             params.append(Tensor(name, _count(p, "elements", pw), dtype))
         layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
-                            _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w)))
+                            _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w),
+                            _optional_number(raw, "activation_bytes", w)))
     if not seen:  # nothing to communicate: every algorithm needs at least one gradient
         raise ConfigError("layers", "(no parameters)", "at least one layer with a parameter tensor (params): "
                           "data-parallel training communicates their gradients")

@@ -67,6 +67,7 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
         if threads:
             torch.set_num_threads(threads)
         copy = measure_bucket_copy(name, device)
+        activations = measure_activations(name, batch_size, seed=seed)
         slow = measure_overlap_slowdown(name, device, batch_size=batch_size, seed=seed) if overlap else None
     finally:
         torch.set_num_threads(threads_before)  # in-process runs must not change the caller's setting
@@ -91,7 +92,10 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
         "provenance": {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds")
                        .replace("+00:00", "Z"), "host": socket.gethostname(), "source": "measured",
                        "estimated": False, "notes": notes},
-        "layers": run["layers"], "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
+        "layers": [{**layer, "activation_bytes": activations["layers"].get(layer["name"], 0)}
+                   for layer in run["layers"]],
+        "activation_bytes_how": activations["how"],
+        "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
         "forward_wall_s": run["forward_wall_s"], "backward_wall_s": run["backward_wall_s"],
         "grad_ready_order_stable": run["grad_ready_order_stable"],
         "comm_overheads": {
@@ -160,6 +164,54 @@ def measure_copy(shapes, device: str = "cpu", *, repeats: int = 15) -> dict:
             "how": f"{len(grads)} gradient-shaped tensors ({nbytes} B) copied into one flat buffer and back, "
                    f"{torch.get_num_threads()} torch thread(s), median of {repeats} after 1 warm-up; "
                    f"bytes / mean(pack, unpack)"}
+
+
+def measure_activations(name: str, batch_size: int, *, seed: int = 0) -> dict:
+    """Bytes autograd keeps for backward, per leaf module of zoo model `name` at `batch_size`: one forward pass in
+    training mode on CPU under torch.autograd.graph.saved_tensors_hooks, each saved tensor's storage counted once
+    (the storage a view belongs to, whole; parameters not counted: they are memory of their own), charged to the
+    leaf module whose forward saved it (what is saved between two leaves, e.g. residual adds, to the later one, as
+    compute time is), the loss's to the last. Returns {"layers": {leaf: bytes}, "how": a sentence}."""
+    torch.manual_seed(seed)
+    entry = models.get(name)
+    model = entry.build().train()
+    inputs, targets = entry.make_inputs(batch_size, torch.Generator().manual_seed(seed))
+    leaves = _leaves(model)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+    pending = [0]
+    per_layer: dict[str, int] = {}
+    order: list[str] = []
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in seen and ptr not in params and ptr != 0:
+            seen.add(ptr)
+            pending[0] += storage.nbytes()
+        return t
+
+    def done(layer: str):
+        def hook(_m, _a, _o):
+            per_layer[layer] = per_layer.get(layer, 0) + pending[0]
+            pending[0] = 0
+            if layer not in order:
+                order.append(layer)
+        return hook
+
+    handles = [m.register_forward_hook(done(n)) for n, m in leaves.items()]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = entry.loss(model(*inputs), targets)
+    finally:
+        for h in handles:
+            h.remove()
+    if order:
+        per_layer[order[-1]] += pending[0]
+    del loss
+    return {"layers": per_layer,
+            "how": f"bytes saved for backward (torch.autograd.graph.saved_tensors_hooks, each storage once, "
+                   f"parameters excluded) in one CPU forward pass at batch {batch_size}, torch {torch.__version__}"}
 
 
 def _loads(load: tuple[float, float, float]) -> str:
@@ -554,3 +606,20 @@ def _overlap_peer(port: float, numel: float, timeout_s: float, cuda: float = 0.0
         pg.allreduce([buf]).wait()
         if buf[-1].item() > 0:
             os._exit(0)  # at once: tearing down a gloo group whose peer still holds it can wait
+
+
+def add_activations(trace: ModelTrace, *, seed: int = 0) -> ModelTrace:
+    """`trace` (of a zoo model) with every layer's activation_bytes measured by `measure_activations` at its batch
+    size; times and everything else unchanged, the measurement noted in extra["activation_bytes_how"]."""
+    from dataclasses import replace
+
+    measured = measure_activations(trace.model, trace.batch_size, seed=seed)
+    layers = measured["layers"]
+    unknown = [layer.name for layer in trace.layers if layer.name not in layers]
+    if unknown and len(unknown) == len(trace.layers):
+        raise ConfigError("layers", unknown[0], f"layer names of zoo model {trace.model} (the trace was not "
+                          "collected from it)")
+    return replace(trace, layers=tuple(replace(layer, activation_bytes=float(layers.get(layer.name, 0)))
+                                       for layer in trace.layers),
+                   extra={**trace.extra, "activation_bytes_how": measured["how"] + " (added to this trace by "
+                          "`simfog collect activations`; its times are unchanged)"})
