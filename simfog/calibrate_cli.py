@@ -20,6 +20,7 @@ import numpy as np
 from simfog import nccl, nccl_fit, network_file
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError
+from simfog.files import refuse_existing
 from simfog.trace import load_network_trace
 
 MODELS = ("auto", "nccl", "alpha-beta")
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", nargs="+", help="NetworkTrace files (.json or .json.gz), e.g. from `simfog import "
                         "nccl-tests`")
     parser.add_argument("-o", "--output", help="write the calibrated network file (TOML) for [cluster] network")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--model", choices=MODELS, default="auto",
                         help="nccl: NCCL's cost model; alpha-beta: one latency and bandwidth per link class; "
                         "auto: nccl when every trace is NCCL's")
@@ -54,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Calibrate, print the report, write the network file if asked. Returns 0. Raises ConfigError (naming the
     file) and Infeasible (nothing to fit) as the fits do."""
+    refuse_existing([args.output], force=args.force)
     traces = [load_network_trace(p) for p in args.trace]
     model = args.model
     if model == "auto":

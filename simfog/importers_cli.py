@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from simfog.errors import ConfigError
+from simfog.files import refuse_existing
 from simfog.importers import IMPORTERS, ImporterWarning, import_files, options_of
 from simfog.trace import ModelTrace
 
@@ -38,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the file(s) to import (.gz read transparently); several files (network importers: "
                         "nccl-tests, osu, imb) are merged into one NetworkTrace")
     parser.add_argument("-o", "--output", required=True, help="trace to write: OUT.json or OUT.json.gz (atomic)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--collective", metavar="NAME", default=None,
                         help="the collective of logs that do not name it; in logs that do, only its runs are "
                         "imported (same as -s collective=NAME)")
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", str(out), "a file name ending in .json or .json.gz")
+    refuse_existing([out], force=getattr(args, "force", False))
     files = list(getattr(args, "files", None) or [args.file])
     options = _options(args.kind, args.set)
     collective = getattr(args, "collective", None)

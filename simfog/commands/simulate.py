@@ -16,6 +16,7 @@ def add_arguments(parser) -> None:
                         help="write the run as a Chrome trace for ui.perfetto.dev (at most 64 ranks: the first "
                              "and last 32)")
     parser.add_argument("--timeline-ranks", metavar="LIST", help='ranks in the timeline, e.g. "0-7,120-127"')
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --intervals or --timeline file")
 
 
 def add_overrides(parser) -> None:
@@ -96,8 +97,10 @@ def format_summary(s: dict) -> str:
 def run(args) -> int:
     from simfog.cli import print_json
     from simfog.engine import simulate
-    from simfog.files import atomic_open
+    from simfog.files import atomic_open, refuse_existing
 
+    refuse_existing([args.intervals], force=args.force, option="--intervals")
+    refuse_existing([args.timeline], force=args.force, option="--timeline")
     result = simulate(load_with_overrides(args))
     summary = result.summary()
     if args.intervals:
