@@ -101,7 +101,7 @@ def run(args) -> int:
 
     refuse_existing([args.intervals], force=args.force, option="--intervals")
     refuse_existing([args.timeline], force=args.force, option="--timeline")
-    result = simulate(load_with_overrides(args))
+    result = simulate(load_with_overrides(args), progress=True)
     summary = result.summary()
     if args.intervals:
         with atomic_open(args.intervals) as f:
