@@ -25,6 +25,7 @@ reduce_scatter the input, sendrecv one rank's message. The breakpoint is in thos
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -188,8 +189,8 @@ class Calibration:
         for c in self.fitted_classes:
             f = self.fits[c]
             digits = POOR_FIT_DIGITS if f.poor else None
-            t = lambda x: units.format_time(_significant(x, digits))
             bp = units.format_bytes(f.breakpoint_bytes) if f.breakpoint_bytes is not None else "none"
+            t = functools.partial(_time, digits=digits)
             out.append(f"{c:6s} {f.points:6d} {t(f.latency_s):>9s} "
                        f"{_bandwidth(f.bandwidth_Bps, digits):>12s} {bp:>11s} "
                        f"{t(f.small[0]):>9s} {_bw(f.small[1], digits):>12s} "
@@ -369,6 +370,10 @@ def _fit_class(cls: str, p: _Points) -> LinkFit:
 
 def _bw(beta: float, digits: int | None = None) -> str:
     return _bandwidth(1.0 / beta, digits) if beta > 0 else "inf"
+
+
+def _time(s: float, digits: int | None) -> str:
+    return units.format_time(_significant(s, digits))
 
 
 def _bandwidth(Bps: float, digits: int | None) -> str:

@@ -23,7 +23,8 @@ For every option, collective and merge policy, the answer is the smallest GPU co
 count up to one node, whole nodes above): more GPUs cost more per hour and, since scaling efficiency does not rise
 with GPUs in data-parallel training, more per epoch too. The search doubles (powers of two up to one node, then
 whole nodes doubling, then the option's maximum) until a count meets the target, then tries every count between
-the last one that did not and that one, smallest first: 96 GPUs are found where doubling alone would say 128. Cost is GPUs used x price per GPU-hour. Layer times are means by default (see
+the last one that did not and that one, smallest first: 96 GPUs are found where doubling alone would say 128.
+Cost is GPUs used x price per GPU-hour. Layer times are means by default (see
 simfog.tune for why; it also makes thousands of ranks cheap to simulate).
 """
 
@@ -249,7 +250,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
                     raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
                                       "workload's experiment sets comm.threshold", source=catalogue.source)
 
-                def meets(gpus: int) -> bool:
+                def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
                     bar.update(1)
                     r = run_point(base, Point(gpus, m, coll, exp.comm.threshold_bytes))
                     row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node),

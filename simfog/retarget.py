@@ -9,7 +9,9 @@ Precision: by default ("torch") each layer gets what PyTorch runs an fp32 model'
 nobody changes its settings (torch 2.13, as since 1.12): convolutions in TF32 on devices with TF32 tensor cores
 (torch.backends.cudnn.allow_tf32 defaults to True; cudnn.conv.fp32_precision "tf32"), matrix multiplies in full
 fp32 (torch.backends.cuda.matmul.allow_tf32 defaults to False; float32_matmul_precision "highest"). Assuming fp32
-everywhere made a ResNet-50 on an A100 2.7x slower than a real trace whose kernels were TF32. Everything about the result is an ESTIMATE and the trace says so (provenance.estimated = true),
+everywhere made a ResNet-50 on an A100 2.7x slower than a real trace whose kernels were TF32.
+
+Everything about the result is an ESTIMATE and the trace says so (provenance.estimated = true),
 so every simulation that uses it reports "estimated": true.
 """
 
@@ -116,7 +118,8 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
         layers.append(replace(layer, forward_s=(fwd,), backward_s=(bwd,)))
     optimizer = OPTIMIZER_ACCESSES * trace.nbytes / (dev.memory_Bps * efficiency)
     notes = (f"ESTIMATED from {trace.model} ({trace.provenance.source} on {trace.device.get('name', '?')}) by a "
-             f"roofline: {precision_note(trace, dev.name, precision)}; peak and memory bandwidth of {dev.name} ({dev.source}) at {efficiency:.0%} "
+             f"roofline: {precision_note(trace, dev.name, precision)}; peak and memory bandwidth of {dev.name} "
+             f"({dev.source}) at {efficiency:.0%} "
              f"efficiency, {launch_s * 1e6:g} us launch floor per layer and pass, backward = 2x forward FLOPs "
              f"and bytes. Original provenance: {trace.provenance.command}")
     return replace(

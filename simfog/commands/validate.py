@@ -47,10 +47,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from simfog import experiment
     from simfog.errors import ConfigError
+    from simfog.files import new_run_dir, refuse_existing
     from validate import compare
     from validate.run import Options, export_timelines, validate_experiment
-
-    from simfog.files import new_run_dir, refuse_existing
 
     refuse_existing([args.csv], force=args.force, option="--csv")  # before the real runs, not after
     emulate = False if args.loopback else (True if args.emulate else None)

@@ -26,8 +26,8 @@ from collections import Counter
 from pathlib import Path
 
 from simfog.errors import ConfigError
-from simfog.progress import bar as progress_bar
 from simfog.importers import kineto_events as ke
+from simfog.progress import bar as progress_bar
 from simfog.trace import DTYPE_BYTES, Layer, ModelTrace, Provenance, Tensor
 
 CLOCKS = ("auto", "gpu", "cpu")
