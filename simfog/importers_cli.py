@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", str(out), "a file name ending in .json or .json.gz")
-    refuse_existing([out], force=getattr(args, "force", False))
     files = list(getattr(args, "files", None) or [args.file])
     options = _options(args.kind, args.set)
     collective = getattr(args, "collective", None)
@@ -89,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if options.get("collective", collective) != collective:
             raise ConfigError("--collective", collective, f"the same as -s collective={options['collective']}")
         options["collective"] = collective
+    refuse_existing([out], force=getattr(args, "force", False))  # the options are checked first, then the output
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImporterWarning)
         trace = import_files(args.kind, files, **options)
