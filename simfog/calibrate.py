@@ -25,6 +25,7 @@ reduce_scatter the input, sendrecv one rank's message. The breakpoint is in thos
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +46,8 @@ BREAKPOINT_GAIN = 2.0  # a breakpoint must cut the squared relative error more t
 NOISE_FLOOR = 0.01     # ... and one line must be off by more than this (rms relative error)
 BYTE_TERM_MIN = 0.01   # below this share of the largest message's time, β is noise: no bandwidth is fitted
 MIN_TIME_S = 1e-12     # a measured time below a picosecond is no measurement (and 1/t overflows near denormals)
+POOR_FIT = 0.2         # rms relative error above which a fit is flagged and its numbers shown to 2 digits
+POOR_FIT_DIGITS = 2    # (4 significant figures at 50 % error would claim a precision the fit does not have)
 
 
 def coefficients(collective: str, ranks: int, algorithm: str = "ring") -> tuple[float, float]:
@@ -97,6 +100,11 @@ class LinkFit:
     rms_rel_error: float          # of the fitted (one- or two-segment) model
     line_rms_rel_error: float     # of the best single line, for comparison
     points: int
+
+    @property
+    def poor(self) -> bool:
+        """The α-β model does not describe these measurements well (rms relative error above POOR_FIT)."""
+        return self.rms_rel_error > POOR_FIT
 
     @property
     def link(self) -> Link:
@@ -178,14 +186,23 @@ class Calibration:
                f"{'class':6s} {'points':>6s} {'latency':>9s} {'bandwidth':>12s} {'breakpoint':>11s}"
                f" {'small α':>9s} {'small bw':>12s} {'large α':>9s} {'large bw':>12s} {'rms: 1 line':>12s}"
                f" {'fitted':>7s}"]
+        poor = []
         for c in self.fitted_classes:
             f = self.fits[c]
+            digits = POOR_FIT_DIGITS if f.poor else None
             bp = units.format_bytes(f.breakpoint_bytes) if f.breakpoint_bytes is not None else "none"
-            out.append(f"{c:6s} {f.points:6d} {units.format_time(f.latency_s):>9s} "
-                       f"{units.format_bandwidth(f.bandwidth_Bps):>12s} {bp:>11s} "
-                       f"{units.format_time(f.small[0]):>9s} {_bw(f.small[1]):>12s} "
-                       f"{units.format_time(f.large[0]):>9s} {_bw(f.large[1]):>12s} "
+            t = functools.partial(_time, digits=digits)
+            out.append(f"{c:6s} {f.points:6d} {t(f.latency_s):>9s} "
+                       f"{_bandwidth(f.bandwidth_Bps, digits):>12s} {bp:>11s} "
+                       f"{t(f.small[0]):>9s} {_bw(f.small[1], digits):>12s} "
+                       f"{t(f.large[0]):>9s} {_bw(f.large[1], digits):>12s} "
                        f"{f.line_rms_rel_error:12.1%} {f.rms_rel_error:7.1%}")
+            if f.poor:
+                poor.append(f"{c} {f.rms_rel_error:.0%}")
+        if poor:
+            out += ["", f"POOR FIT: rms relative error {', '.join(poor)} (over {POOR_FIT:.0%}): the α-β line does not "
+                        f"describe these measurements, so its numbers are shown to {POOR_FIT_DIGITS} significant "
+                        "figures; check the residuals (--rows) and the algorithm (--algorithm) before using it"]
         bends = [f"{c} at {units.format_bytes(self.fits[c].breakpoint_bytes)}" for c in self.fitted_classes
                  if self.fits[c].breakpoint_bytes is not None]
         if bends:
@@ -219,7 +236,8 @@ class Calibration:
                     "breakpoint_bytes": f.breakpoint_bytes,
                     "small": {"alpha_s": f.small[0], "beta_s_per_B": f.small[1]},
                     "large": {"alpha_s": f.large[0], "beta_s_per_B": f.large[1]}, "rms_rel_error": f.rms_rel_error,
-                    "line_rms_rel_error": f.line_rms_rel_error, "points": f.points} for c, f in self.fits.items()}
+                    "line_rms_rel_error": f.line_rms_rel_error, "poor_fit": f.poor, "points": f.points}
+                for c, f in self.fits.items()}
         return {"algorithm": self.algorithm, "statistic": self.statistic, "source": self.source,
                 "fitted_classes": list(self.fitted_classes),
                 "fits": fits, "summary": self.summary().to_dict(orient="records"),
@@ -354,5 +372,22 @@ def _fit_class(cls: str, p: _Points) -> LinkFit:
                    math.sqrt(sse1 / n), n)
 
 
-def _bw(beta: float) -> str:
-    return units.format_bandwidth(1.0 / beta) if beta > 0 else "inf"
+def _bw(beta: float, digits: int | None = None) -> str:
+    return _bandwidth(1.0 / beta, digits) if beta > 0 else "inf"
+
+
+def _time(s: float, digits: int | None) -> str:
+    return units.format_time(_significant(s, digits))
+
+
+def _bandwidth(Bps: float, digits: int | None) -> str:
+    # rounded in bit/s, the unit shown: 1.4e9 B/s rounded in bytes would still print as 11.2 Gbit/s
+    return units.format_bandwidth(_significant(Bps * 8, digits) / 8)
+
+
+def _significant(x: float, digits: int | None) -> float:
+    """`x` rounded to `digits` significant figures (None: unchanged), so that the usual formatting prints no
+    more digits than the fit supports."""
+    if digits is None or x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))

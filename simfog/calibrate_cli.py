@@ -20,7 +20,7 @@ import numpy as np
 from simfog import nccl, nccl_fit, network_file
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError, Infeasible
-from simfog.files import check_output
+from simfog.files import check_output, refuse_existing
 from simfog.trace import load_network_trace
 
 MODELS = ("auto", "nccl", "alpha-beta")
@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", nargs="+", help="NetworkTrace files (.json or .json.gz), e.g. from `simfog import "
                         "nccl-tests`")
     parser.add_argument("-o", "--output", help="write the calibrated network file (TOML) for [cluster] network")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--model", choices=MODELS, default="auto",
                         help="nccl: NCCL's cost model; alpha-beta: one latency and bandwidth per link class; "
                         "auto: nccl when every trace is NCCL's")
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     (nothing to fit), both naming the trace file(s)."""
     if args.output:
         check_output(args.output)
+    refuse_existing([args.output], force=args.force)
     try:
         return _run(args)
     except Infeasible as e:

@@ -48,6 +48,30 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default, unless the help already says it or there is none to show
+    (None, False): ArgumentDefaultsHelpFormatter would print "(default: None)" after "(default: the file's)".
+    Descriptions and epilogs keep their line breaks (the importers' epilog is a table)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or action.default in (None, False, argparse.SUPPRESS)
+                or not (action.option_strings or action.nargs in ("?", "*"))):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's), or a note when run from an uninstalled copy."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("simfog")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def _add(sub, name: str, module: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(_module=module)
@@ -55,15 +79,18 @@ def _add(sub, name: str, module: str, help_text: str) -> None:
         importlib.import_module(module).add_arguments(parser)
     except ModuleNotFoundError as e:  # an optional part (torch, a later feature) is not installed
         parser.set_defaults(_missing=str(e))
+    parser.formatter_class = HelpFormatter  # after add_arguments, which may have set its own
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="simfog", description="Trace-driven simulator of data-parallel training.")
+    parser = _Parser(prog="simfog", description="Trace-driven simulator of data-parallel training.",
+                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         _add(sub, name, module, help_text)
-    collect = sub.add_parser("collect", help="collect traces from real runs").add_subparsers(dest="what",
-                                                                                              required=True)
+    collect = sub.add_parser("collect", help="collect traces from real runs",
+                             formatter_class=HelpFormatter).add_subparsers(dest="what", required=True)
     for name, (module, help_text) in COLLECT.items():
         _add(collect, name, module, help_text)
     return parser

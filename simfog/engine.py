@@ -216,16 +216,22 @@ class Simulation:
             yield env.timeout(c.optimizer_s[s] * slow)
             self.record(rank, it, "optimizer", "optimizer", t_o, env.now)
 
-    def run(self) -> Result:
-        """Simulate every iteration of every rank. Returns the Result (intervals and summary)."""
+    def run(self, *, progress: bool = False) -> Result:
+        """Simulate every iteration of every rank. Returns the Result (intervals and summary). `progress`: count
+        events on a bar (stderr, on a terminal only); the total is not known ahead."""
+        from simfog.progress import bar
+
         started = time.perf_counter()
         for r in range(self.simulated_ranks):
             self.env.process(self._rank(r))
         events = 0
         step, peek, inf = self.env.step, self.env.peek, float("inf")
-        while peek() < inf:
-            step()
-            events += 1
+        with bar(desc="simulate", unit="event", enabled=progress) as shown:
+            while peek() < inf:
+                step()
+                events += 1
+                if not events & 0xFFFF:  # every 65,536 events: a bar update per event would cost more than it
+                    shown.update(0x10000)
         return Result(self.experiment, self.records, symmetric=self.symmetric,
                       single_rank_time_s=self.compute.single_rank_time_s(),
                       buckets=self.algorithm.describe_buckets(),
@@ -253,6 +259,7 @@ def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarra
     return slowdown, delays
 
 
-def simulate(experiment: Experiment, *, symmetric: bool | None = None) -> Result:
-    """Simulate `experiment`. Returns a Result; see simfog.results for its frames and summary."""
-    return Simulation(experiment, symmetric=symmetric).run()
+def simulate(experiment: Experiment, *, symmetric: bool | None = None, progress: bool = False) -> Result:
+    """Simulate `experiment`. Returns a Result; see simfog.results for its frames and summary. `progress`: a bar
+    on stderr when it is a terminal (off by default: sweeps, plans and tunes run many simulations)."""
+    return Simulation(experiment, symmetric=symmetric).run(progress=progress)

@@ -194,3 +194,58 @@ def write_json(path: str | os.PathLike, data: object, *, indent: int | None = 1)
     with atomic_open(path) as f:
         f.write(json.dumps(data, indent=indent))
         f.write("\n")
+
+
+def refuse_existing(paths, *, force: bool, option: str = "-o") -> None:
+    """Outputs are never overwritten by accident: ConfigError naming the first of `paths` that exists, unless
+    `force`. Called before any work, so a long run is not wasted on a name that would be refused."""
+    if force:
+        return
+    for p in paths:
+        if p is not None and os.path.lexists(p):
+            raise ConfigError(option, str(p), f"a path that does not exist yet (it does: add --force to overwrite "
+                              f"it, or choose another {option})")
+
+
+RUNS_ROOT = "simfog-out"
+
+
+class RunDir:
+    """A run's output folder: `path` is where to write (hidden until the run finishes), `final` where it ended."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.final: Path | None = None
+
+
+@contextlib.contextmanager
+def new_run_dir(command: str, root: str | os.PathLike = RUNS_ROOT):
+    """A new folder `root/<command>-<UTC timestamp>[-n]/` for one run's outputs. It appears at once with
+    everything in it: the outputs go to a hidden temporary folder beside it, renamed when the block finishes;
+    on an error (or Ctrl-C) the temporary folder is removed, so no half-run folder is ever left to mistake for a
+    finished one. Yields a RunDir; `run.final` is set after the block."""
+    import shutil
+    from datetime import UTC, datetime
+
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ConfigError("output folder", str(root), "a directory (a file of that name is in the way)")
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    run = RunDir(Path(tempfile.mkdtemp(prefix=f".{command}-{stamp}.", suffix=".partial", dir=root)))
+    try:
+        yield run
+        for n in range(1, 10_000):
+            final = root / (f"{command}-{stamp}" + (f"-{n}" if n > 1 else ""))
+            if os.path.lexists(final):
+                continue
+            try:
+                os.rename(run.path, final)  # atomic; fails if another run took the name meanwhile
+            except OSError:
+                continue
+            run.final = final
+            return
+        raise ConfigError("output folder", str(root), "fewer than 10,000 runs of one command in one second")
+    finally:
+        if run.final is None:
+            shutil.rmtree(run.path, ignore_errors=True)

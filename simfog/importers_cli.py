@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from simfog.errors import ConfigError
-from simfog.files import check_output
+from simfog.files import check_output, refuse_existing
 from simfog.importers import IMPORTERS, ImporterWarning, import_files, options_of
 from simfog.trace import ModelTrace
 
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the file(s) to import (.gz read transparently); several files (network importers: "
                         "nccl-tests, osu, imb) are merged into one NetworkTrace")
     parser.add_argument("-o", "--output", required=True, help="trace to write: OUT.json or OUT.json.gz (atomic)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--collective", metavar="NAME", default=None,
                         help="the collective of logs that do not name it; in logs that do, only its runs are "
                         "imported (same as -s collective=NAME)")
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         if options.get("collective", collective) != collective:
             raise ConfigError("--collective", collective, f"the same as -s collective={options['collective']}")
         options["collective"] = collective
+    refuse_existing([out], force=getattr(args, "force", False))  # the options are checked first, then the output
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImporterWarning)
         trace = import_files(args.kind, files, **options)

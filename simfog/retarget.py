@@ -3,7 +3,15 @@
 A layer's forward time on the target is max(FLOPs / (peak · efficiency), bytes / (memory bandwidth · efficiency))
 plus a kernel-launch floor; backward costs twice the forward FLOPs and bytes (gradients of inputs and weights).
 The optimizer step (SGD with momentum) reads and writes parameters, gradients and momentum: ~5 accesses of each
-parameter byte. Everything about the result is an ESTIMATE and the trace says so (provenance.estimated = true),
+parameter byte.
+
+Precision: by default ("torch") each layer gets what PyTorch runs an fp32 model's kernels in on the target when
+nobody changes its settings (torch 2.13, as since 1.12): convolutions in TF32 on devices with TF32 tensor cores
+(torch.backends.cudnn.allow_tf32 defaults to True; cudnn.conv.fp32_precision "tf32"), matrix multiplies in full
+fp32 (torch.backends.cuda.matmul.allow_tf32 defaults to False; float32_matmul_precision "highest"). Assuming fp32
+everywhere made a ResNet-50 on an A100 2.7x slower than a real trace whose kernels were TF32.
+
+Everything about the result is an ESTIMATE and the trace says so (provenance.estimated = true),
 so every simulation that uses it reports "estimated": true.
 """
 
@@ -41,6 +49,7 @@ for _d in (
     DEVICES.register(_d.name)(_d)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+TORCH_DEFAULT = "torch"  # per layer kind, as PyTorch does by default (see the module docstring)
 DEFAULT_EFFICIENCY = 0.5   # fraction of peak reached by real kernels: an assumption, stated in every output
 DEFAULT_LAUNCH_S = 10e-6   # per layer and pass: a few kernel launches of ~3-5 us each
 OPTIMIZER_ACCESSES = 5     # SGD momentum: read param, grad, momentum; write param, momentum
@@ -54,13 +63,47 @@ def layer_time_s(flops: float, nbytes: float, device: Device, precision: str, ef
     return max(compute, memory) + launch_s
 
 
-def retarget(trace: ModelTrace, device: str, *, precision: str = "fp32", efficiency: float = DEFAULT_EFFICIENCY,
-             launch_s: float = DEFAULT_LAUNCH_S) -> ModelTrace:
-    """An estimated trace of the same model and batch on `device`, one sample per layer (no invented noise).
-    Raises ConfigError for an unknown device or precision, a bad efficiency, or a trace without FLOPs/bytes."""
+def is_convolution(name: str) -> bool:
+    """Whether a layer known by its module path is a convolution (traces record paths, not module types): a part
+    starting with "conv" (conv1, features.conv0, branch1.conv) or "downsample" (ResNet's 1x1 shortcut), or
+    anything in torchvision's convolutional trunk "features" (VGG, AlexNet, DenseNet, MobileNet). Only layers with
+    FLOPs are affected; the rest are memory-bound whatever the precision."""
+    parts = name.split(".")
+    return parts[0] == "features" or any(p.startswith(("conv", "downsample")) for p in parts)
+
+
+def torch_default_precision(layer_name: str, device: Device) -> str:
+    """The precision PyTorch runs this fp32 layer in on `device` by default: TF32 for convolutions where the
+    device has TF32 tensor cores (cuDNN's allow_tf32 is on by default), fp32 for everything else (matmul's is
+    off)."""
+    has_tf32 = device.peak_flops["tf32"] > device.peak_flops["fp32"]
+    return "tf32" if has_tf32 and is_convolution(layer_name) else "fp32"
+
+
+def precision_note(trace: ModelTrace, device: str, precision: str) -> str:
+    """How the layers' precisions were chosen, for people: "fp16", or for the default e.g. "torch default:
+    53 convolution layers in tf32 (cudnn.allow_tf32), matmul and the rest in fp32 (cuda.matmul.allow_tf32 off)"."""
+    if precision != TORCH_DEFAULT:
+        return precision
     dev = DEVICES.get(device, field="device")
-    if precision not in PRECISIONS:
-        raise ConfigError("precision", precision, f"one of {', '.join(PRECISIONS)}")
+    chosen = [torch_default_precision(layer.name, dev) for layer in trace.layers if layer.flops]
+    tf32 = chosen.count("tf32")
+    if not tf32:
+        why = "no TF32 on this device" if dev.peak_flops["tf32"] <= dev.peak_flops["fp32"] else "no convolutions"
+        return f"torch default: fp32 ({why})"
+    return (f"torch default: {tf32} convolution layer(s) in tf32 (torch.backends.cudnn.allow_tf32 = True), "
+            f"{len(chosen) - tf32} other layer(s) with FLOPs in fp32 (torch.backends.cuda.matmul.allow_tf32 = False)")
+
+
+def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
+             efficiency: float = DEFAULT_EFFICIENCY, launch_s: float = DEFAULT_LAUNCH_S) -> ModelTrace:
+    """An estimated trace of the same model and batch on `device`, one sample per layer (no invented noise).
+    `precision`: one of PRECISIONS for every layer, or "torch" (default) for what PyTorch runs each layer in by
+    default (see the module docstring). Raises ConfigError for an unknown device or precision, a bad efficiency,
+    or a trace without FLOPs/bytes."""
+    dev = DEVICES.get(device, field="device")
+    if precision not in PRECISIONS + (TORCH_DEFAULT,):
+        raise ConfigError("precision", precision, f"one of {', '.join(PRECISIONS + (TORCH_DEFAULT,))}")
     if not 0 < efficiency <= 1:
         raise ConfigError("efficiency", efficiency, "a fraction of peak in (0, 1]")
     missing = [layer.name for layer in trace.layers if layer.flops is None or layer.bytes_accessed is None]
@@ -69,12 +112,14 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = "fp32", efficie
                           "`simfog collect model`, which counts them)")
     layers = []
     for layer in trace.layers:
-        fwd = layer_time_s(layer.flops, layer.bytes_accessed, dev, precision, efficiency, launch_s)
-        bwd = layer_time_s(2 * layer.flops, 2 * layer.bytes_accessed, dev, precision, efficiency, launch_s)
+        p = torch_default_precision(layer.name, dev) if precision == TORCH_DEFAULT else precision
+        fwd = layer_time_s(layer.flops, layer.bytes_accessed, dev, p, efficiency, launch_s)
+        bwd = layer_time_s(2 * layer.flops, 2 * layer.bytes_accessed, dev, p, efficiency, launch_s)
         layers.append(replace(layer, forward_s=(fwd,), backward_s=(bwd,)))
     optimizer = OPTIMIZER_ACCESSES * trace.nbytes / (dev.memory_Bps * efficiency)
     notes = (f"ESTIMATED from {trace.model} ({trace.provenance.source} on {trace.device.get('name', '?')}) by a "
-             f"roofline: {precision} peak and memory bandwidth of {dev.name} ({dev.source}) at {efficiency:.0%} "
+             f"roofline: {precision_note(trace, dev.name, precision)}; peak and memory bandwidth of {dev.name} "
+             f"({dev.source}) at {efficiency:.0%} "
              f"efficiency, {launch_s * 1e6:g} us launch floor per layer and pass, backward = 2x forward FLOPs "
              f"and bytes. Original provenance: {trace.provenance.command}")
     return replace(

@@ -20,6 +20,10 @@ from simfog.experiment import Experiment
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
                    "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "estimated", "error"]
+# What produced a row, the same in every row of one run, so a CSV read on its own says where its numbers came
+# from: the experiment file, the trace (path, and a hash of its content so an edited trace shows), the
+# layer-time mode and the seed.
+RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,22 @@ def run_point(exp: Experiment, point: Point) -> dict:
     return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, "error": ""}
 
 
+def record_of(exp: Experiment) -> dict:
+    """The RECORD_COLUMNS of `exp`'s rows."""
+    import hashlib
+    import json
+
+    content = json.dumps(exp.workload.trace.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    return {"experiment": exp.source or "", "trace": exp.workload.trace_path,
+            "trace_sha256": hashlib.sha256(content).hexdigest(), "compute": exp.workload.compute, "seed": exp.seed}
+
+
 def _done_keys(path: Path) -> set[tuple]:
     if not path.exists() or path.stat().st_size == 0:
         return set()
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != KEY_COLUMNS + SUMMARY_COLUMNS:
+        if reader.fieldnames != KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS:
             raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
         return {tuple(row[k] for k in KEY_COLUMNS) for row in reader}
 
@@ -84,7 +98,7 @@ def key_of_row(row: dict) -> tuple:
 def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, jobs: int = 1,
         scheduler: str | None = None, progress: bool = True) -> list[dict]:
     """Run every point not already in `out` (CSV), appending each row as it finishes. Returns all rows of `out`."""
-    import tqdm
+    from simfog.progress import bar as progress_bar
 
     out = Path(out)
     done = _done_keys(out)
@@ -92,13 +106,14 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     _drop_partial_last_line(out)
     new_file = not out.exists() or out.stat().st_size == 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a", newline="") as f, tqdm.tqdm(total=len(todo), disable=not progress, unit="exp") as bar:
-        writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS)
+    record = record_of(exp)
+    with open(out, "a", newline="") as f, progress_bar(total=len(todo), enabled=progress, unit="exp") as bar:
+        writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS)
         if new_file:
             writer.writeheader()
             f.flush()
         for row in _execute(exp, todo, jobs, scheduler):
-            writer.writerow(row)
+            writer.writerow({**row, **record})
             f.flush()  # one whole row at a time: a killed sweep loses at most the points in flight
             bar.update(1)
     with open(out, newline="") as f:

@@ -72,6 +72,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     Returns a TuneResult. Raises ConfigError for bad bounds or counts, or a trace without gradients; whatever
     simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
     from simfog.engine import simulate
+    from simfog.progress import bar as progress_bar
 
     _check("points", points, 2)
     _check("refine", refine, 0)
@@ -92,9 +93,12 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
 
     by_plan: dict[tuple, float] = {}
     rows: dict[float, dict] = {}
+    # Each simulation at scale can take seconds: a bar (on a terminal only) over the thresholds and baselines.
+    bar = progress_bar(total=points + 2 + refine + len(BASELINES), desc="tune", unit="sim")
 
     def evaluate(thresholds, stage: str) -> None:
         for t in thresholds:
+            bar.update(1)
             t = float(t)
             if t in rows:
                 continue
@@ -113,8 +117,11 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     best = _best(rows)
     t_best = rows[best]["iteration_time_s"]
     near = [t for t, r in rows.items() if r["iteration_time_s"] <= t_best * (1 + NEAR_BEST)]
-    baselines = {p: simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
-                 for p in BASELINES}
+    baselines = {}
+    for p in BASELINES:
+        bar.update(1)
+        baselines[p] = simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
+    bar.close()
     curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
     c = exp.cluster
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {exp.ranks} ranks "

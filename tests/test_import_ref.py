@@ -110,7 +110,7 @@ def test_collective_option_on_the_command_line(tmp_path):
                         "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("simfog: error: --collective = 'allreduce': only for importers")
     r = subprocess.run([str(SIMFOG), "import", "mgwfbp", str(MG / "tmp8comm.log"), str(MG / "tmp4comm.log"),
-                        "-o", str(out)], capture_output=True, text=True)
+                        "-o", str(tmp_path / "y.json")], capture_output=True, text=True)  # x.json exists
     assert r.returncode == 2 and "one file: importer mgwfbp makes a model trace" in r.stderr
     assert "Traceback" not in r.stderr
 

@@ -53,26 +53,46 @@ def files(tmp_path):
     return write
 
 
-@pytest.mark.parametrize("target, gpus", [(70, 1), (100, 2), (500, 8), (2000, 32)])
-def test_free_network_needs_ceil_of_target_over_per_gpu_rounded_to_a_power_of_two(files, target, gpus):
+def smallest_count(target: float, per_node: int = 8) -> int:
+    """By hand: the fewest GPUs at PER_GPU each reaching `target`, any count up to one node, whole nodes above."""
+    n = math.ceil(target / PER_GPU)
+    return n if n <= per_node else per_node * math.ceil(n / per_node)
+
+
+@pytest.mark.parametrize("target, gpus", [(70, 1), (100, 2), (500, 7), (1900, 24), (2000, 32)])
+def test_free_network_needs_the_smallest_count_reaching_the_target(files, target, gpus):
     trace, cat = files()
-    assert gpus == 2 ** math.ceil(math.log2(math.ceil(target / PER_GPU)))
+    assert gpus == smallest_count(target)
     r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=target)
     b = r.best
     assert (b["option"], b["gpus"]) == ("cheap", gpus)
     assert b["cost_per_hour"] == gpus * 1.0
     assert b["scaling_efficiency"] == pytest.approx(1.0, abs=1e-6)  # the network is (almost) free
     assert b["samples_per_s"] == pytest.approx(gpus * PER_GPU, rel=1e-6)
-    # Every series stops at the first count meeting the target.
+    # Every series doubles until a count meets the target, then tries the counts in between, smallest first,
+    # and stops at the first that meets it.
     series = r.candidates[(r.candidates.option == "cheap") & (r.candidates["merge"] == "ddp")]
-    assert list(series.gpus) == [1 << k for k in range(int(math.log2(gpus)) + 1)]
+    rungs = ClusterOption("cheap", 8, 4, None, None, 1.0).gpu_counts()  # 1, 2, 4, 8, 16, 32
+    ladder = rungs[:next(i for i, n in enumerate(rungs) if n >= gpus) + 1]
+    below = ladder[-2] if len(ladder) > 1 else 0
+    between = [n for n in range(below + 1, min(gpus + 1, ladder[-1])) if n <= 8 or n % 8 == 0]
+    assert list(series.gpus) == ladder + between
     assert r.currency == "EUR"
+
+
+def test_96_gpus_are_found_where_doubling_gives_128(files):
+    trace, cat = files(cheap_nodes=16)
+    target = 96 * PER_GPU - 1  # 95 GPUs' worth and a bit: 12 nodes of 8
+    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=target)
+    assert (r.best["option"], r.best["gpus"], r.best["nodes"]) == ("cheap", 96, 12)
+    tried = r.candidates[(r.candidates.option == "cheap") & (r.candidates["merge"] == "ddp")]
+    assert 128 in set(tried.gpus) and not tried[tried.gpus == 88].meets_target.any()  # 88 is one node short
 
 
 def test_epoch_costs_and_ranking(files):
     trace, cat = files()
     epoch = 640 * 3600  # one hour at 8 GPUs x 80 samples/s
-    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=500, epoch_samples=epoch)
+    r = plan(workload_experiment(trace), load_catalogue(cat), target_samples_per_s=600, epoch_samples=epoch)
     assert r.best["gpus"] == 8
     assert r.best["epoch_time_s"] == pytest.approx(3600, rel=1e-6)
     assert r.best["cost_per_epoch"] == pytest.approx(8.0, rel=1e-6)

@@ -110,7 +110,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_rows(tmp_path):
     keys = [sweep.key_of_row(r) for r in rows]
     assert len(set(keys)) == total  # every point exactly once
     assert set(keys) == {p.key() for p in sweep.grid(RANKS, MERGES, COLLECTIVES, [2.0 ** 20])}
-    header = sweep.KEY_COLUMNS + sweep.SUMMARY_COLUMNS
+    header = sweep.KEY_COLUMNS + sweep.SUMMARY_COLUMNS + sweep.RECORD_COLUMNS
     for line in after.splitlines():
         assert len(next(csv.reader([line]))) == len(header)  # no partial line
     for r in rows:

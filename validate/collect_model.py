@@ -25,6 +25,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from simfog.errors import ConfigError
+from simfog.progress import bar as progress_bar
 from simfog.trace import ModelTrace, model_trace_from_dict
 from validate import models
 
@@ -380,7 +381,9 @@ def _measure(job: dict, barrier=None) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_HOOK_WARNING)
-            for step in range(job["warmup"] + job["iterations"]):
+            # Steps of a large model take seconds each: a bar on a terminal, from one process only.
+            for step in progress_bar(range(job["warmup"] + job["iterations"]), desc=f"collect {job['name']}",
+                                     unit="step", enabled=barrier is None):
                 optimizer.zero_grad(set_to_none=True)
                 if barrier is not None:
                     barrier.wait()

@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also measure how much slower backward runs beside gloo allreduces (overlap_slowdown; "
                              "starts a second process on loopback)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.json[.gz]", help="trace file to write")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", args.output, "a file name ending in .json or .json.gz")
+    from simfog.files import refuse_existing
+
+    refuse_existing([out], force=args.force)  # before minutes of measuring, not after
     from simfog.units import format_time
     from validate.collect_model import collect_model
 

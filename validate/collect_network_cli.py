@@ -29,11 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "shared machine, so bursts of other work spoil few samples of each size)")
     parser.add_argument("--timeout", default="30min", help="time limit for the whole run, with unit (default 30min)")
     parser.add_argument("-o", "--output", required=True, help="NetworkTrace to write (.json or .json.gz)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
     """Collect, write the trace atomically, print one line per collective. Returns the exit status (0).
     Raises ConfigError for bad options and the errors of collect_network."""
+    from simfog.files import refuse_existing
+
+    refuse_existing([args.output], force=args.force)  # before minutes of measuring, not after
     lo = units.nbytes(args.min_size, field="--min-size")
     hi = units.nbytes(args.max_size, field="--max-size")
     if lo != int(lo) or hi != int(hi):

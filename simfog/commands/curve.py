@@ -2,14 +2,15 @@
 efficiency against ranks for several merge policies or collectives: PREFIX.png, PREFIX.svg and PREFIX.csv.
 
 The runs go through simfog.sweep, so PREFIX.csv is a sweep CSV: an interrupted curve resumes where it stopped.
-The CSV does not record the experiment's other settings (compute mode, iterations, seed): use a new PREFIX when
-changing them.
+Each row records the experiment, trace (path and content hash), compute mode and seed it came from. Without -o
+every run gets a new folder simfog-out/curve-<UTC time>/.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 
@@ -63,7 +64,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compute", choices=("mean", "samples"),
                         help="layer times: means (fast symmetric path for thousands of ranks) or samples "
                              "(default: the file's)")
-    parser.add_argument("-o", "--output", default="curve", help="writes PREFIX.png, PREFIX.svg, PREFIX.csv")
+    parser.add_argument("-o", "--output", default=None,
+                        help="writes PREFIX.png, PREFIX.svg, PREFIX.csv; an existing PREFIX.csv is resumed and "
+                        "its plots redrawn (default: a new folder simfog-out/curve-<UTC time>/ holding curve.*)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.png or PREFIX.svg "
+                        "that has no PREFIX.csv beside it")
+    parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} (the table's rows, full "
+                        "precision, typed) instead of the table")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -82,21 +89,43 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 
 
 def run(args) -> int:
-    from simfog import experiment, plot, sweep
+    from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import check_jobs, checked_grid
-    from simfog.files import check_output
+    from simfog.commands.sweep import check_jobs, checked_grid, report
+    from simfog.files import check_output, new_run_dir, refuse_existing
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
     check_jobs(args.jobs)
-    for suffix in ("csv", "png", "svg"):
+    for suffix in ("csv", "png", "svg") if args.output is not None else ():
         check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
-    csv = f"{args.output}.csv"
-    rows = sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+    if args.output is not None:
+        if not Path(f"{args.output}.csv").exists():  # resuming redraws the plots of that CSV; else never overwrite
+            refuse_existing([f"{args.output}.png", f"{args.output}.svg"], force=args.force)
+        df = _run(exp, points, args, args.output)
+        prefix = args.output
+    else:
+        with new_run_dir("curve") as out:
+            df = _run(exp, points, args, out.path / "curve")
+        prefix = out.final / "curve"
+    rows = df.astype({"ranks": int}).to_dict("records")
+    written = f"wrote {prefix}.png, {prefix}.svg, {prefix}.csv"
+    errors = df[df.error != ""]
+    note = [f"{len(errors)} point(s) could not run and are not plotted (see the error column)"] if len(errors) else []
+    report(rows, args.json, {"csv": f"{prefix}.csv", "png": f"{prefix}.png", "svg": f"{prefix}.svg"},
+           note + [written])
+    return 0
+
+
+def _run(exp, points, args, prefix) -> pd.DataFrame:
+    """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg; the curve's rows."""
+    from simfog import plot, sweep
+
+    rows = sweep.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
+                     progress=not args.no_progress)
     df = curve_frame(rows, points)
     c = exp.cluster
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {c.ranks_per_node} per node, "
@@ -104,12 +133,5 @@ def run(args) -> int:
              + (" [ESTIMATED inputs]" if exp.estimated else ""))
     fig = plot.curve_figure(df, title)
     for suffix in ("png", "svg"):
-        plot.save(fig, f"{args.output}.{suffix}")
-    from simfog.commands.sweep import format_table
-
-    print(format_table(df.astype({"ranks": int}).to_dict("records")))
-    errors = df[df.error != ""]
-    if len(errors):
-        print(f"{len(errors)} point(s) could not run and are not plotted (see the error column)")
-    print(f"wrote {args.output}.png, {args.output}.svg, {csv}")
-    return 0
+        plot.save(fig, f"{prefix}.{suffix}")
+    return df

@@ -19,8 +19,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--epoch-samples", type=float, help="samples in one epoch (reports time and cost per epoch)")
     parser.add_argument("--epoch-time", help='time one epoch may take, e.g. "2h" (target = samples / time)')
     parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
-    parser.add_argument("-o", "--output", default="plan", help="writes PREFIX.csv (every candidate) and PREFIX.png")
+    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.csv (every candidate) and PREFIX.png "
+                        "(default: a new folder simfog-out/plan-<UTC time>/ holding plan.csv and plan.png)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.csv or PREFIX.png")
     parser.add_argument("--top", type=int, default=10, help="configurations printed (cheapest first)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (the table's rows as \"rows\", "
+                        "full precision, and the best as \"best\") instead of the table")
 
 
 def target_from_args(args) -> tuple[float, float | None]:
@@ -83,25 +87,57 @@ def _write(result, prefix: str) -> tuple[str, str]:
     return csv, png
 
 
+def _write_where_asked(result, args) -> tuple[str, str]:
+    """PREFIX.csv and PREFIX.png for -o PREFIX, else in a new run folder."""
+    from simfog.files import new_run_dir
+
+    if args.output is not None:
+        return _write(result, args.output)
+    with new_run_dir("plan") as out:
+        _write(result, out.path / "plan")
+    return str(out.final / "plan.csv"), str(out.final / "plan.png")
+
+
+def json_records(df) -> list[dict]:
+    """DataFrame rows as JSON-ready dicts: numpy scalars as Python numbers, NaN (no value) as null."""
+    import json
+
+    return json.loads(df.to_json(orient="records", double_precision=15))
+
+
 def run(args) -> int:
-    from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.errors import Infeasible
-    from simfog.files import check_output
+    import sys
+
+    from simfog.cli import DEFAULT_EXPERIMENT, print_json
+    from simfog.errors import ConfigError, Infeasible
+    from simfog.files import check_output, refuse_existing
     from simfog.plan import load_catalogue, plan, workload_experiment
 
     target, epoch = target_from_args(args)
-    for suffix in ("csv", "png"):
-        check_output(f"{args.output}.{suffix}")
+    if args.top < 1:
+        raise ConfigError("--top", args.top, "an integer >= 1")
+    if args.output is not None:
+        for suffix in ("csv", "png"):
+            check_output(f"{args.output}.{suffix}")
+        refuse_existing([f"{args.output}.csv", f"{args.output}.png"], force=args.force)
     exp = workload_experiment(args.workload or DEFAULT_EXPERIMENT)
     catalogue = load_catalogue(args.catalogue or DEFAULT_CATALOGUE)
     try:
         result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples)
     except Infeasible as e:
         if getattr(e, "result", None) is not None:
-            csv, png = _write(e.result, args.output)
-            print(f"wrote every candidate to {csv}, {png}")
+            csv, png = _write_where_asked(e.result, args)
+            print(f"wrote every candidate to {csv}, {png}", file=sys.stderr if args.json else sys.stdout)
         raise
-    csv, png = _write(result, args.output)
+    csv, png = _write_where_asked(result, args)
+    if args.json:
+        top = result.feasible().head(args.top)
+        print_json({"title": result.title, "target_samples_per_s": result.target_samples_per_s,
+                    "epoch_samples": epoch, "currency": result.currency, "ranked_by": result.cost_column,
+                    **result.info, "best": json_records(top.head(1))[0], "rows": json_records(top),
+                    "csv": csv, "png": png})
+        print(f"wrote {csv}, {png}", file=sys.stderr)
+        return 0
     print(result.title)
     note = f" ({catalogue.note})" if catalogue.note else ""
     print(f"prices from {catalogue.source}{note}; cheapest first, by cost per {'epoch' if epoch else 'hour'}:")

@@ -4,27 +4,36 @@ from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    from simfog.retarget import DEFAULT_EFFICIENCY, DEVICES, PRECISIONS
+    from simfog.retarget import DEFAULT_EFFICIENCY, DEVICES, PRECISIONS, TORCH_DEFAULT
 
     parser.add_argument("trace", help="a measured ModelTrace with per-layer flops and bytes_accessed")
     parser.add_argument("--device", required=True, help=f"one of {', '.join(DEVICES.names())}")
-    parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    parser.add_argument("--precision", default=TORCH_DEFAULT, choices=(TORCH_DEFAULT,) + PRECISIONS,
+                        help="torch (default): what PyTorch (2.13, as since 1.12) runs an fp32 model in on the device "
+                        "unless told otherwise: convolutions in TF32 where the device has it (A100, H100: "
+                        "torch.backends.cudnn.allow_tf32 defaults to True), matrix multiplies in FP32 "
+                        "(torch.backends.cuda.matmul.allow_tf32 defaults to False); or one precision for every "
+                        "layer")
     parser.add_argument("--efficiency", type=float, default=DEFAULT_EFFICIENCY,
                         help="fraction of peak FLOP/s and bandwidth reached (an assumption; default %(default)s)")
     parser.add_argument("-o", "--output", required=True, help="output trace (.json or .json.gz)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
 def run(args) -> int:
-    from simfog.files import check_output
-    from simfog.retarget import retarget
+    from simfog.files import check_output, refuse_existing
+    from simfog.retarget import precision_note, retarget
     from simfog.trace import load_model_trace
 
     check_output(args.output)
+    refuse_existing([args.output], force=args.force)
     out = retarget(load_model_trace(args.trace), args.device, precision=args.precision, efficiency=args.efficiency)
     out.save(args.output)
     fwd = sum(layer.forward_s[0] for layer in out.layers)
     bwd = sum(layer.backward_s[0] for layer in out.layers)
-    print(f"ESTIMATED {out.model} batch {out.batch_size} on {args.device} ({args.precision}): forward "
+    # Say which precision each kind of layer was given: the default is a choice a reader must be able to see.
+    note = precision_note(out, args.device, args.precision)
+    print(f"ESTIMATED {out.model} batch {out.batch_size} on {args.device} ({note}): forward "
           f"{fwd * 1e3:.2f} ms, backward {bwd * 1e3:.2f} ms, optimizer {out.optimizer_s[0] * 1e3:.2f} ms "
           f"-> {args.output}")
     return 0

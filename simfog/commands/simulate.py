@@ -16,6 +16,7 @@ def add_arguments(parser) -> None:
                         help="write the run as a Chrome trace for ui.perfetto.dev (at most 64 ranks: the first "
                              "and last 32)")
     parser.add_argument("--timeline-ranks", metavar="LIST", help='ranks in the timeline, e.g. "0-7,120-127"')
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --intervals or --timeline file")
 
 
 def add_overrides(parser) -> None:
@@ -104,12 +105,14 @@ def format_summary(s: dict) -> str:
 def run(args) -> int:
     from simfog.cli import print_json
     from simfog.engine import simulate
-    from simfog.files import atomic_open, check_output
+    from simfog.files import atomic_open, check_output, refuse_existing
 
     for path in (args.intervals, args.timeline):
         if path:
             check_output(path)  # before simulating: a bad name fails at once
-    result = simulate(load_with_overrides(args))
+    refuse_existing([args.intervals], force=args.force, option="--intervals")
+    refuse_existing([args.timeline], force=args.force, option="--timeline")
+    result = simulate(load_with_overrides(args), progress=True)
     summary = result.summary()
     if args.intervals:
         with atomic_open(args.intervals) as f:

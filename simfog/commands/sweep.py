@@ -6,7 +6,7 @@ import os
 
 from simfog import units
 from simfog.errors import ConfigError
-from simfog.files import check_output
+from simfog.files import check_output, new_run_dir
 
 
 def _list(text: str) -> list[str]:
@@ -28,10 +28,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--merge", default=None, help="comma-separated merge policies (default: the file's)")
     parser.add_argument("--collective", default=None, help="comma-separated collectives (default: the file's)")
     parser.add_argument("--threshold", default=None, help='comma-separated thresholds, e.g. "1MiB,25MiB"')
-    parser.add_argument("-o", "--output", default="sweep.csv", help="CSV to append to (resumes if it exists)")
+    parser.add_argument("-o", "--output", default=None,
+                        help="CSV to append to; an existing one is resumed (its finished points are not rerun) "
+                        "(default: a new folder simfog-out/sweep-<UTC time>/ holding sweep.csv)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")
+    parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} (the table's rows, full "
+                        "precision, typed) instead of the table")
 
 
 def run(args) -> int:
@@ -39,7 +43,8 @@ def run(args) -> int:
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.errors import ConfigError
 
-    check_output(args.output)
+    if args.output is not None:
+        check_output(args.output)
     check_jobs(args.jobs)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     try:
@@ -49,16 +54,66 @@ def run(args) -> int:
     thresholds = ([units.nbytes(t, field="--threshold") for t in _option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
-    rows = sweep.run(exp, points, args.output, jobs=args.jobs, scheduler=args.scheduler,
-                     progress=not args.no_progress)
-    print(format_table(rows))
-    print(f"wrote {args.output}")
+    run_sweep = lambda csv: sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
+                                      progress=not args.no_progress)
+    if args.output is not None:
+        csv = args.output
+        rows = run_sweep(csv)
+    else:
+        with new_run_dir("sweep") as out:
+            rows = run_sweep(out.path / "sweep.csv")
+        csv = out.final / "sweep.csv"
+    report(rows, args.json, {"csv": str(csv)}, [f"wrote {csv}"])
     return 0
 
 
 def check_jobs(jobs: int) -> None:
     if jobs < 1:
         raise ConfigError("--jobs", jobs, "an integer >= 1 (local worker processes)")
+
+
+def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str]) -> None:
+    """The table (and the files written) on stdout, or with --json one object {"rows": [...], **files} on stdout
+    and the files written on stderr, so that stdout parses as JSON."""
+    import sys
+
+    from simfog.cli import print_json
+
+    if as_json:
+        print_json({"rows": [typed_row(r) for r in rows], "estimated": any(_true(r.get("estimated")) for r in rows),
+                    **files})
+        for line in wrote:
+            print(line, file=sys.stderr)
+        return
+    print(format_table(rows))
+    for line in wrote:
+        print(line)
+
+
+INT_COLUMNS = ("ranks", "buckets", "seed")
+FLOAT_COLUMNS = ("threshold_bytes", "iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
+                 "comm_exposed_s", "idle_s", "overlap_fraction")
+
+
+def typed_row(row: dict) -> dict:
+    """A sweep CSV row (all strings) with numbers as numbers, booleans as booleans and empty cells as null."""
+    import math
+
+    out = {}
+    for k, v in row.items():
+        if k in INT_COLUMNS + FLOAT_COLUMNS:
+            # "" in a CSV, NaN in a DataFrame: a point that could not run (JSON has no NaN)
+            v = None if v in ("", None) or (isinstance(v, float) and math.isnan(v)) else float(v)
+            if v is not None and k in INT_COLUMNS:
+                v = int(v)
+        elif k == "estimated":
+            v = _true(v)
+        out[k] = v
+    return out
+
+
+def _true(v) -> bool:
+    return v is True or v == "True"
 
 
 def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
@@ -84,6 +139,9 @@ def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text:
 def format_table(rows: list[dict]) -> str:
     head = f"{'ranks':>6} {'merge':<10} {'collective':<12} {'iter time':>10} {'samples/s':>11} {'efficiency':>10}"
     lines = [head]
+    if any(_true(r.get("estimated")) for r in rows):
+        # The table is often all a reader sees: say so before the numbers, as simulate's summary does.
+        lines.insert(0, "ESTIMATED: these rows come from estimated compute times (see the trace's provenance)")
     for r in rows:
         if r.get("error"):
             lines.append(f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} error: {r['error']}")

@@ -16,7 +16,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--samples", action="store_true",
                         help="use the trace's sampled layer times (default: means, so the search does not chase "
                              "the noise of a few random draws)")
-    parser.add_argument("-o", "--output", default="tune", help="writes PREFIX.png (plot) and PREFIX.csv (curve)")
+    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.png (plot) and PREFIX.csv (curve) "
+                        "(default: a new folder simfog-out/tune-<UTC time>/ holding tune.png and tune.csv)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.png or PREFIX.csv")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -37,16 +39,17 @@ def run(args) -> int:
     from simfog import plot
     from simfog.cli import print_json
     from simfog.errors import ConfigError
-    from simfog.files import atomic_open, check_output
+    from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
     from simfog.tune import tune
 
     for name in ("merge", "threshold"):
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name}", getattr(args, name),
                               "not used by tune: it searches merge = threshold and compares fixed baselines")
-    png, csv = f"{args.output}.png", f"{args.output}.csv"
-    check_output(png)
-    check_output(csv)
+    if args.output is not None:
+        check_output(f"{args.output}.png")
+        check_output(f"{args.output}.csv")
+        refuse_existing([f"{args.output}.png", f"{args.output}.csv"], force=args.force)
     exp = load_with_overrides(args)
     bounds = {k: units.nbytes(getattr(args, k), field=f"--{k}") if getattr(args, k) else None for k in ("lo", "hi")}
     try:
@@ -55,9 +58,20 @@ def run(args) -> int:
         if e.field in ("points", "refine", "lo", "hi"):  # the library's names for these options
             raise ConfigError(f"--{e.field}", e.value, e.allowed) from None
         raise
-    with atomic_open(csv) as f:
-        result.curve.to_csv(f, index=False)
-    plot.save(plot.tune_figure(result), png)
+
+    def write(prefix) -> None:
+        with atomic_open(f"{prefix}.csv") as f:
+            result.curve.to_csv(f, index=False)
+        plot.save(plot.tune_figure(result), f"{prefix}.png")
+
+    if args.output is not None:
+        prefix = args.output
+        write(prefix)
+    else:
+        with new_run_dir("tune") as out:
+            write(out.path / "tune")
+        prefix = out.final / "tune"
+    png, csv = f"{prefix}.png", f"{prefix}.csv"
     if args.json:
         print_json({"best_threshold_bytes": result.best_threshold_bytes,
                     "best_iteration_time_s": result.best_iteration_time_s, "best_buckets": result.best_buckets,

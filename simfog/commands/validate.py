@@ -33,8 +33,9 @@ def add_arguments(parser) -> None:
                                         "(default: the file's comm.merge)")
     parser.add_argument("--iterations", type=int, help="override the measured iteration count")
     parser.add_argument("--warmup", type=int, default=2, help="iterations run first and dropped (default 2)")
-    parser.add_argument("--csv", metavar="CSV", help="where to write the comparison "
-                                                     "(default: validation.csv, or OUT/bench-validation.csv)")
+    parser.add_argument("--csv", metavar="CSV", help="where to write the comparison (default: a new folder "
+                        "simfog-out/validate-<UTC time>/ holding validation.csv, or OUT/bench-validation.csv)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     parser.add_argument("--out", metavar="DIR", default="bench-validation",
                         help="with --bench: directory for the CSV and collected traces (default bench-validation)")
     parser.add_argument("--timeline-dir", metavar="DIR",
@@ -63,9 +64,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from simfog import experiment
     from simfog.errors import ConfigError
+    from simfog.files import new_run_dir, refuse_existing
     from validate import compare
     from validate.run import Options, export_timelines, validate_experiment
 
+    refuse_existing([args.csv], force=args.force, option="--csv")  # before the real runs, not after
     emulate = False if args.loopback else (True if args.emulate else None)
     if args.warmup is None or args.warmup < 1:
         raise ConfigError("--warmup", args.warmup, "an integer >= 1")
@@ -118,8 +121,13 @@ def run(args) -> int:
     if args.show_calibration and group.calibration is not None:
         print(group.calibration.report())
     print(compare.format_table(group.rows))
-    csv_path = Path(args.csv or "validation.csv")
-    compare.write_csv(group.rows, csv_path)
+    if args.csv:
+        csv_path = Path(args.csv)
+        compare.write_csv(group.rows, csv_path)
+    else:
+        with new_run_dir("validate") as out:
+            compare.write_csv(group.rows, out.path / "validation.csv")
+        csv_path = out.final / "validation.csv"
     log(f"wrote {csv_path}")
     if args.timeline_dir:
         for v in group.validations:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from simfog.errors import ConfigError
 from simfog.importers import kineto_events as ke
+from simfog.progress import bar as progress_bar
 from simfog.trace import DTYPE_BYTES, Layer, ModelTrace, Provenance, Tensor
 
 CLOCKS = ("auto", "gpu", "cpu")
@@ -177,7 +178,9 @@ def import_kineto(path, *, model: str | None = None, batch_size: int | None = No
         raise _bad(path, "clock", clock, "cpu: the trace has no GPU activity linked to operators")
     comms = ke.collectives(trace)
     try:
-        its = [_Iteration(trace, main, w, use_gpu, comms) for w in windows[skip:]]
+        # A large trace has many iterations of thousands of events each: a bar (on a terminal only) over them.
+        its = [_Iteration(trace, main, w, use_gpu, comms)
+               for w in progress_bar(windows[skip:], desc="import kineto", unit="iteration")]
     except ConfigError as e:
         raise e.in_file(path) from None
     ref = its[-1]   # the last iteration: DDP has rebuilt its buckets by then
