@@ -43,7 +43,7 @@ from simfog.network_file import NetworkFile
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
-           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network"}
+           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network", "gpu_memory"}
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,12 @@ class ClusterOption:
     merges: tuple[str, ...] = ()
     description: str = ""
     network: NetworkFile | None = None  # a calibrated network file: NCCL's model on a measured cluster
+    gpu_memory_B: float | None = None   # device memory: configurations needing more are refused (simfog.memory)
 
     def cluster(self) -> Cluster:
         """One full node of this option (`with_ranks` scales it)."""
-        return Cluster(1, self.gpus_per_node, self.intra, self.nic, self.oversubscription)
+        return Cluster(1, self.gpus_per_node, self.intra, self.nic, self.oversubscription,
+                       gpu_memory_B=self.gpu_memory_B)
 
     def gpu_counts(self) -> list[int]:
         """1, 2, 4, ... below one node, then gpus_per_node x 1, 2, 4, ... nodes, then the maximum if not yet hit."""
@@ -154,7 +156,9 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                          Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth")),
                          float(price), float(over),
                          names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
-                         names("merges", merge.POLICIES), str(d.get("description", "")), network)
+                         names("merges", merge.POLICIES), str(d.get("description", "")), network,
+                         units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
+                         if "gpu_memory" in d else None)
 
 
 def load_catalogue(path: str | Path) -> Catalogue:
@@ -260,6 +264,8 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
                         sps = float(r["samples_per_s"])
                         row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
                                    scaling_efficiency=float(r["scaling_efficiency"]),
+                                   memory_peak_B=float(r["memory_peak_B"]) if r.get("memory_peak_B") != "" else
+                                   float("nan"),
                                    cost_per_hour=gpus * opt.price_per_gpu_hour)
                         if epoch_samples:
                             row["epoch_time_s"] = epoch_samples / sps
@@ -281,7 +287,8 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     bar.close()
     df = pd.DataFrame(rows)
     cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
-            "scaling_efficiency", "cost_per_hour"] + (["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
+            "scaling_efficiency", "memory_peak_B", "cost_per_hour"] + (
+        ["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
     df = df.reindex(columns=cols + ["meets_target", "error"])
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "
              f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"

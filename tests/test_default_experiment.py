@@ -22,7 +22,7 @@ def test_default_is_an_estimated_gpu_workload_in_mean_mode(capsys):
     assert s["compute_mode"] == "mean"  # one sample per layer: drawing samples would add nothing
     assert s["compute_source"].startswith("ESTIMATED for a100")
     trace = experiment.load(cli.DEFAULT_EXPERIMENT).workload.trace
-    assert trace.samples == 1 and trace.device["kind"] == "gpu" and trace.device["precision"] == "tf32"
+    assert trace.samples == 1 and trace.device["kind"] == "gpu" and trace.device["precision"] == "torch"
 
 
 def test_default_communication_matters(capsys):

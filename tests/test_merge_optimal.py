@@ -104,7 +104,7 @@ CLUSTERS = {
 OTHERS = [p for p in merge.POLICIES.names() if p not in ("optimal", "threshold")]
 
 
-@pytest.mark.parametrize("trace", ["resnet50-a100-tf32-b32-estimated.json.gz", "gpt2-cpu-b8.json.gz",
+@pytest.mark.parametrize("trace", ["resnet50-a100-b32-estimated.json.gz", "gpt2-cpu-b8.json.gz",
                                    "resnet20-cpu-b32.json.gz"])
 @pytest.mark.parametrize("cluster", sorted(CLUSTERS))
 def test_never_worse_than_any_policy_in_the_engine(trace, cluster, tmp_path):

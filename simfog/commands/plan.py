@@ -65,15 +65,22 @@ def format_table(result, top: int) -> str:
     cur = result.currency
     epoch = result.epoch_samples is not None
     head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
-            f"{cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+            f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     lines = [head]
     for r in result.feasible().head(top).itertuples():
         line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
-                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% {r.cost_per_hour:>10,.2f}")
+                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% {_memory(r.memory_peak_B):>10} "
+                f"{r.cost_per_hour:>10,.2f}")
         if epoch:
             line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _memory(nbytes: float) -> str:
+    from simfog import units
+
+    return units.format_bytes(nbytes) if nbytes == nbytes else "?"
 
 
 def _write(result, prefix: str) -> tuple[str, str]:

@@ -92,7 +92,7 @@ def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str]) -> No
 
 INT_COLUMNS = ("ranks", "buckets", "seed")
 FLOAT_COLUMNS = ("threshold_bytes", "iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
-                 "comm_exposed_s", "idle_s", "overlap_fraction")
+                 "comm_exposed_s", "idle_s", "overlap_fraction", "memory_peak_B")
 
 
 def typed_row(row: dict) -> dict:
