@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from simfog.errors import ConfigError
@@ -57,7 +58,8 @@ def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, mer
         raise ConfigError("path", path, "a path to an experiment file (.toml)")
     args = Namespace(file=None if path is None else os.fspath(path), ranks=ranks, merge=merge,
                      collective=collective, threshold=threshold, iterations=iterations, seed=seed)
-    return load_with_overrides(args)
+    with _keyword_names():
+        return load_with_overrides(args)
 
 
 def simulate(experiment: Experiment | str | os.PathLike) -> Result:
@@ -107,7 +109,8 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
     thresholds = [t if isinstance(t, (int, float)) and not isinstance(t, bool) else units.nbytes(t, field="threshold")
                   for t in _values(threshold, "threshold")] or [exp.comm.threshold_bytes]
     # The CLI's grid builder validates every name and rank count before anything runs.
-    points = checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
+    with _keyword_names():
+        points = checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
     if output is None:
         with tempfile.TemporaryDirectory(prefix="simfog-sweep-") as tmp:
             rows = engine.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
@@ -147,6 +150,17 @@ def _experiment(experiment) -> Experiment:
     if isinstance(experiment, (str, os.PathLike)):
         return load(experiment)
     raise ConfigError("experiment", experiment, "an Experiment from simfog.load() or a path to an experiment file")
+
+
+@contextmanager
+def _keyword_names():
+    """The CLI's validation names its options (--merge); from Python, name the keyword argument (merge)."""
+    try:
+        yield
+    except ConfigError as e:
+        if not e.field.startswith("--"):
+            raise
+        raise ConfigError(e.field.lstrip("-"), e.value, e.allowed, source=e.source) from None
 
 
 def _values(value, name: str) -> list:

@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from simfog import api as _api
 from simfog.errors import ConfigError, SimfogError
 from simfog.experiment import Experiment
 
@@ -130,9 +131,9 @@ class _CallableModule(types.ModuleType):
     would replace the function), so the module itself is callable."""
 
     def __call__(self, *args, **kwargs):
-        from simfog.api import sweep
+        return _api.sweep(*args, **kwargs)
 
-        return sweep(*args, **kwargs)
+    __call__.__doc__ = _api.sweep.__doc__
 
 
 sys.modules[__name__].__class__ = _CallableModule
