@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -146,3 +148,13 @@ def test_import_simfog_imports_no_heavy_module():
             "print(sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_readme_python_api_example_runs(capsys, monkeypatch):
+    """The README's "Python API" example, run as written from the repository root."""
+    root = Path(__file__).resolve().parents[1]
+    code = re.search(r"### Python API\n.*?```python\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
+    monkeypatch.chdir(root)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "samples/s, estimated: True" in out and "mgwfbp" in out
