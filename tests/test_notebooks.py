@@ -217,7 +217,7 @@ def _same(fresh, golden, where="") -> None:
         assert math.isclose(fresh, golden, rel_tol=1e-9, abs_tol=1e-300) or (fresh != fresh and golden != golden), (
             f"{where}: fresh {fresh!r}, committed {golden!r}")
     elif isinstance(golden, dict) and isinstance(fresh, dict):
-        assert list(fresh) == list(golden), f"{where}: keys {list(fresh)} != committed {list(golden)}"
+        assert sorted(fresh) == sorted(golden), f"{where}: keys {sorted(fresh)} != committed {sorted(golden)}"
         for k in golden:
             _same(fresh[k], golden[k], f"{where}.{k}")
     elif isinstance(golden, list) and isinstance(fresh, list):
