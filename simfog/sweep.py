@@ -9,11 +9,14 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import sys
+import types
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from simfog import api as _api
 from simfog.errors import ConfigError, SimfogError
 from simfog.experiment import Experiment
 
@@ -138,3 +141,17 @@ def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | Non
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     yield fut.result()
+
+
+class _CallableModule(types.ModuleType):
+    """`simfog.sweep(exp, ranks=...)` is the Python API's sweep (simfog.api.sweep, a DataFrame), and `simfog.sweep`
+    is also this module: a package attribute cannot be a function and a submodule at once (importing the submodule
+    would replace the function), so the module itself is callable."""
+
+    def __call__(self, *args, **kwargs):
+        return _api.sweep(*args, **kwargs)
+
+    __call__.__doc__ = _api.sweep.__doc__
+
+
+sys.modules[__name__].__class__ = _CallableModule

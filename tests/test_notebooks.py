@@ -3,12 +3,16 @@
 Every notebook reads SIMFOG_NB_SMALL (1: a few rank counts, seconds of work) and SIMFOG_NB_OUT (where its figures
 go) and prints `RESULT {json}` lines holding the numbers its prose is computed from. These tests execute each
 notebook in a fresh kernel with nbclient, figures into a temporary folder, and check the claims on those numbers.
-The committed notebooks themselves must be executed with full settings, outputs included.
+The committed notebooks themselves must be executed with full settings, outputs included, from their current code
+cells; and their small-mode outputs, committed beside them (notebooks/small/), must equal a fresh small-mode run
+(test_committed_small_outputs_match_a_fresh_execution says what is compared). notebooks/execute.py makes both.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,6 +31,10 @@ TOL = 1e-9  # relative: the same plan simulated two ways may differ by float rou
 ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-bagua-algorithms.ipynb",
        "04-tune-threshold.ipynb", "05-capacity-plan.ipynb"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
+_spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
+nbrun = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nbrun)
 
 
 @pytest.fixture(scope="session")
@@ -57,24 +65,34 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def run_notebook(name: str, tmp_path: Path, kernel_name: str, monkeypatch) -> tuple[list[dict], Path]:
-    """Execute notebook `name` with small settings. Returns its RESULT records and the folder of its figures.
-    Fails on any cell error and when the notebook wrote anything into the repository's notebooks/."""
-    figures = tmp_path / "figures"
-    monkeypatch.setenv("SIMFOG_NB_SMALL", "1")
-    monkeypatch.setenv("SIMFOG_NB_OUT", str(figures))
-    before = _snapshot(NOTEBOOKS)
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=kernel_name, record_timing=False,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, on the first failing cell
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    stdout = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stdout")
-    assert "SMALL (CI) settings" in stdout
-    assert _snapshot(NOTEBOOKS) == before, "a notebook run by the tests wrote into notebooks/"
-    results = [json.loads(line.split(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("RESULT ")]
-    return results, figures
+@pytest.fixture(scope="session")
+def run_small(kernel_name, tmp_path_factory):
+    """Execute a notebook with small settings, once per session (the claim tests and the golden check share the
+    run). Returns the executed notebook and the folder of its figures. Fails on any cell error and when the
+    notebook wrote anything into the repository's notebooks/."""
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            figures = tmp_path_factory.mktemp("figures")
+            before = _snapshot(NOTEBOOKS)
+            # raises CellExecutionError, with the cell and its traceback, on the first failing cell
+            nb = nbrun.execute(name, small=True, figures=figures, kernel_name=kernel_name, timeout_s=CELL_TIMEOUT_S)
+            outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+            assert not [o for o in outputs if o.output_type == "error"]
+            stdout = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stdout")
+            assert "SMALL (CI) settings" in stdout
+            assert _snapshot(NOTEBOOKS) == before, "a notebook run by the tests wrote into notebooks/"
+            runs[name] = nb, figures
+        return runs[name]
+
+    return run
+
+
+def run_notebook(name: str, run_small) -> tuple[list[dict], Path]:
+    """The RESULT records of notebook `name` run with small settings, and the folder of its figures."""
+    nb, figures = run_small(name)
+    return nbrun.computed_outputs(nb)["results"], figures
 
 
 def _figure(folder: Path, name: str) -> None:
@@ -88,8 +106,8 @@ def _of(results: list[dict], study: str) -> list[dict]:
     return [r for r in results if r["study"] == study]
 
 
-def test_mgwfbp_scaling(tmp_path, kernel_name, monkeypatch):
-    results, figures = run_notebook("01-mgwfbp-scaling.ipynb", tmp_path, kernel_name, monkeypatch)
+def test_mgwfbp_scaling(run_small):
+    results, figures = run_notebook("01-mgwfbp-scaling.ipynb", run_small)
     runs = _of(results, "mgwfbp")
     traces = {r["trace"] for r in runs}
     assert any(t.startswith("ResNet-50") for t in traces)
@@ -112,8 +130,8 @@ def test_mgwfbp_scaling(tmp_path, kernel_name, monkeypatch):
     _figure(figures, "scaling-resnet50-v100.png")
 
 
-def test_bluefog_neighbour_averaging(tmp_path, kernel_name, monkeypatch):
-    results, figures = run_notebook("02-bluefog-neighbour-averaging.ipynb", tmp_path, kernel_name, monkeypatch)
+def test_bluefog_neighbour_averaging(run_small):
+    results, figures = run_notebook("02-bluefog-neighbour-averaging.ipynb", run_small)
     r, = _of(results, "bluefog")
     assert r["estimated"] is True and r["ranks"] == [16, 32]
     series = r["series"]
@@ -127,8 +145,8 @@ def test_bluefog_neighbour_averaging(tmp_path, kernel_name, monkeypatch):
     _figure(figures, "bluefog-resnet50-v100.png")
 
 
-def test_bagua_algorithms(tmp_path, kernel_name, monkeypatch):
-    results, figures = run_notebook("03-bagua-algorithms.ipynb", tmp_path, kernel_name, monkeypatch)
+def test_bagua_algorithms(run_small):
+    results, figures = run_notebook("03-bagua-algorithms.ipynb", run_small)
     r, = _of(results, "bagua")
     assert r["estimated"] is True and r["bandwidths"] == ["100Gbit/s", "10Gbit/s", "1Gbit/s"]
     assert {"DDP allreduce (baseline)", "BAGUA allreduce (10 MiB buckets)"} <= set(r["samples_per_s"])
@@ -140,8 +158,8 @@ def test_bagua_algorithms(tmp_path, kernel_name, monkeypatch):
     _figure(figures, "bagua-resnet50-v100.png")
 
 
-def test_tune_threshold(tmp_path, kernel_name, monkeypatch):
-    results, figures = run_notebook("04-tune-threshold.ipynb", tmp_path, kernel_name, monkeypatch)
+def test_tune_threshold(run_small):
+    results, figures = run_notebook("04-tune-threshold.ipynb", run_small)
     main, = _of(results, "tune")
     sizes = _of(results, "tune-size")
     assert [s["ranks"] for s in sizes] == [16, 32] and main["estimated"] is True
@@ -157,8 +175,8 @@ def test_tune_threshold(tmp_path, kernel_name, monkeypatch):
     _figure(figures, "tune-vs-ranks.png")
 
 
-def test_capacity_plan(tmp_path, kernel_name, monkeypatch):
-    results, figures = run_notebook("05-capacity-plan.ipynb", tmp_path, kernel_name, monkeypatch)
+def test_capacity_plan(run_small):
+    results, figures = run_notebook("05-capacity-plan.ipynb", run_small)
     r, = _of(results, "plan")
     best = r["best"]
     assert r["estimated"] is True
@@ -180,6 +198,61 @@ def test_committed_notebook_is_executed_with_full_settings(name):
     stdout = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert "full settings" in stdout and "SMALL" not in stdout, "commit the notebook run with full settings"
     assert any("image/png" in o.get("data", {}) for o in outputs), "figures are embedded"
+    assert nb.metadata.get("simfog", {}).get("code_sha256") == nbrun.code_sha256(nb), (
+        "the committed outputs come from other code cells: re-execute with python notebooks/execute.py")
+
+
+def _drop_reference_data(outputs: dict) -> dict:
+    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs and its link comparison)."""
+    return {"results": [r for r in outputs["results"] if "GoogLeNet" not in json.dumps(r)
+                        and r.get("study") != "mgwfbp-links"],
+            "markdown": ["\n".join(line for line in m.splitlines() if "GoogLeNet" not in line)
+                         for m in outputs["markdown"]]}
+
+
+def _same(fresh, golden, where="") -> None:
+    """Equal JSON values; floats within 1e-9 relative, so that a last-bit difference of a platform's libm cannot
+    fail the check while any change of a simulated number does."""
+    if isinstance(golden, float) and isinstance(fresh, (int, float)) and not isinstance(fresh, bool):
+        assert math.isclose(fresh, golden, rel_tol=1e-9, abs_tol=1e-300) or (fresh != fresh and golden != golden), (
+            f"{where}: fresh {fresh!r}, committed {golden!r}")
+    elif isinstance(golden, dict) and isinstance(fresh, dict):
+        assert sorted(fresh) == sorted(golden), f"{where}: keys {sorted(fresh)} != committed {sorted(golden)}"
+        for k in golden:
+            _same(fresh[k], golden[k], f"{where}.{k}")
+    elif isinstance(golden, list) and isinstance(fresh, list):
+        assert len(fresh) == len(golden), f"{where}: {len(fresh)} items, committed {len(golden)}"
+        for i, (a, b) in enumerate(zip(fresh, golden)):
+            _same(a, b, f"{where}[{i}]")
+    else:
+        assert fresh == golden, f"{where}: fresh {fresh!r}, committed {golden!r}"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_committed_small_outputs_match_a_fresh_execution(name, run_small):
+    """The committed notebook's small-mode outputs (notebooks/small/<name>.json, written by notebooks/execute.py
+    together with the full-settings outputs committed in the notebook) equal a fresh small-mode execution of it.
+
+    Compared: every `RESULT {json}` record, in order (strings, integers, booleans and keys exactly; floats to a
+    relative 1e-9), and every Markdown text the notebook displays (the prose computed from the runs), exactly.
+    Not compared: tables, figures, stdout other than RESULT lines, and paths, whose rendering depends on library
+    versions and folders rather than on the simulated numbers. simfog is deterministic per seed and the notebooks
+    fix their seeds, so a difference means the committed outputs are stale. The golden must also come from the
+    notebook's current code cells (a SHA-256 of their sources), as the committed full outputs must (the test
+    above). When ../shared/ref is present on only one side, notebook 01's GoogLeNet parts are left out of both.
+    Regenerate with `python notebooks/execute.py NAME` (re-executes the committed notebook too)."""
+    path = nbrun.golden_path(name)
+    assert path.is_file(), f"no golden {path.name}: run python notebooks/execute.py {name}"
+    golden = json.loads(path.read_text())
+    nb, _ = run_small(name)
+    assert golden["code_sha256"] == nbrun.code_sha256(nb), (
+        f"{path.name} comes from other code cells: run python notebooks/execute.py {name}")
+    fresh = nbrun.computed_outputs(nb)
+    expected = {"results": golden["results"], "markdown": golden["markdown"]}
+    if golden["reference_data"] != REF.is_dir():
+        fresh, expected = _drop_reference_data(fresh), _drop_reference_data(expected)
+    assert fresh["results"], "the notebook prints no RESULT records"
+    _same(fresh, expected, name)
 
 
 def test_shipped_v100_estimate_is_the_retargeted_measured_trace():

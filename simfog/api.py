@@ -1,0 +1,175 @@
+"""The Python API: load an experiment, simulate it, sweep a grid, as `simfog simulate` and `simfog sweep` do.
+
+Thin wrappers over what the command line runs (the same loading, overrides, validation and sweep engine), so that
+the same experiment and seed give the same numbers from Python as from the CLI. Re-exported by `simfog`:
+
+    import simfog
+    exp = simfog.load("notebooks/experiments/resnet50-v100-25g.toml")
+    r = simfog.simulate(exp)
+    r.summary()["iteration_time_s"]
+    df = simfog.sweep(exp, ranks=[8, 64], merge=["ddp", "mgwfbp"])
+
+Everything heavy (pandas, numpy, SimPy) is imported inside the functions: `import simfog` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from simfog.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simfog.experiment import Experiment
+    from simfog.results import Result
+
+# The dtypes of simfog.sweep()'s columns (the sweep CSV's, simfog.sweep.KEY_COLUMNS + SUMMARY_COLUMNS). A point
+# that could not run (its `error` says why) has no numbers: nullable Int64 and boolean keep those columns integer
+# and boolean instead of turning them into floats or objects. Columns not named here stay strings.
+SWEEP_DTYPES = {
+    "ranks": "int64", "merge": "str", "collective": "str", "threshold_bytes": "float64",
+    "iteration_time_s": "float64", "samples_per_s": "float64", "scaling_efficiency": "float64",
+    "compute_s": "float64", "comm_s": "float64", "comm_exposed_s": "float64", "idle_s": "float64",
+    "overlap_fraction": "float64", "buckets": "Int64", "estimated": "boolean", "error": "str",
+}
+
+
+def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, merge: str | None = None,
+         collective: str | None = None, threshold: str | None = None, iterations: int | None = None,
+         seed: int | None = None) -> Experiment:
+    """Read an experiment TOML file (None: the embedded default of `simfog simulate`), with the overrides of the
+    command line's --ranks, --merge, --collective, --threshold ("25MiB"), --iterations and --seed.
+
+    Anything wrong raises simfog.ConfigError with a one-line message naming the file, field and what is allowed.
+
+        >>> exp = simfog.load("notebooks/experiments/resnet50-v100-25g.toml", ranks=64, seed=3)
+        >>> exp.ranks
+        64
+    """
+    from argparse import Namespace
+
+    from simfog.commands.simulate import load_with_overrides
+
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("path", path, "a path to an experiment file (.toml)")
+    args = Namespace(file=None if path is None else os.fspath(path), ranks=ranks, merge=merge,
+                     collective=collective, threshold=threshold, iterations=iterations, seed=seed)
+    with _keyword_names():
+        return load_with_overrides(args)
+
+
+def simulate(experiment: Experiment | str | os.PathLike) -> Result:
+    """Simulate an experiment (from simfog.load, or a path to load). Returns a simfog.results.Result:
+    `summary()` is the dict of `simfog simulate --json`, `intervals()` a DataFrame of every rank's forward,
+    backward, optimizer, comm and wait intervals (rank, iteration, kind, name, start_s, end_s),
+    `iterations()` one row per rank and iteration.
+
+        >>> r = simfog.simulate(simfog.load("notebooks/experiments/resnet50-v100-25g.toml"))
+        >>> r.summary()["samples_per_s"]           # the CLI's number for the same file and seed
+        >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
+    """
+    from simfog.engine import simulate as run
+
+    return run(_experiment(experiment))
+
+
+def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int] | None = None,
+          merge: str | Iterable[str] | None = None, collective: str | Iterable[str] | None = None,
+          threshold: str | float | Iterable[str | float] | None = None, *, jobs: int = 1,
+          output: str | os.PathLike | None = None, progress: bool = False) -> pd.DataFrame:
+    """Simulate every combination of `ranks` × `merge` × `collective` × `threshold` (each one value or a list;
+    None: the experiment's own). Returns one row per point, in grid order, with the columns of the
+    `simfog sweep` CSV typed (SWEEP_DTYPES): ranks int64, seconds and rates float64, buckets Int64, estimated
+    boolean, merge, collective and error str ("" when the point ran; a point impossible on its rank count, e.g.
+    rhd on 6 ranks, has the reason there and no numbers). Thresholds are sizes ("25MiB") or numbers of bytes.
+
+    `jobs` runs points in that many processes. `output` names a CSV to append to and resume from, exactly as
+    `simfog sweep -o`; by default nothing is written.
+
+        >>> df = simfog.sweep(exp, ranks=[8, 64], merge=["ddp", "mgwfbp"], collective="ring")
+        >>> df.pivot(index="ranks", columns="merge", values="scaling_efficiency")
+    """
+    import tempfile
+    from pathlib import Path
+
+    from simfog import sweep as engine
+    from simfog import units
+    from simfog.commands.sweep import checked_grid
+
+    exp = _experiment(experiment)
+    rank_list = _values(ranks, "ranks") or [exp.ranks]
+    for r in rank_list:
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise ConfigError("ranks", r, "whole rank counts, e.g. ranks=[8, 64]")
+    merges, colls = _values(merge, "merge"), _values(collective, "collective")
+    thresholds = [t if isinstance(t, (int, float)) and not isinstance(t, bool) else units.nbytes(t, field="threshold")
+                  for t in _values(threshold, "threshold")] or [exp.comm.threshold_bytes]
+    # The CLI's grid builder validates every name and rank count before anything runs.
+    with _keyword_names():
+        points = checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
+    if output is None:
+        with tempfile.TemporaryDirectory(prefix="simfog-sweep-") as tmp:
+            rows = engine.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
+    else:
+        rows = engine.run(exp, points, output, jobs=jobs, progress=progress)
+    return sweep_frame(rows, points)
+
+
+def sweep_frame(rows: list[dict], points) -> pd.DataFrame:
+    """The rows of a sweep CSV (strings, as simfog.sweep.run returns them) for `points`, in their order, typed as
+    SWEEP_DTYPES. Rows of other points (a resumed CSV may hold them) are left out."""
+    import pandas as pd
+
+    from simfog.sweep import key_of_row
+
+    order = {p.key(): i for i, p in enumerate(points)}
+    rows = sorted((r for r in rows if key_of_row(r) in order), key=lambda r: order[key_of_row(r)])
+    df = pd.DataFrame(rows, columns=list(rows[0]) if rows else list(SWEEP_DTYPES))
+    for col, dtype in SWEEP_DTYPES.items():
+        if col not in df:
+            continue
+        if dtype == "str":
+            df[col] = df[col].fillna("").astype(str)
+        elif dtype == "boolean":  # the CSV holds "True", "False" or "" (no result)
+            df[col] = df[col].map({"True": True, "False": False}).astype("boolean")
+        else:  # "" (no result) becomes NaN / <NA>
+            df[col] = pd.to_numeric(df[col].mask(df[col] == "")).astype(dtype)
+    return df
+
+
+def _experiment(experiment) -> Experiment:
+    """An Experiment as given, or loaded from a path."""
+    from simfog.experiment import Experiment
+
+    if isinstance(experiment, Experiment):
+        return experiment
+    if isinstance(experiment, (str, os.PathLike)):
+        return load(experiment)
+    raise ConfigError("experiment", experiment, "an Experiment from simfog.load() or a path to an experiment file")
+
+
+@contextmanager
+def _keyword_names():
+    """The CLI's validation names its options (--merge); from Python, name the keyword argument (merge)."""
+    try:
+        yield
+    except ConfigError as e:
+        if not e.field.startswith("--"):
+            raise
+        raise ConfigError(e.field.lstrip("-"), e.value, e.allowed, source=e.source) from None
+
+
+def _values(value, name: str) -> list:
+    """One value or an iterable of them, as a list (empty for None)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, int, float)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        raise ConfigError(name, value, "one value or a list of them") from None
