@@ -7,7 +7,7 @@ import pytest
 
 from validate import compare
 from validate.bench import verdict
-from validate.hostload import HOST_LIMITED_FRACTION, HostLoad, HostSampler, read_stat
+from validate.hostload import HOST_BUSY_LIMIT, HOST_LIMITED_FRACTION, HostLoad, HostSampler, read_stat
 
 
 def _stat(tmp_path, running: int, idle: int, total_busy: int):
@@ -29,10 +29,11 @@ def test_windows_and_the_limit(tmp_path):
     s.samples = [(1.0, 3, 0, 0), (1.1, 3, 10, 50), (1.2, 1, 20, 70), (1.3, 3, 40, 100)]
     whole = s.load()
     assert (whole.samples, whole.oversubscribed, whole.runnable) == (4, 0.75, 2.5)
-    assert whole.busy == pytest.approx(0.6) and whole.limited
+    assert whole.busy == pytest.approx(0.6) and whole.limited  # most samples over the cores
     quiet = s.load(1.15, 1.25)
     assert (quiet.samples, quiet.oversubscribed, quiet.limited) == (1, 0.0, False)
     assert not HostLoad(0.5, 1.0, HOST_LIMITED_FRACTION, 10, 2).limited  # at the limit: not over it
+    assert HostLoad(HOST_BUSY_LIMIT, 1.0, 0.0, 10, 2).limited            # saturated CPUs, few samples over
 
 
 def test_sampler_runs_on_this_machine():
@@ -43,7 +44,8 @@ def test_sampler_runs_on_this_machine():
 
 
 def _row(vid, err, limited):
-    return {"id": vid, "rel_error": err, "host_limited": limited, "host_oversubscribed": 0.9 if limited else 0.0}
+    return {"id": vid, "rel_error": err, "host_limited": limited, "host_oversubscribed": 0.9 if limited else 0.0,
+            "host_cpu_busy": 0.5}
 
 
 def test_verdict_reports_host_limited_rows_apart():
@@ -52,6 +54,8 @@ def test_verdict_reports_host_limited_rows_apart():
     assert "MET (median 3.0%, worst 4.0% over 2 rows the rig can emulate)" in text
     assert "host-limited, reported apart: 1 rows, median 41.0%, worst 41.0% (c)" in text
     assert compare.host_limited({"host_limited": "True"}) and not compare.host_limited({"host_limited": ""})
+    # the criterion is applied to the row's samples, not to the flag an older criterion wrote
+    assert compare.host_limited({"host_limited": "False", "host_cpu_busy": "0.95", "host_oversubscribed": "0.1"})
 
 
 def test_repeat_summary_spread_and_per_run_verdicts():
