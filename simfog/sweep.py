@@ -26,7 +26,7 @@ SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "c
 # What produced a row, the same in every row of one run, so a CSV read on its own says where its numbers came
 # from: the experiment file, the trace (path, and a hash of its content so an edited trace shows), the
 # layer-time mode and the seed.
-RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed"]
+RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "experiment_sha256"]
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,51 @@ def record_of(exp: Experiment) -> dict:
     import json
 
     content = json.dumps(exp.workload.trace.to_dict(), sort_keys=True, separators=(",", ":")).encode()
-    return {"experiment": exp.source or "", "trace": exp.workload.trace_path,
-            "trace_sha256": hashlib.sha256(content).hexdigest(), "compute": exp.workload.compute, "seed": exp.seed}
+    trace_sha = hashlib.sha256(content).hexdigest()
+    return {"experiment": exp.source or "", "trace": exp.workload.trace_path, "trace_sha256": trace_sha,
+            "compute": exp.workload.compute, "seed": exp.seed, "experiment_sha256": experiment_sha256(exp, trace_sha)}
 
 
-def _done_keys(path: Path) -> set[tuple]:
+def experiment_sha256(exp: Experiment, trace_sha256: str) -> str:
+    """A hash of everything in `exp` that changes a row's numbers besides the point itself (ranks, merge,
+    collective, threshold are the row's key): the trace's content, layer-time mode and optimizer, seed, iterations,
+    the cluster (links, oversubscription, memory), every comm setting, heterogeneity and the network model. Rows
+    resume only into a file whose rows carry the same hash. The reprs of these frozen dataclasses hold exactly
+    their fields, in order (floats as repr: exact)."""
+    import hashlib
+
+    w = exp.workload
+    parts = (trace_sha256, w.compute, getattr(w, "optimizer", ""), exp.seed, exp.iterations, exp.cluster, exp.comm,
+             exp.heterogeneity, exp.network)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
+    """The keys of the rows `path` already holds. Raises ConfigError when it is not a sweep CSV, holds a malformed
+    line, or holds rows of another experiment (their experiment_sha256 differs): those are never reused."""
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    with open(path, newline="") as f:
+    import io
+
+    columns = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
+    done = set()
+    text = path.read_text(encoding="utf-8", errors="replace")
+    text = text[:text.rfind("\n") + 1]  # a torn last line (a killed write) is no row: that point runs again
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS:
+        if reader.fieldnames != columns:
             raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
-        return {tuple(row[k] for k in KEY_COLUMNS) for row in reader}
+        for row in reader:
+            if None in row or any(row[c] is None for c in columns) or not row["ranks"].isdigit():
+                raise ConfigError("output", f"{path} line {reader.line_num}", "a sweep CSV whose every line is one "
+                                  "whole row (this one is not: edit it out or choose a new file)")
+            if row["experiment_sha256"] != experiment_sha:
+                raise ConfigError("output", str(path), f"rows of this same experiment to resume; it holds rows of "
+                                  f"another (experiment_sha256 {row['experiment_sha256'][:12]}..., this one "
+                                  f"{experiment_sha[:12]}...: trace, seed, iterations, mode, cluster or comm differ); "
+                                  "choose another -o, or delete the file to start over")
+            done.add(tuple(row[k] for k in KEY_COLUMNS))
+    return done
 
 
 def _drop_partial_last_line(path: Path) -> None:
@@ -104,12 +137,14 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     from simfog.progress import bar as progress_bar
 
     out = Path(out)
-    done = _done_keys(out)
-    todo = [p for p in points if p.key() not in done]
+    record = record_of(exp)
+    # A torn last line (a killed write) does not count as done (it was, then cut and lost), and is cut only once
+    # the file is known to be this experiment's.
+    done = _done_keys(out, record["experiment_sha256"])
     _drop_partial_last_line(out)
+    todo = [p for p in points if p.key() not in done]
     new_file = not out.exists() or out.stat().st_size == 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    record = record_of(exp)
     with open(out, "a", newline="") as f, progress_bar(total=len(todo), enabled=progress, unit="exp") as bar:
         writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS)
         if new_file:

@@ -7,6 +7,7 @@ binary prefixes powers of 2 (1 GiB = 2**30 B). A number without a unit is an err
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 
@@ -20,6 +21,11 @@ _NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*"
 _PATTERN = re.compile(_NUMBER + r"(?P<unit>\S.*)?$")
 
 KINDS = ("time", "bytes", "bandwidth", "inverse_bandwidth")
+# The largest value of each kind (SI) and how it is said: far beyond any real cluster, and small enough that sums
+# and products of a simulation stay finite.
+LIMITS = {"time": (1e9, "1e9 s (about 31 years)"), "bytes": (1e21, "1e21 B (a zettabyte)"),
+          "bandwidth": (1e18, "1e18 B/s (an exabyte per second)"),
+          "inverse_bandwidth": (1e3, "1e3 s/B")}
 
 
 def _prefix(p: str) -> float | None:
@@ -87,6 +93,10 @@ def parse(text: object, kind: str, *, field: str = "value", source: str | None =
     value = float(Decimal(match.group("num")) * Decimal(repr(factor)))
     if value < 0:
         raise ConfigError(field, text, allowed + " (not negative)", source=source)
+    if not math.isfinite(value) or value > LIMITS[kind][0]:
+        # "1e400us" is inf as a float, "1e308s" overflows the simulator's sums: SimPy never fires an infinite
+        # timeout, and a run built on one printed nonsense and exited 0
+        raise ConfigError(field, text, f"{allowed}, at most {LIMITS[kind][1]}", source=source)
     return value
 
 

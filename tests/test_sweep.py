@@ -126,3 +126,67 @@ def test_resume_cuts_a_partial_last_line(tmp_path):
     path.write_text(header + "4,ddp,ring,,0.1")  # killed mid-row
     _drop_partial_last_line(path)
     assert path.read_text() == header
+
+
+def _exp_file(tmp_path, name, seed):
+    from .conftest import make_trace
+
+    trace = make_trace([1e-3, 2e-3], [2e-3, 4e-3], [1000, 2000])
+    trace.save(tmp_path / "t.json")
+    f = tmp_path / name
+    f.write_text(f'seed = {seed}\niterations = 2\n[workload]\ntrace = "t.json"\ncompute = "mean"\n'
+                 '[cluster]\nnodes = 1\ngpus_per_node = 2\nnic_bandwidth = "1Gbit/s"\n')
+    return f
+
+
+def test_resume_refuses_rows_of_another_experiment(tmp_path, capsys):
+    """`sweep a.toml` then `sweep b.toml` into one file printed a's rows for b: now b is refused in one line and
+    the file is left as it was."""
+    from simfog import cli
+
+    a, b = _exp_file(tmp_path, "a.toml", 1), _exp_file(tmp_path, "b.toml", 2)
+    out = tmp_path / "s.csv"
+    assert cli.main(["sweep", str(a), "--ranks", "2", "--merge", "wfbp", "--collective", "ring", "-o", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["sweep", str(b), "--ranks", "2", "--merge", "wfbp", "--collective", "ring", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "rows of another" in err and "experiment_sha256" in err
+    assert out.read_bytes() == before
+    # the same experiment resumes: nothing to rerun, the same rows
+    assert cli.main(["sweep", str(a), "--ranks", "2", "--merge", "wfbp", "--collective", "ring", "-o", str(out)]) == 0
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("cut", range(1, 10))
+def test_a_torn_last_row_is_run_again_never_lost(tmp_path, cut):
+    """Cut the last row at 9 positions (a kill in the middle of its write): the resumed file holds every point
+    exactly once, with the same numbers as an uninterrupted run."""
+    from simfog import sweep as sw
+    from simfog.experiment import load
+
+    exp = load(_exp_file(tmp_path, "a.toml", 1))
+    points = sw.grid([2], ["wfbp", "ddp"], ["ring"])
+    whole = tmp_path / "whole.csv"
+    sw.run(exp, points, whole, progress=False)
+    text = whole.read_text()
+    last = text.rstrip("\n").rfind("\n") + 1
+    torn = tmp_path / "torn.csv"
+    torn.write_text(text[:last + (len(text) - last) * cut // 10])
+    rows = sw.run(exp, points, torn, progress=False)
+    assert sorted((r["merge"], r["iteration_time_s"]) for r in rows) == sorted(
+        (r["merge"], r["iteration_time_s"]) for r in csv.DictReader(open(whole, newline="")))
+
+
+def test_a_garbage_line_is_one_clean_error(tmp_path):
+    from simfog import sweep as sw
+    from simfog.errors import ConfigError
+    from simfog.experiment import load
+
+    exp = load(_exp_file(tmp_path, "a.toml", 1))
+    out = tmp_path / "s.csv"
+    sw.run(exp, sw.grid([2], ["wfbp"], ["ring"]), out, progress=False)
+    with open(out, "a") as f:
+        f.write("garbage,\n")
+    with pytest.raises(ConfigError, match=r"line 3"):
+        sw.run(exp, sw.grid([2], ["wfbp", "ddp"], ["ring"]), out, progress=False)

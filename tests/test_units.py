@@ -50,3 +50,16 @@ def test_formatters():
     assert units.format_bandwidth(25e9 / 8) == "25 Gbit/s"
     assert units.format_bytes(25 * 2**20) == "25 MiB"
     assert units.format_time(1.5e-3) == "1.5 ms"
+
+
+@pytest.mark.parametrize("text,kind", [("1e400us", "time"), ("1e308s", "time"), ("2e9s", "time"),
+                                       ("1e400Gbit/s", "bandwidth"), ("1e30B", "bytes"), ("1e9s/B", "inverse_bandwidth")])
+def test_infinite_or_overflowing_quantities_are_refused(text, kind):
+    """Once accepted as inf (or as 1e308, which overflows the simulator's sums) and simulated to nonsense."""
+    with pytest.raises(ConfigError, match="at most"):
+        units.parse(text, kind, field="cluster.nic_latency")
+
+
+def test_large_but_real_quantities_pass():
+    assert units.parse("1e9s", "time") == 1e9
+    assert units.parse("800Gbit/s", "bandwidth") == 1e11
