@@ -630,9 +630,8 @@ FAMILIES = {
     "model_trace": fam_model_trace, "trace_bytes": fam_trace_bytes, "net_trace": fam_net_trace,
     "experiment": fam_experiment, "experiment_text": fam_experiment_text, "special_files": fam_special_files,
     "options": fam_options, "outputs": fam_outputs, "catalogue": fam_catalogue, "ref_logs": fam_ref_logs,
-    "kineto": fam_kineto,
+    "kineto": fam_kineto, "units_overflow": fam_units_overflow,
 }
-OTHER_BRANCH = {"units_overflow": fam_units_overflow}   # see --other-branch
 
 
 # ---- running one case ----
@@ -699,7 +698,7 @@ def _alarm(signum, frame):
 
 
 def make_case(family: str, seed: int, d: Path) -> Case:
-    builder = FAMILIES.get(family) or OTHER_BRANCH[family]
+    builder = FAMILIES[family]
     return builder(random.Random(f"{family}:{seed}"), d)
 
 
@@ -709,13 +708,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=30, help="seconds per input before it counts as a hang")
     parser.add_argument("--show", type=int, default=10, help="findings printed in full")
-    parser.add_argument("--other-branch", action="store_true",
-                        help="also run the families owned by branch i11-correct (non-finite units)")
     args = parser.parse_args()
     import warnings
 
     warnings.simplefilter("default")  # every warning shows, as for a fresh `simfog` process
-    families = list(FAMILIES) + (list(OTHER_BRANCH) if args.other_branch else [])
+    families = list(FAMILIES)
     counts: Counter = Counter()
     by_family: dict[str, Counter] = {f: Counter() for f in families}
     findings: list[tuple] = []

@@ -31,8 +31,6 @@ fuzz = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = fuzz  # dataclasses look their module up there
 _spec.loader.exec_module(fuzz)
 
-# Families owned by branch i11-correct (non-finite and overflowing units: simfog/units.py, engine, results) are
-# not run here: fuzz.OTHER_BRANCH holds them, and `python bench/fuzz.py --other-branch` shows what they do today.
 FAMILIES = sorted(fuzz.FAMILIES)
 EXAMPLES = 1200
 
