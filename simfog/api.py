@@ -34,7 +34,8 @@ SWEEP_DTYPES = {
     "ranks": "int64", "merge": "str", "collective": "str", "threshold_bytes": "float64",
     "iteration_time_s": "float64", "samples_per_s": "float64", "scaling_efficiency": "float64",
     "compute_s": "float64", "comm_s": "float64", "comm_exposed_s": "float64", "idle_s": "float64",
-    "overlap_fraction": "float64", "buckets": "Int64", "estimated": "boolean", "error": "str",
+    "overlap_fraction": "float64", "buckets": "Int64", "memory_peak_B": "float64", "memory_complete": "boolean",
+    "estimated": "boolean", "error": "str",
 }
 
 

@@ -266,6 +266,8 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
                                    scaling_efficiency=float(r["scaling_efficiency"]),
                                    memory_peak_B=float(r["memory_peak_B"]) if r.get("memory_peak_B") != "" else
                                    float("nan"),
+                                   # False: the trace has no activation bytes, the peak counts the rest only
+                                   memory_complete=r.get("memory_complete") in (True, "True"),
                                    cost_per_hour=gpus * opt.price_per_gpu_hour)
                         if epoch_samples:
                             row["epoch_time_s"] = epoch_samples / sps
@@ -287,7 +289,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     bar.close()
     df = pd.DataFrame(rows)
     cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
-            "scaling_efficiency", "memory_peak_B", "cost_per_hour"] + (
+            "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
         ["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
     df = df.reindex(columns=cols + ["meets_target", "error"])
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "

@@ -22,7 +22,7 @@ from simfog.experiment import Experiment
 
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
-                   "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "memory_peak_B", "estimated", "error"]
+                   "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "memory_peak_B", "memory_complete", "estimated", "error"]
 # What produced a row, the same in every row of one run, so a CSV read on its own says where its numbers came
 # from: the experiment file, the trace (path, and a hash of its content so an edited trace shows), the
 # layer-time mode and the seed.

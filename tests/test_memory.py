@@ -142,3 +142,7 @@ def test_plan_reports_memory_and_never_recommends_what_does_not_fit(tmp_path):
     assert len(small) and all("over cluster.gpu_memory" in e for e in small.error)
     assert not small.meets_target.any()
     assert result.best["option"] == "big" and result.best["memory_peak_B"] == 56 * MB
+    assert result.best["memory_complete"] is True or result.best["memory_complete"] == True  # noqa: E712
+    from simfog.commands.plan import _memory
+
+    assert _memory(56e6, True) == "53.41 MiB" and _memory(48e6, False) == "45.78 MiB+?"

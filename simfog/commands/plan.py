@@ -69,7 +69,8 @@ def format_table(result, top: int) -> str:
     lines = [head]
     for r in result.feasible().head(top).itertuples():
         line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
-                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% {_memory(r.memory_peak_B):>10} "
+                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
+                f"{_memory(r.memory_peak_B, r.memory_complete):>10} "
                 f"{r.cost_per_hour:>10,.2f}")
         if epoch:
             line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
@@ -77,10 +78,11 @@ def format_table(result, top: int) -> str:
     return "\n".join(lines)
 
 
-def _memory(nbytes: float) -> str:
+def _memory(nbytes: float, complete: bool) -> str:
+    """The peak per GPU; "+?" when the trace records no activations (the peak then lacks them)."""
     from simfog import units
 
-    return units.format_bytes(nbytes) if nbytes == nbytes else "?"
+    return (units.format_bytes(nbytes) + ("" if complete else "+?")) if nbytes == nbytes else "?"
 
 
 def _write(result, prefix: str) -> tuple[str, str]:

@@ -106,7 +106,7 @@ def typed_row(row: dict) -> dict:
             v = None if v in ("", None) or (isinstance(v, float) and math.isnan(v)) else float(v)
             if v is not None and k in INT_COLUMNS:
                 v = int(v)
-        elif k == "estimated":
+        elif k in ("estimated", "memory_complete"):
             v = _true(v)
         out[k] = v
     return out
