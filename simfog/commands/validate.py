@@ -163,4 +163,7 @@ def _print_commands(args) -> int:
     argv = python_rank_argv("validate.worker", f"{work}/spec.json", f"{work}/ranks")
     for host, command in zip(hosts, torchrun_commands(hosts, exp.cluster.ranks_per_node, argv), strict=True):
         print(f"# on {host}:\n{command}")
+    print("note: these start the ranks of the training run; simfog does not yet write that run's spec (spec.json) "
+          "or collect and compare its records on a cluster without Slurm: for a complete real-cluster validation "
+          "use --launcher slurm inside an allocation", file=sys.stderr)
     return 0
