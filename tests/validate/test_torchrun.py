@@ -132,3 +132,17 @@ def test_slurm_needs_a_shared_workdir(tmp_path):
     from simfog.cli import main
 
     assert main(["validate", str(_experiment(tmp_path)), "--launcher", "slurm"]) == 2
+
+
+def test_print_commands_for_a_real_cluster(tmp_path, capsys):
+    from simfog.cli import main
+
+    exp = _experiment(tmp_path)
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01,gpu02",
+                 "--workdir", "/shared/r"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "# on gpu01:" and lines[2] == "# on gpu02:"
+    assert "--rdzv-endpoint gpu01:29400" in lines[3] and lines[3].endswith("/shared/r/spec.json /shared/r/ranks")
+    assert "does not yet write that run's spec" in err
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01"]) == 2
