@@ -157,6 +157,7 @@ class Simulation:
         self.draws = rng.integers(0, self.compute.samples, size=(exp.iterations, self.ranks))
         self.slowdown, self.delays = _heterogeneity(exp, rng)
         self.records: list[tuple] = []
+        self.finished = [0] * self.simulated_ranks  # iterations each simulated rank has completed
         self.algorithm = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")(self)
         # Per trace sample, how long backward takes: an algorithm may lengthen it (comm.overlap_slowdown).
         slowed = getattr(self.algorithm, "backward_s", None)
@@ -204,21 +205,17 @@ class Simulation:
         return float(np.mean(per_draw[self.draws[:, :ranks]] * self.slowdown[None, :ranks]))
 
     def _check_finished(self) -> None:
-        """Raise SimfogError when a simulated rank did not finish every iteration (the optimizer step ends one):
-        a summary of such a run would average ranks that never got there."""
+        """Raise SimfogError when a simulated rank did not finish every iteration: a summary of such a run would
+        average ranks that never got there."""
         from simfog.errors import SimfogError
 
-        done: dict[int, set] = {}
-        for rank, it, kind, *_ in self.records:
-            if kind == "optimizer":
-                done.setdefault(rank, set()).add(it)
-        want = set(range(self.experiment.iterations))
-        short = [r for r in range(self.simulated_ranks) if done.get(r, set()) != want]
+        want = self.experiment.iterations
+        short = [r for r in range(self.simulated_ranks) if self.finished[r] < want]
         if short:
             first = short[0]
-            got = len(done.get(first, ()))
+            got = self.finished[first]
             raise SimfogError(f"rank{'s' if len(short) > 1 else ''} {', '.join(map(str, short[:8]))}"
-                              f"{' ...' if len(short) > 8 else ''} did not finish all {len(want)} iterations (rank "
+                              f"{' ...' if len(short) > 8 else ''} did not finish all {want} iterations (rank "
                               f"{first} finished {got}): a collective never completed or a duration was infinite")
 
     def record(self, rank: int, iteration: int, kind: str, name: str, start: float, end: float) -> None:
@@ -234,6 +231,7 @@ class Simulation:
             s = self.draws[it, rank]
             if own is not None:
                 yield from own(rank, it, s, slow, self.delays[it, rank])
+                self.finished[rank] += 1
                 continue
             t0 = env.now
             yield env.timeout(c.forward_s[s] * slow + self.delays[it, rank])
@@ -248,6 +246,7 @@ class Simulation:
             t_o = env.now
             yield env.timeout(c.optimizer_s[s] * slow)
             self.record(rank, it, "optimizer", "optimizer", t_o, env.now)
+            self.finished[rank] += 1
 
     def run(self, *, progress: bool = False) -> Result:
         """Simulate every iteration of every rank. Returns the Result (intervals and summary). `progress`: count

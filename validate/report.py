@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simfog import units
+from validate.compare import _finite
 
 MAX_TIMELINES = 12
 MAX_LANES = 8  # ranks drawn per timeline (the first ones)
@@ -71,10 +72,6 @@ def write_report(path, groups: Sequence, *, title: str = "simfog validation", no
 
 def _e(x) -> str:
     return html.escape(str(x))
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _summary(rows) -> str:

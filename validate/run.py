@@ -240,15 +240,10 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
 
 
 def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
-    """The buckets both sides use: the simulator's own static plan (simfog.algorithms.allreduce.static_plan, with
-    the bucket overheads in the cost the policy sees; for horovod its static plan, merge.plan's)."""
+    """The buckets both sides use: the simulator's own plan (simfog.algorithms.allreduce.static_plan, with the
+    bucket overheads in the cost the policy sees; for horovod the static plan its cycles give on identical ranks)."""
     from simfog.algorithms.allreduce import static_plan
 
-    comm = sim_exp.comm
-    if comm.merge in merge.DYNAMIC:
-        cost = sim_exp.cost_model()
-        settings = merge.MergeSettings(threshold_bytes=comm.threshold_bytes, cycle_time_s=comm.cycle_time_s)
-        return merge.plan(comm.merge, merge.grad_tensors(sim_exp.workload.trace), settings, cost.allreduce)
     return static_plan(sim_exp)
 
 

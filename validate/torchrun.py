@@ -31,7 +31,7 @@ import time
 import uuid
 
 from simfog.errors import ConfigError
-from validate.launcher import LaunchError, RankResult, launch
+from validate.launcher import LaunchError, RankResult, _free_port, launch
 
 LAUNCHERS = ("local", "torchrun", "slurm")
 RDZV_PORT = 29400  # torchrun's documented example port; any free port of the host node
@@ -75,7 +75,7 @@ def launch_torchrun(cluster, ranks_per_node: int, rank_argv: list[str], *, env: 
     node order; a failure names the node's agent and its workers' last stderr lines). Raises LaunchError."""
     nodes = cluster.nodes
     host = nodes[0].address if getattr(cluster, "shaped", False) else "127.0.0.1"
-    port = RDZV_PORT if getattr(cluster, "shaped", False) else _free_port()
+    port = _free_port(cluster)
     run_id = f"simfog-{uuid.uuid4().hex[:8]}"
 
     def agent(node_index: int, node) -> list[str]:
@@ -94,14 +94,6 @@ def _agent_env(env: dict | None) -> dict:
     # starts (torchrun sets theirs), so they are cleared here; GLOO_SOCKET_IFNAME (the node's NIC) stays.
     cleared = {k: "" for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")}
     return {**cleared, **(env or {})}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def srun_argv(nodes: int, ranks_per_node: int, rank_argv: list[str], *, port: int = RDZV_PORT,

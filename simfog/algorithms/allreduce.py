@@ -82,6 +82,11 @@ class AllreduceSGD:
             self.ready = self._slow_backward(self.ready, self.ready.min(axis=1, keepdims=True))
         self.durations = [sim.cost.allreduce(b.nbytes) for b in self.buckets]
         self.collectives: dict[tuple[int, int], object] = {}
+        # imported once here (engine imports this module: a top-level import is a cycle); an import statement per
+        # rank and bucket cost a large share of a 2048-rank wfbp run
+        from simfog.engine import Collective
+
+        self._new_collective = Collective
         self.streams = comm.streams
         self.channel = None
         if self.streams > 1:
@@ -111,8 +116,9 @@ class AllreduceSGD:
         key = (iteration, b)
         coll = self.collectives.get(key)
         if coll is None:
-            coll = self.collectives[key] = _Collective()(self.sim.env, self.sim.simulated_ranks, self.durations[b],
-                                                         f"bucket{b}", self.channel, self.buckets[b].nbytes)
+            coll = self.collectives[key] = self._new_collective(self.sim.env, self.sim.simulated_ranks,
+                                                                self.durations[b], f"bucket{b}", self.channel,
+                                                                self.buckets[b].nbytes)
         return coll
 
     def _comm_stream(self, rank, iteration, sample, t_backward):
@@ -157,20 +163,6 @@ class AllreduceSGD:
             record(rank, iteration, "comm", coll.name, coll.start, coll.end)
         for name, start, end in extra:
             record(rank, iteration, "comm", name, start, end)
-
-
-def _Collective():
-    """simfog.engine.Collective, imported once (engine imports this module: a top-level import would be a cycle;
-    an import statement per rank and bucket cost half of a 2048-rank wfbp run)."""
-    global _COLLECTIVE
-    if _COLLECTIVE is None:
-        from simfog.engine import Collective
-
-        _COLLECTIVE = Collective
-    return _COLLECTIVE
-
-
-_COLLECTIVE = None
 
 
 def _unpack(env, coll, done, seconds: float, extra: list):
