@@ -81,18 +81,22 @@ class AllreduceSGD:
         if oh.overlap_slowdown != 1.0:
             self.ready = self._slow_backward(self.ready, self.ready.min(axis=1, keepdims=True))
         self.durations = [sim.cost.allreduce(b.nbytes) for b in self.buckets]
-        self.collectives: dict[tuple[int, int], object] = {}
-        # imported once here (engine imports this module: a top-level import is a cycle); an import statement per
-        # rank and bucket cost a large share of a 2048-rank wfbp run
-        from simfog.engine import Collective
-
-        self._new_collective = Collective
+        self._start_collectives()
         self.streams = comm.streams
         self.channel = None
         if self.streams > 1:
             from simfog.engine import SharedChannel
 
             self.channel = SharedChannel(sim.env, _shared_allreduce_time(sim.cost))
+
+    def _start_collectives(self) -> None:
+        """An empty table of (iteration, bucket) collectives. engine.Collective is imported once here (engine imports
+        this module: a top-level import is a cycle); an import statement per rank and bucket cost a large share of
+        a 2048-rank wfbp run."""
+        from simfog.engine import Collective
+
+        self.collectives: dict[tuple[int, int], object] = {}
+        self._new_collective = Collective
 
     def _slow_backward(self, ready: np.ndarray, first: np.ndarray) -> np.ndarray:
         """Stretch backward after `first` (samples, 1) by the overlap slowdown: sets self.backward_s (what the

@@ -76,7 +76,7 @@ class _Compressed(AllreduceSGD):
         self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
         self.costs = [self._bucket([self.by_name[n] for n in b.tensors]) for b in self.buckets]
         self.durations = [c["allreduce_s"] for c in self.costs]
-        self.collectives = {}
+        self._start_collectives()
         if comm.streams != 1:  # bandwidth sharing between concurrent compressed collectives is not modelled
             raise ConfigError("comm.streams", comm.streams, f'1 for algorithm "{name}" (several streams are '
                               'modelled for algorithm = "allreduce" only)')
