@@ -8,8 +8,9 @@ launch strictly in plan order, as DDP's reducer launches its buckets (a ready bu
 and as simfog's engine models them. `finish()` waits for all of them and copies the averages back into `.grad`:
 call it after `loss.backward()` and before the optimizer step.
 
-What happens when is recorded on `time.perf_counter`: per bucket the launch (the `all_reduce` call) and completion
-(the work's future firing, in gloo's thread), and when the last gradient became ready.
+What happens when is stamped on a `validate.timing` clock: per bucket the launch (the `all_reduce` call; on a GPU,
+when the compute stream gets there) and completion (the work's future firing in gloo's thread; on a GPU, the
+NCCL kernel's end), and when the last gradient became ready. Buffers live on the parameters' device.
 
 Division before the allreduce follows torch's default DDP comm hook (ddp_comm_hooks/default_hooks.py
 `_allreduce_fut`: "Apply the division first to avoid overflow"). Torch-only module.
@@ -18,30 +19,32 @@ Division before the allreduce follows torch's default DDP comm hook (ddp_comm_ho
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 
 from simfog.errors import ConfigError
+from validate.timing import HostClock
 
 
 class BucketedAllreduce:
     """Hooks on `params` (name -> parameter) that allreduce their gradients in the buckets of `plan` (each a list
     of names; every parameter in exactly one bucket) among `group` (default: the world), averaging.
 
-    Attributes after each iteration: `launch_s[b]`, `done_s[b]` (perf_counter seconds), `launch_order` (bucket
-    indices in the order launched), `last_ready_s`. Raises ConfigError when the plan does not cover the parameters
-    exactly once or a bucket mixes dtypes."""
+    Attributes after each iteration: `launch_s[b]`, `done_s[b]` (stamps of `clock`, default HostClock:
+    perf_counter seconds), `launch_order` (bucket indices in the order launched), `last_ready_s`. Raises
+    ConfigError when the plan does not cover the parameters exactly once or a bucket mixes dtypes."""
 
-    def __init__(self, params: Mapping[str, torch.nn.Parameter], plan: Sequence[Sequence[str]], *, group=None):
+    def __init__(self, params: Mapping[str, torch.nn.Parameter], plan: Sequence[Sequence[str]], *, group=None,
+                 clock=None):
         names = [n for bucket in plan for n in bucket]
         missing, extra = set(params) - set(names), set(names) - set(params)
         if missing or extra or len(names) != len(set(names)):
             raise ConfigError("buckets", sorted(missing | extra)[:5] or names,
                               "a plan with every parameter of the model exactly once")
         self.group = group
+        self.clock = clock or HostClock()
         self.world = dist.get_world_size(group)
         self.plan = [list(b) for b in plan]
         self.params = dict(params)
@@ -51,7 +54,8 @@ class BucketedAllreduce:
             dtypes = {self.params[n].dtype for n in bucket}
             if len(dtypes) != 1:
                 raise ConfigError(f"buckets[{b}]", sorted(map(str, dtypes)), "tensors of one dtype per bucket")
-            buf = torch.zeros(sum(self.params[n].numel() for n in bucket), dtype=dtypes.pop())
+            buf = torch.zeros(sum(self.params[n].numel() for n in bucket), dtype=dtypes.pop(),
+                              device=self.params[bucket[0]].device)
             offset = 0
             for n in bucket:
                 k = self.params[n].numel()
@@ -74,7 +78,7 @@ class BucketedAllreduce:
 
     def _hook(self, name: str):
         def hook(p: torch.Tensor) -> None:
-            self.last_ready_s = time.perf_counter()
+            self.last_ready_s = self.clock.stamp()
             b, view = self.views[name]
             view.copy_(p.grad.reshape(-1))
             with self._lock:
@@ -87,15 +91,11 @@ class BucketedAllreduce:
     def _launch(self, b: int) -> None:
         buf = self.buffers[b]
         buf.div_(self.world)
-        self.launch_s[b] = time.perf_counter()
+        self.launch_s[b] = self.clock.stamp()
         self.launch_order.append(b)
         work = dist.all_reduce(buf, group=self.group, async_op=True)
-        work.get_future().add_done_callback(lambda fut, b=b: self._done(b))
+        self.clock.on_done(work, self.done_s, b)
         self.works.append(work)
-
-    def _done(self, b: int) -> None:
-        if self.done_s[b] != self.done_s[b]:  # NaN: not yet set by finish()
-            self.done_s[b] = time.perf_counter()
 
     def finish(self) -> None:
         """Wait for every bucket (in launch order) and copy the averaged gradients into each parameter's `.grad`.
@@ -107,8 +107,8 @@ class BucketedAllreduce:
         for work in self.works:
             work.wait()
         for b in range(len(self.works)):  # a future's callback may still be running just after wait()
-            if self.done_s[b] != self.done_s[b]:
-                self.done_s[b] = time.perf_counter()
+            if self.done_s[b] != self.done_s[b]:  # NaN (HostClock only)
+                self.done_s[b] = self.clock.stamp()
         for name, (_, view) in self.views.items():
             p = self.params[name]
             p.grad.copy_(view.view_as(p.grad))

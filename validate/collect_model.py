@@ -28,6 +28,7 @@ from simfog.errors import ConfigError
 from simfog.progress import bar as progress_bar
 from simfog.trace import ModelTrace, model_trace_from_dict
 from validate import models
+from validate.timing import clock_for
 
 _HOOK_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
 
@@ -137,7 +138,7 @@ def measure_copy(shapes, device: str = "cpu", *, repeats: int = 15) -> dict:
     bucket) and back out (unpack), `repeats` times after one warm-up; the median of each. Returns Bps (bytes /
     mean of the pack and unpack medians), pack_s, unpack_s (medians), bytes and how (a sentence)."""
     dev = torch.device(device)
-    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    clock = clock_for(dev)
     grads = [torch.randn(s, device=dev).to(d) for s, d in shapes]
     total = sum(g.numel() for g in grads)
     flat = torch.empty(total, dtype=grads[0].dtype if grads else torch.float32, device=dev)
@@ -148,17 +149,17 @@ def measure_copy(shapes, device: str = "cpu", *, repeats: int = 15) -> dict:
     pack, unpack = [], []
     with torch.no_grad():
         for i in range(repeats + 1):
-            t0 = clock.mark()
+            t0 = clock.stamp()
             for v, g in zip(views, grads):
                 v.copy_(g)
-            t1 = clock.mark()
+            t1 = clock.stamp()
             for v, g in zip(views, grads):
                 g.copy_(v)
-            t2 = clock.mark()
-            clock.sync()
+            t2 = clock.stamp()
+            clock.settle()
             if i:
-                pack.append(clock.seconds(t0, t1))
-                unpack.append(clock.seconds(t1, t2))
+                pack.append(clock.between(t0, t1))
+                unpack.append(clock.between(t1, t2))
     nbytes = sum(g.numel() * g.element_size() for g in grads)
     p, u = float(numpy.median(pack)), float(numpy.median(unpack))
     return {"Bps": nbytes / ((p + u) / 2) if p + u > 0 else None, "pack_s": p, "unpack_s": u, "bytes": nbytes,
@@ -236,36 +237,6 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-# ---- clocks: host time on CPU, CUDA events on a GPU (kernels run asynchronously to the host there) ----
-
-class _HostClock:
-    name = "time.perf_counter (monotonic host clock)"
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def seconds(self, a: float, b: float) -> float:
-        return b - a
-
-    def sync(self) -> None:
-        pass
-
-
-class _CudaClock:
-    name = "CUDA events on the current stream"
-
-    def mark(self):
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def seconds(self, a, b) -> float:
-        return a.elapsed_time(b) / 1e3  # elapsed_time is in milliseconds
-
-    def sync(self) -> None:
-        torch.cuda.synchronize()
-
-
 def _charge(events: list, start, end, clock, totals: dict[str, float]) -> None:
     """Add to `totals[layer]` the time from the previous event (the first: from `start`) to each (mark, layer) event;
     the time after the last event, up to `end`, goes to the last event's layer.
@@ -277,11 +248,11 @@ def _charge(events: list, start, end, clock, totals: dict[str, float]) -> None:
     """
     previous = start
     for mark, layer in events:
-        totals[layer] = totals.get(layer, 0.0) + clock.seconds(previous, mark)
+        totals[layer] = totals.get(layer, 0.0) + clock.between(previous, mark)
         previous = mark
     if events:
         layer = events[-1][1]
-        totals[layer] += clock.seconds(previous, end)
+        totals[layer] += clock.between(previous, end)
 
 
 # ---- the measurement, run in this process or in each concurrent one ----
@@ -336,7 +307,7 @@ def _measure(job: dict, barrier=None) -> dict:
     torch.manual_seed(job["seed"])
     entry = models.get(job["name"])
     dev = torch.device(job["device"])
-    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    clock = clock_for(dev)
     model = entry.build().to(dev).train()
     inputs, targets = entry.make_inputs(job["batch_size"], torch.Generator().manual_seed(job["seed"]))
     inputs, targets = tuple(x.to(dev) for x in inputs), targets.to(dev)
@@ -362,15 +333,15 @@ def _measure(job: dict, barrier=None) -> dict:
     handles = []
     for layer in order:
         module = leaves[layer]
-        handles.append(module.register_forward_hook(lambda m, a, o, n=layer: fwd_events.append((clock.mark(), n))))
+        handles.append(module.register_forward_hook(lambda m, a, o, n=layer: fwd_events.append((clock.stamp(), n))))
         # A layer's backward is done once autograd has its input gradient (this hook) and its parameter gradients
         # (the accumulate hook below). Where no input needs a gradient (first conv, embeddings) this hook fires
         # early, at output-gradient time; the accumulate event that follows closes the layer correctly.
         handles.append(module.register_full_backward_hook(
-            lambda m, gi, go, n=layer: bwd_events.append((clock.mark(), n))))
+            lambda m, gi, go, n=layer: bwd_events.append((clock.stamp(), n))))
     def accumulated(layer: str, pname: str):
         def hook(tensor) -> None:
-            bwd_events.append((clock.mark(), layer))
+            bwd_events.append((clock.stamp(), layer))
             ready.append(pname)
         return hook
 
@@ -390,14 +361,14 @@ def _measure(job: dict, barrier=None) -> dict:
                 fwd_events.clear()
                 bwd_events.clear()
                 ready.clear()
-                t0 = clock.mark()
+                t0 = clock.stamp()
                 loss = entry.loss(model(*inputs), targets)
-                t1 = clock.mark()
+                t1 = clock.stamp()
                 loss.backward()
-                t2 = clock.mark()
+                t2 = clock.stamp()
                 optimizer.step()
-                t3 = clock.mark()
-                clock.sync()
+                t3 = clock.stamp()
+                clock.settle()
                 if step < job["warmup"]:
                     continue
                 fwd, bwd = {}, {}
@@ -405,9 +376,9 @@ def _measure(job: dict, barrier=None) -> dict:
                 _charge(bwd_events, t1, t2, clock, bwd)
                 steps["forward"].append(fwd)
                 steps["backward"].append(bwd)
-                steps["forward_wall_s"].append(clock.seconds(t0, t1))
-                steps["backward_wall_s"].append(clock.seconds(t1, t2))
-                steps["optimizer_s"].append(clock.seconds(t2, t3))
+                steps["forward_wall_s"].append(clock.between(t0, t1))
+                steps["backward_wall_s"].append(clock.between(t1, t2))
+                steps["optimizer_s"].append(clock.between(t2, t3))
                 steps["orders"].append(list(ready))
     finally:
         for h in handles:
@@ -483,7 +454,7 @@ def measure_overlap_slowdown(name: str, device: str = "cpu", *, batch_size: int 
     import torch.distributed as dist
 
     dev = torch.device(device)
-    clock = _CudaClock() if dev.type == "cuda" else _HostClock()
+    clock = clock_for(dev)
     torch.manual_seed(seed)
     entry = models.get(name)
     model = entry.build().to(dev).train()
@@ -528,12 +499,12 @@ def measure_overlap_slowdown(name: str, device: str = "cpu", *, batch_size: int 
                 raise RuntimeError(f"overlap measurement: the allreduce thread failed: {failed[0]}")
             model.zero_grad(set_to_none=True)
             loss = entry.loss(model(*inputs), targets)
-            t0 = clock.mark()
+            t0 = clock.stamp()
             loss.backward()
-            t1 = clock.mark()
-            clock.sync()
+            t1 = clock.stamp()
+            clock.settle()
             if timed is not None:
-                timed.append(clock.seconds(t0, t1))
+                timed.append(clock.between(t0, t1))
 
     alone, beside = [], []
     try:

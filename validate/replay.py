@@ -144,9 +144,10 @@ class ReplayModel(nn.Module):
 
     `tensor_names[p]` is the trace name of parameter p (`named_tensors()` gives name -> parameter). Call
     `set_iteration(forward_s, backward_s)` (seconds per layer, forward order) before each forward. `forward(x)`
-    takes a one-element tensor that requires grad and returns one. Raises ConfigError for an unsupported dtype."""
+    takes a one-element tensor that requires grad and returns one. `device`: where the parameters and gradients
+    live (a GPU for NCCL runs; the waits stay on the host). Raises ConfigError for an unsupported dtype."""
 
-    def __init__(self, trace: ModelTrace, *, spin_s: float = SPIN_S):
+    def __init__(self, trace: ModelTrace, *, spin_s: float = SPIN_S, device: torch.device | str = "cpu"):
         super().__init__()
         self.trace = trace
         ready_pos = {n: i for i, n in enumerate(trace.grad_ready_order)}
@@ -157,9 +158,9 @@ class ReplayModel(nn.Module):
                 dtype = getattr(torch, t.dtype, None)
                 if not isinstance(dtype, torch.dtype):
                     raise ConfigError(f"tensor {t.name}.dtype", t.dtype, "a torch dtype")
-                p = nn.Parameter(torch.zeros(t.elements, dtype=dtype))
+                p = nn.Parameter(torch.zeros(t.elements, dtype=dtype, device=device))
                 self._names[p] = t.name
-                self._grads[t.name] = torch.zeros(t.elements, dtype=dtype)
+                self._grads[t.name] = torch.zeros(t.elements, dtype=dtype, device=device)
                 params.append(p)
             layers.append(ReplayLayer(params))
         self.layers = nn.ModuleList(layers)

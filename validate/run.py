@@ -57,6 +57,7 @@ from validate.hostload import HostSampler
 from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 
 MODES = ("replay", "model")
+BACKENDS = ("gloo", "nccl")  # validate.worker.BACKENDS (kept here too: this module does not import torch)
 DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
 REPO = Path(__file__).resolve().parents[1]
 # Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
@@ -93,6 +94,7 @@ class Options:
     srun: str = "srun"            # the srun program (tests give a stub)
     priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
     #                              at real-time priority would starve the rest of the machine)
+    backend: str = "gloo"         # BACKENDS: gloo on CPUs; nccl with one GPU per rank (calibrated with NCCL's model)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -105,6 +107,8 @@ class Options:
 
         if self.launcher not in LAUNCHERS:
             raise ConfigError("launcher", self.launcher, f"one of {', '.join(LAUNCHERS)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError("backend", self.backend, f"one of {', '.join(BACKENDS)}")
 
     @property
     def scheduling(self) -> str:
@@ -140,10 +144,16 @@ class GroupRun:
     rows: list[dict] = field(default_factory=list)
 
 
-def check_experiment(exp: Experiment, mode: str) -> None:
+def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher: str = "local") -> None:
     """Raise ConfigError for what the emulated cluster or the worker cannot reproduce."""
     src = exp.source
     algorithm = exp.comm.algorithm
+    if backend == "nccl" and algorithm != "allreduce":
+        raise ConfigError("comm.algorithm", algorithm, "allreduce with --backend nccl (the decentralized algorithms "
+                          "are validated on gloo)", source=src)
+    if backend == "nccl" and launcher == "local" and exp.cluster.nodes > 1:
+        raise ConfigError("cluster.nodes", exp.cluster.nodes, "1 with --backend nccl and the local launcher (one "
+                          "machine's GPUs; several nodes run through --launcher torchrun or slurm)", source=src)
     if algorithm not in ("allreduce", *DECENTRALIZED):
         raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)} (the "
                           "algorithms validate runs)", source=src)
@@ -176,16 +186,21 @@ def calibration_collective(exp: Experiment) -> str:
     return "sendrecv" if exp.comm.algorithm in DECENTRALIZED else "allreduce"
 
 
-def calibration_of(net: NetworkTrace | None, collective: str) -> Calibration | None:
-    """The fit of the measurements of `collective` in `net` (ring coefficients, a mixed layout's measurements as
-    the NIC class; None without measurements)."""
+def calibration_of(net: NetworkTrace | None, collective: str, backend: str = "gloo"):
+    """The fit of the measurements of `collective` in `net`: for gloo a Calibration (ring coefficients, a mixed
+    layout's measurements as the NIC class), for nccl a validate.nccl_calibration.NcclFit (NCCL's model); None
+    without measurements."""
     if net is None:
         return None
+    if backend == "nccl":
+        from validate import nccl_calibration
+
+        return nccl_calibration.fit(net, collective)
     return fit(replace(net, measurements=tuple(m for m in net.measurements if m.collective == collective)),
                algorithm="ring", mixed_as_nic=True)
 
 
-def host_overheads(trace, mode: str) -> dict:
+def host_overheads(trace, mode: str, backend: str = "gloo") -> dict:
     """What communication costs beyond the wire on this host, measured here for the validation runs (a
     `comm_overheads` record, simfog.overheads.TRACE_KEY): the bucket copy bandwidth of `trace`'s gradients (one
     torch thread, as the ranks run), no separate per-collective overhead (the calibration microbenchmark times each
@@ -196,19 +211,28 @@ def host_overheads(trace, mode: str) -> dict:
 
     from validate.collect_model import _cpu_name, measure_copy
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        copy = measure_copy([((t.elements,), getattr(torch, t.dtype)) for t in trace.tensors.values()])
-    finally:
-        torch.set_num_threads(threads)
+    if backend == "nccl":  # buckets are packed on the GPU: measured there, or said to be unmeasured
+        if not torch.cuda.is_available():
+            return {"bucket_copy_Bps": None, "bucket_copy_Bps_how": "not measured: no GPU visible to the validator "
+                    "process (the ranks' GPUs pack the buckets)", "collective_overhead_s": 0.0,
+                    "overlap_slowdown": 1.0 if mode == "replay" else None, "by": "the validator"}
+        copy = measure_copy([((t.elements,), getattr(torch, t.dtype)) for t in trace.tensors.values()], "cuda")
+        device = torch.cuda.get_device_name()
+    else:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            copy = measure_copy([((t.elements,), getattr(torch, t.dtype)) for t in trace.tensors.values()])
+        finally:
+            torch.set_num_threads(threads)
+        device = f"{_cpu_name()} (this host)"
     record = {"bucket_copy_Bps": copy["Bps"], "bytes": copy["bytes"],
               "bucket_copy_s": {"pack": copy["pack_s"], "unpack": copy["unpack_s"]},
               "collective_overhead_s": 0.0,
               "collective_overhead_s_how": "in the calibrated latency: the microbenchmark times each allreduce "
                                            "from its Python call, launch included",
               "overlap_slowdown": 1.0 if mode == "replay" else None,
-              "device": f"{_cpu_name()} (this host)", "by": "the validator", "how": copy["how"]}
+              "device": device, "by": "the validator", "how": copy["how"]}
     if mode == "replay":
         record["overlap_slowdown_how"] = "replay mode: compute is waited, not run, so nothing slows it down"
     return record
@@ -226,6 +250,8 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
         trace = exp.workload.trace
         trace = replace(trace, extra={**trace.extra, TRACE_KEY: overheads})
         exp = replace(exp, workload=replace(exp.workload, trace=trace))
+    if calibration is not None and hasattr(calibration, "simulated"):  # NCCL on GPUs: NCCL's model, fitted
+        return calibration.simulated(exp)
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
     # gloo: a segmented ring whose step latency hides behind the transfer. Its 2 worker threads could run two
     # collectives at once (comm.streams = 2), but on this emulation (up to 8 ranks on 2 cores, per-message costs
@@ -272,16 +298,19 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))
     argv = python_rank_argv("validate.worker", out / "plan.json", out, "--calibrate", "--priority",
-                            options.scheduling, "--timeout", options.calibration_timeout_s)
+                            options.scheduling, "--timeout", options.calibration_timeout_s,
+                            "--backend", options.backend)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     launch_ranks(cluster, ranks_per_node, argv, options, options.calibration_timeout_s)
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
     where = "emulated network" if cluster.shaped else "plain loopback"
     notes = (f"{link} class: {ranks} rank(s) on {n_nodes} node(s) of an {where}; {options.calibration_repeats} "
              f"repeats after 1 warm-up per size; scheduling {options.scheduling}; {TIMING}")
-    return NetworkTrace("gloo", "tcp", Provenance("validate.run calibration microbenchmarks", started,
-                                                  platform.node(), "measured", notes=notes),
-                        merge_ranks(results, ranks, n_nodes), {"link_class": link})
+    software = results[0].get("info", {}).get("software", {})
+    return NetworkTrace(options.backend, "tcp" if options.backend == "gloo" else "nccl",
+                        Provenance("validate.run calibration microbenchmarks", started, platform.node(), "measured",
+                                   notes=notes),
+                        merge_ranks(results, ranks, n_nodes), {"link_class": link, "software": software})
 
 
 def launch_ranks(cluster, ranks_per_node: int, argv: list[str], options: Options, timeout_s: float) -> None:
@@ -374,7 +403,7 @@ def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: 
             "ranks": c.ranks, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
             "nic_bandwidth_Bps": c.nic.bandwidth_Bps, "emulated": emulated, "iterations": exp.iterations,
             "warmup": options.warmup, "trace": exp.workload.trace_path,
-            "calibration": "" if cal is None else f"gloo {calibration_collective(exp)}",
+            "calibration": "" if cal is None else f"{options.backend} {calibration_collective(exp)}",
             "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE}.get(exp.comm.algorithm, "")}
     for cls in ("nic", "intra"):
         if cal is not None and cls in cal.fits:
@@ -412,10 +441,12 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     first = experiments[0].cluster
     shape = (first.nodes, first.ranks_per_node, first.nic.bandwidth_Bps)
     for exp in experiments:
-        check_experiment(exp, options.mode)
+        check_experiment(exp, options.mode, options.backend, options.launcher)
         if (exp.cluster.nodes, exp.cluster.ranks_per_node, exp.cluster.nic.bandwidth_Bps) != shape:
             raise ConfigError("cluster", exp.source or "experiment", "the same nodes, gpus_per_node and "
                               "nic_bandwidth for every experiment of one group")
+    if options.backend == "nccl" and options.launcher == "local":
+        _check_gpus(first.ranks_per_node)
     ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
     with _workspace() as tmp, \
@@ -439,7 +470,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
                 _row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
                 for vid, exp in zip(ids, experiments, strict=True)]
             return GroupRun(failed, None, None, emulated, note, [v.row for v in failed])
-        fits = {c: calibration_of(net, c) for c in collectives}
+        fits = {c: calibration_of(net, c, options.backend) for c in collectives}
         calibration = fits[collectives[0]]
         prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work)
                     for vid, exp in zip(ids, experiments, strict=True)]
@@ -470,6 +501,16 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
+def _check_gpus(ranks: int) -> None:
+    """Raise ConfigError unless this machine shows torch `ranks` CUDA GPUs (--backend nccl, local launcher)."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < ranks:
+        raise ConfigError("--backend", "nccl", f"gloo on this machine: nccl needs one CUDA GPU per rank ({ranks}), "
+                          f"torch sees {have}")
+
+
 def _open(shape: Cluster, options: Options):
     """The nodes to run on: an emulated (or loopback) cluster of shape.nodes, or a Slurm allocation's nodes."""
     from validate.netemu import open_cluster
@@ -477,7 +518,9 @@ def _open(shape: Cluster, options: Options):
 
     if options.launcher == "slurm":
         return SlurmNodes(shape.nodes, shape.nic.bandwidth_Bps)
-    return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=options.emulate)
+    # NCCL's GPUs talk over NVLink / PCIe, not through an emulated NIC: one machine's GPUs are one node
+    emulate = False if options.backend == "nccl" else options.emulate
+    return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=emulate)
 
 
 @contextlib.contextmanager
@@ -511,7 +554,8 @@ def _drops(cluster) -> int:
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path):
     """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration. A decentralized
     algorithm's plan is one bucket, the whole model (its flat parameters)."""
-    sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode))
+    sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode,
+                                                                    options.backend))
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace
         plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)
@@ -534,7 +578,7 @@ def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, 
                              for e, _, p, _ in prepared)
     spec = work / "spec.json"
     spec.write_text(json.dumps({"configs": [c for *_, c in prepared], "threads": 1, "timeout_s": budget,
-                                "priority": options.scheduling}))
+                                "priority": options.scheduling, "backend": options.backend}))
     out = work / "ranks"
     out.mkdir(exist_ok=True)
     log(f"running {len(prepared)} configuration(s) on {shape.ranks} rank(s), time bound {budget:.0f} s")

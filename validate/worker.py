@@ -5,8 +5,9 @@ Started by `validate.run` through `validate.launcher`, never by hand:
     python -m validate.worker SPEC.json OUT_DIR
     python -m validate.worker --calibrate PLAN.json OUT_DIR --priority rt   (microbenchmarks for calibration)
 
-The launcher's environment says who this rank is (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME).
-SPEC.json lists configurations; every rank runs them all, one after the other, in one gloo process group, and
+The launcher's environment says who this rank is (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME;
+LOCAL_RANK from torchrun or srun picks the GPU). SPEC.json lists configurations; every rank runs them all, one after
+the other, in one process group of SPEC's "backend" ("gloo" on CPU, the default; "nccl" with one GPU per rank), and
 writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
 
     id, mode ("replay" | "model"), trace (path of the ModelTrace), compute ("samples" | "mean"), seed,
@@ -25,7 +26,9 @@ for before the optimizer step, one "bucket" (the flat parameters) per iteration.
 
 Per measured iteration the rank records (perf_counter seconds, one clock for all processes of the machine):
 start, forward_end, backward_end (the last gradient ready, or in replay the first layer's backward end if later),
-optimizer_start (all communication done), end, and per bucket its launch and completion. A barrier before the
+optimizer_start (all communication done), end, and per bucket its launch and completion. With nccl these are
+CUDA events on the device (validate.timing.CudaClock: when the GPU got there, not when the host queued it),
+mapped onto perf_counter through one synchronisation at each iteration's start and end. A barrier before the
 first measured iteration aligns the ranks; none follows (the simulator starts iteration k+1 at once, too).
 
 Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.scheduling)
@@ -57,20 +60,23 @@ from validate.buckets import BucketedAllreduce
 from validate.launcher import note_step
 from validate.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
 from validate.scheduling import raise_priority
+from validate.timing import HostClock, clock_for, to_seconds
+
+BACKENDS = ("gloo", "nccl")
 
 
 class DDPTimer:
     """A DDP comm hook that allreduces and averages a bucket (as torch's default `allreduce_hook`), noting the
     launch and completion time of each bucket (by DDP's bucket index) and the parameter names in it."""
 
-    def __init__(self, names_by_ptr: dict[int, str], world: int):
-        self.names_by_ptr, self.world = names_by_ptr, world
+    def __init__(self, names_by_ptr: dict[int, str], world: int, clock=None):
+        self.names_by_ptr, self.world, self.clock = names_by_ptr, world, clock or HostClock()
         self.start_iteration()
 
     def start_iteration(self) -> None:
         self.buckets: dict[int, list[str]] = {}
-        self.launch_s: dict[int, float] = {}
-        self.done_s: dict[int, float] = {}
+        self.launch_s: list = []  # stamps, by DDP bucket index
+        self.done_s: list = []
         self.launch_order: list[int] = []
 
     def hook(self, state, bucket):
@@ -78,14 +84,14 @@ class DDPTimer:
         self.buckets[b] = [self.names_by_ptr.get(p.data_ptr(), "?") for p in bucket.parameters()]
         buf = bucket.buffer()
         buf.div_(self.world)  # torch default_hooks._allreduce_fut: divide first
-        self.launch_s[b] = time.perf_counter()
+        grow = b + 1 - len(self.launch_s)
+        self.launch_s += [float("nan")] * grow
+        self.done_s += [float("nan")] * grow
+        self.launch_s[b] = self.clock.stamp()
         self.launch_order.append(b)
-
-        def done(fut):
-            self.done_s[b] = time.perf_counter()
-            return fut.value()[0]
-
-        return dist.all_reduce(buf, async_op=True).get_future().then(done)
+        work = dist.all_reduce(buf, async_op=True)
+        self.clock.on_done(work, self.done_s, b)
+        return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def _check_model(trace, named: dict[str, torch.nn.Parameter]) -> None:
@@ -97,35 +103,39 @@ def _check_model(trace, named: dict[str, torch.nn.Parameter]) -> None:
         raise ConfigError("workload.trace", trace.model, f"a trace of this very model (parameters differ: {diff})")
 
 
-def _build(cfg: dict, trace, rank: int):
-    """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None)."""
+def _build(cfg: dict, trace, rank: int, device: torch.device):
+    """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None), on
+    `device`."""
     if cfg["mode"] == "replay":
-        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S))
-        x = torch.zeros(1, requires_grad=True)
+        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device)
+        x = torch.zeros(1, requires_grad=True, device=device)
         return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
     from validate import models
 
     torch.manual_seed(cfg["seed"])
     entry = models.get(trace.model)
-    model = entry.build().train()
+    model = entry.build().train().to(device)
     named = dict(model.named_parameters())
     _check_model(trace, named)
     inputs, targets = entry.make_inputs(trace.batch_size, torch.Generator().manual_seed(cfg["seed"] + 1 + rank))
+    inputs, targets = tuple(t.to(device) for t in inputs), targets.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # as validate.collect_model
     return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None
 
 
-def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict:
+def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=None) -> dict:
     """Run one configuration on this rank (all ranks must call it together); threads it starts (process groups)
-    get `priority` too (validate.scheduling.raise_priority). Returns its JSON-ready record."""
+    get `priority` too (validate.scheduling.raise_priority). `clock`: validate.timing's clock of the rank's device
+    (default HostClock: CPU). Returns its JSON-ready record."""
+    clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
-    model, named, loss_of, optimizer, replay = _build(cfg, trace, rank)
+    model, named, loss_of, optimizer, replay = _build(cfg, trace, rank, clock.device)
     times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
     slow = float(cfg["slowdown"][rank])
     last_ready = [float("nan")]
 
     def ready(_p):
-        last_ready[0] = time.perf_counter()
+        last_ready[0] = clock.stamp()
 
     handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
     buckets = timer = averaging = None
@@ -137,12 +147,14 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
     elif cfg["merge"] == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        net = DistributedDataParallel(model, bucket_cap_mb=cfg.get("bucket_cap_mb"), broadcast_buffers=False)
-        timer = DDPTimer({p.data_ptr(): n for n, p in named.items()}, world)
+        ids = None if clock.device.type == "cpu" else [clock.device]
+        net = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cfg.get("bucket_cap_mb"),
+                                      broadcast_buffers=False)
+        timer = DDPTimer({p.data_ptr(): n for n, p in named.items()}, world, clock)
         net.register_comm_hook(None, timer.hook)
     else:
         net = model
-        buckets = BucketedAllreduce(named, cfg["buckets"])
+        buckets = BucketedAllreduce(named, cfg["buckets"], clock=clock)
     comm = buckets or timer or averaging
     raise_priority(priority)  # gloo threads of process groups created above
     out = []
@@ -159,12 +171,17 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
             if it == 0:
                 dist.barrier()
             comm.start_iteration()
-            t0 = time.perf_counter()
+            clock.start_iteration()
+            t0 = clock.stamp()
             if replay is not None:
-                replay.set_iteration(times.forward_s[s] * slow, times.backward_s[s] * slow, start_s=t0)
+                replay.set_iteration(times.forward_s[s] * slow, times.backward_s[s] * slow,  # host waits
+                                     start_s=t0 if isinstance(t0, float) else time.perf_counter())
             loss = loss_of(net)
             delay = float(cfg["delays"][it][rank]) if it >= 0 else 0.0
-            t_f = wait_until(time.perf_counter() + delay) if delay > 0 else time.perf_counter()
+            if delay > 0:  # a straggler: the host waits (on a GPU, after its queued forward has run)
+                clock.settle()
+                wait_until(time.perf_counter() + delay)
+            t_f = clock.stamp()
             if replay is not None:
                 replay.start_backward(t_f)
             if averaging is not None:
@@ -177,23 +194,25 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
                 buckets.finish()
             if averaging is not None:
                 averaging.finish()
-            t_o = time.perf_counter()
+            t_o = clock.stamp()
             if replay is not None:
-                t_e = replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
+                clock.settle()
+                replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
             else:
                 optimizer.step()
-                t_e = time.perf_counter()
-            t_b = last_ready[0]
+            t_e = clock.stamp()
+            clock.settle()  # every stamp of this iteration can be read now
+            t_b = clock.seconds(last_ready[0])
             if replay is not None and replay.clock.backward_done_s is not None:
                 t_b = max(t_b, replay.clock.backward_done_s)
             for p in named.values():
                 p.grad = None
             if it < 0:
                 continue
-            n_b = len(comm.launch_s)
-            out.append({"start": t0, "forward_end": t_f, "backward_end": t_b, "optimizer_start": t_o, "end": t_e,
-                        "launch": [comm.launch_s[b] for b in range(n_b)],
-                        "done": [comm.done_s[b] for b in range(n_b)], "launch_order": list(comm.launch_order),
+            out.append({"start": clock.seconds(t0), "forward_end": clock.seconds(t_f), "backward_end": t_b,
+                        "optimizer_start": clock.seconds(t_o), "end": clock.seconds(t_e),
+                        "launch": to_seconds(clock, comm.launch_s), "done": to_seconds(clock, comm.done_s),
+                        "launch_order": list(comm.launch_order),
                         **(averaging.record() if averaging is not None else {})})
     finally:
         gc.enable()
@@ -209,32 +228,54 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none") -> dict
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 
 
-def _init(timeout_s: float) -> tuple[int, int]:
+def rank_device(backend: str, rank: int) -> torch.device:
+    """The rank's device: the CPU for gloo; for nccl GPU LOCAL_RANK (set by torchrun and by srun's wrapper), else
+    rank modulo the GPUs visible. Raises ConfigError when nccl is asked for where no GPU is visible."""
+    if backend not in BACKENDS:
+        raise ConfigError("backend", backend, f"one of {', '.join(BACKENDS)}")
+    if backend == "gloo":
+        return torch.device("cpu")
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        raise ConfigError("backend", backend, "gloo on a machine without a CUDA GPU (nccl needs one GPU per rank)")
+    local = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+    return torch.device("cuda", local)
+
+
+def _init(timeout_s: float, backend: str = "gloo") -> tuple[int, int, torch.device]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    note_step("joining the gloo process group")
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    device = rank_device(backend, rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    note_step(f"joining the {backend} process group")
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s),
+                            **({"device_id": device} if device.type == "cuda" else {}))
     dist.barrier()  # every rank connected before any changes its scheduling
-    return rank, world
+    return rank, world, device
 
 
-def calibrate_main(plan_path: str, out_dir: str, priority: str, timeout_s: float) -> int:
+def calibrate_main(plan_path: str, out_dir: str, priority: str, timeout_s: float, backend: str = "gloo") -> int:
     """Time a `validate.collect_network` plan (barrier, then each call timed on every rank) on this rank and
-    write out_dir/rank<R>.json as collect_network's workers do; the same scheduling as the validation runs."""
+    write out_dir/rank<R>.json as collect_network's workers do; the same scheduling and backend as the validation
+    runs (nccl: buffers on the rank's GPU, the device synchronised around each timed call)."""
     from validate.collect_network import time_plan, write_rank_result
     from validate.collect_network_worker import make_op
 
     plan = json.loads(Path(plan_path).read_text())
-    rank, world = _init(timeout_s)
+    rank, world, device = _init(timeout_s, backend)
     applied = raise_priority(priority)
     note_step("timing the calibration microbenchmarks")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     try:
-        samples = time_plan(plan, lambda c, b: make_op(c, b, rank, world, torch.device("cpu")), dist.barrier)
+        samples = time_plan(plan, lambda c, b: make_op(c, b, rank, world, device), dist.barrier, sync)
     finally:
         dist.destroy_process_group()
+    software = {"torch": torch.__version__}
+    if device.type == "cuda":
+        software.update(nccl=".".join(map(str, torch.cuda.nccl.version())), gpu=torch.cuda.get_device_name(device))
     write_rank_result(out_dir, rank, samples, {"threads": torch.get_num_threads(), "priority": priority,
-                                               "priority_applied": applied,
-                                               "software": {"torch": torch.__version__}})
+                                               "priority_applied": applied, "backend": backend,
+                                               "software": software})
     return 0
 
 
@@ -251,14 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calibrate", action="store_true", help="time the microbenchmark plan SPEC instead")
     p.add_argument("--priority", choices=("rt", "nice", "none"), default="none", help="with --calibrate")
     p.add_argument("--timeout", type=float, default=600.0, help="with --calibrate: process group timeout (s)")
+    p.add_argument("--backend", choices=BACKENDS, default="gloo", help="with --calibrate: the process group's")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     if a.calibrate:
-        return calibrate_main(a.spec, a.out, a.priority, a.timeout)
+        return calibrate_main(a.spec, a.out, a.priority, a.timeout, a.backend)
     spec = json.loads(Path(a.spec).read_text())
     torch.set_num_threads(int(spec.get("threads", 1)))
     warnings.filterwarnings("ignore", category=UserWarning)  # DDP's notes about comm hooks and bucket views
-    rank, world = _init(float(spec.get("timeout_s", 600)))
+    backend = spec.get("backend", "gloo")
+    rank, world, device = _init(float(spec.get("timeout_s", 600)), backend)
+    clock = clock_for(device)
     applied = raise_priority(spec.get("priority", "none"))
     started = time.perf_counter()
     results = []
@@ -266,14 +310,15 @@ def main(argv: list[str] | None = None) -> int:
         for cfg in spec["configs"]:
             note_step(f"{cfg['id']}: setting up")
             dist.barrier()
-            results.append(run_config(cfg, rank, world, spec.get("priority", "none")))
+            results.append(run_config(cfg, rank, world, spec.get("priority", "none"), clock))
         note_step("final barrier")
         dist.barrier()
     finally:
         dist.destroy_process_group()
     _write(Path(a.out) / f"rank{rank}.json", {"rank": rank, "world": world, "configs": results,
                                               "wall_s": time.perf_counter() - started, "priority_applied": applied,
-                                              "torch": torch.__version__, "threads": torch.get_num_threads()})
+                                              "torch": torch.__version__, "threads": torch.get_num_threads(),
+                                              "backend": backend, "device": str(device)})
     return 0
 
 

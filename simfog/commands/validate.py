@@ -50,6 +50,10 @@ def add_arguments(parser) -> None:
                         help="who starts the ranks: local (simfog, in the emulated node namespaces), torchrun (one "
                              "agent per node, c10d rendezvous), slurm (srun inside an allocation: one torchrun "
                              "agent per node of the experiment's cluster)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="the ranks' process group: gloo on CPUs (default), or nccl with one GPU per rank (CUDA "
+                             "events time compute and each bucket; calibrated with simfog's NCCL model on the same "
+                             "GPUs, and simulated with collective nccl)")
     parser.add_argument("--print-commands", action="store_true",
                         help="with --launcher torchrun: print the torchrun command to start on each node of a real "
                              "cluster (hosts from --hosts) and exit")
@@ -76,7 +80,7 @@ def run(args) -> int:
         raise ConfigError("--workdir", "(missing)", "a folder on a filesystem every node of the allocation sees "
                           "(the ranks read the run spec and write their records there)")
     options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir,
-                      launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"))
+                      launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"), backend=args.backend)
     if args.print_commands:
         return _print_commands(args)
     log = lambda s: print(s, file=sys.stderr, flush=True)
@@ -85,6 +89,8 @@ def run(args) -> int:
             raise ConfigError("file", args.file, "no experiment file with --bench (the matrix is fixed)")
         if args.mode != "replay":
             raise ConfigError("--mode", args.mode, "replay with --bench")
+        if args.backend != "gloo":
+            raise ConfigError("--backend", args.backend, "gloo with --bench (its matrix is the emulated CPU cluster)")
         from validate.bench import run_bench
 
         if isinstance(args.repeat, bool) or args.repeat < 1:

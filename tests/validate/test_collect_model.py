@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch", reason="collecting a model trace needs torc
 from simfog.errors import ConfigError  # noqa: E402
 from simfog.trace import load_model_trace, model_trace_from_dict  # noqa: E402
 from validate import collect_model_cli, models  # noqa: E402
-from validate.collect_model import _charge, _HostClock, collect_model  # noqa: E402
+from validate.collect_model import _charge, collect_model  # noqa: E402
+from validate.timing import HostClock  # noqa: E402
 
 ITERATIONS = 3
 
@@ -135,7 +136,7 @@ def test_concurrent_processes_each_record_every_step():
 def test_gaps_between_hooks_go_to_the_layer_that_closes_them():
     totals: dict[str, float] = {}
     # start 0; a ends at 1, b at 3, a (called again) at 3.5; the step ends at 4 (tail to the last layer, a)
-    _charge([(1.0, "a"), (3.0, "b"), (3.5, "a")], 0.0, 4.0, _HostClock(), totals)
+    _charge([(1.0, "a"), (3.0, "b"), (3.5, "a")], 0.0, 4.0, HostClock(), totals)
     assert totals == {"a": 1.0 + 0.5 + 0.5, "b": 2.0}
 
 
