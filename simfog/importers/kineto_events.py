@@ -45,6 +45,7 @@ class Event:
     comm: bool = False            # a communication op, or inside one
     subtree: list = field(default_factory=list)  # top-level cpu_ops only: every cpu_op inside, itself included
     gpu_us: float = 0.0           # top-level cpu_ops only: GPU work launched from the subtree, comm excluded
+    gpu_end: float | None = None  # top-level cpu_ops only: when the last of that GPU work ended (µs)
     comm_gpu: list = field(default_factory=list)  # GPU work of the comm ops launched from the subtree
 
     @property
@@ -177,6 +178,7 @@ class Trace:
                 op.top.comm_gpu.append((op, g))
             else:
                 op.top.gpu_us += g.dur
+                op.top.gpu_end = max(op.top.gpu_end or g.end, g.end)
 
     def annotations(self, prefix: str) -> list[Event]:
         return [e for e in self.cpu if e.cat == "user_annotation" and e.name.startswith(prefix)]
