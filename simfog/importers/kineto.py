@@ -211,6 +211,9 @@ def import_kineto(path, *, model: str | None = None, batch_size: int | None = No
         for k, (layer, n, dtype) in enumerate(ref.grads):
             by_layer.setdefault(layer, []).append((k, n, dtype or "float32"))
     elif ref.buckets and all(c.elements for _, c in ref.buckets):
+        warn(path, f"parameters are NOT the model's tensors: the trace has no AccumulateGrad shapes "
+             f"(record_shapes=False), so each of the {len(ref.buckets)} DDP buckets of {ref.name} becomes one "
+             "pseudo-tensor on the layer whose backward issued it")
         for k, (layer, c) in enumerate(ref.buckets):
             by_layer.setdefault(layer, []).append((k, c.elements, c.dtype or "float32"))
     else:
@@ -314,6 +317,12 @@ def _assemble(path, data, trace, its, layers, ready, shapes, use_gpu, model, bat
         + f"Layer and optimizer times cover {coverage:.0%} of the iteration spans (the rest: "
         + ("GPU idle, e.g. waiting for CPU launches, and communication). " if use_gpu else
            "time outside operators and in communication). ")
+        + f"host_s (mean {sum(it.host_us for it in its) / len(its) / 1e3:.3g} ms): each iteration's span minus that "
+        "compute minus its exposed communication (the gradient collectives still running after backward's last "
+        f"{'CPU op or GPU kernel' if use_gpu else 'op'} ended; mean "
+        f"{sum(it.exposed_us for it in its) / len(its) / 1e3:.3g} ms): data loading, host launch gaps, Python "
+        "between ops, DDP buffer broadcasts. The simulator runs it with the optimizer step (it never overlaps "
+        "communication), so a replay at the trace's own layout takes the measured step. "
         + f"Communication durations include waiting for the peers (single-rank trace); {missing} of "
         f"{len(comms)} collectives have no execution record (kernel or gloo annotation) in the trace.")
     extra = {"kineto": {

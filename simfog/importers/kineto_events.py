@@ -255,7 +255,13 @@ def collectives(trace: Trace) -> list[Collective]:
             coll = collective_of(e.name)
             if coll is None or (e.parent is not None and e.parent.comm):
                 continue
-            out.append(Collective(coll, elements_of(first_arg(e.args, "Input Dims")), None, None, e))
+            # The input's shape and type (as record_param_comms' "In msg nelems"): the first argument, but the
+            # second for the flat allgathers, whose first argument is the gathered output.
+            k = 1 if "allgather_base" in e.name or "allgather_into_tensor" in e.name else 0
+            dims, types = e.args.get("Input Dims"), e.args.get("Input type")
+            dims = dims[k] if isinstance(dims, list) and len(dims) > k else None
+            dtype = types[k] if isinstance(types, list) and len(types) > k else None
+            out.append(Collective(coll, elements_of(dims), DTYPES.get(str(dtype).lower()), None, e))
     kernels = {id(op): g for top in trace.tops() for op, g in reversed(top.comm_gpu)}  # first kernel per op
     work = {}
     for a in sorted((e for e in trace.cpu if e.cat == "user_annotation" and e.name.startswith("gloo:")),
