@@ -15,7 +15,14 @@ How a trace becomes layers (the attribution, in order of preference):
 Times: the GPU work (kernels, memcpy, memset) launched from an op when the trace has any, else the CPU
 duration of the op; communication is excluded from both.
 Parameters: from AccumulateGrad's recorded shapes (record_shapes=True), else one pseudo-tensor per DDP
-bucket (the allreduces issued in backward), attached to the layer whose backward issued it.
+bucket (the allreduces issued in backward), attached to the layer whose backward issued it (an ImporterWarning
+says so).
+Host time (ModelTrace.host_s): each iteration's span minus that compute minus its exposed communication (the
+gradient collectives still running after backward's last op or GPU kernel ended). A launch-bound GPU trace spends
+most of its step there; the simulator adds it to the step, so a replay at the trace's own layout takes the
+measured step (tests: within 5 % on the A100 ResNet-50 trace).
+Collectives other than data parallelism's (alltoall, send/recv, large allgather / reduce_scatter) are named in an
+ImporterWarning. `import_kineto_comm` / `network_trace_of` turn the collectives into a NetworkTrace.
 """
 
 from __future__ import annotations
