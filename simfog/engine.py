@@ -25,12 +25,15 @@ from simfog.results import Result
 @dataclass(frozen=True)
 class ComputeModel:
     """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, and when each layer's
-    backward ends, measured from the start of backward (seconds)."""
+    backward ends, measured from the start of backward (seconds). `optimizer_s` is the step's serial tail: the
+    trace's optimizer step plus its host time (ModelTrace.host_s: data loading, launch gaps), which `host_s`
+    keeps apart for reporting."""
 
     forward_s: np.ndarray      # (S,)
     backward_s: np.ndarray     # (S,)
     optimizer_s: np.ndarray    # (S,)
     layer_end_s: np.ndarray    # (S, layers)
+    host_s: np.ndarray | None = None  # (S,): the part of optimizer_s that is host time, when the trace has it
 
     @staticmethod
     def from_trace(trace, mode: str) -> ComputeModel:
@@ -39,11 +42,15 @@ class ComputeModel:
         opt = np.asarray(trace.optimizer_s, dtype=float)
         if opt.size != fwd.shape[0]:
             opt = np.full(fwd.shape[0], opt.mean() if opt.size else 0.0)
+        host = np.asarray(getattr(trace, "host_s", ()), dtype=float)
+        if host.size != fwd.shape[0]:
+            host = np.full(fwd.shape[0], host.mean() if host.size else 0.0)
         if mode == "mean":
-            fwd, bwd, opt = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True), opt.mean(keepdims=True)
+            fwd, bwd = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True)
+            opt, host = opt.mean(keepdims=True), host.mean(keepdims=True)
         # Backward runs from the last layer to the first: layer l ends after all layers >= l.
         layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
-        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt, layer_end)
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host)
 
     @property
     def samples(self) -> int:

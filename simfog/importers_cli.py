@@ -6,6 +6,7 @@
     simfog import osu allreduce2.log allreduce4.log allreduce8.log -o net-osu.json.gz
     simfog import osu IMB-MPI1-allreduce.log -o net-imb.json                            # Intel MPI Benchmarks
     simfog import kineto nccl_data.json.gz -o resnet50.json.gz -s batch_size=32 -s model=resnet50
+    simfog import kineto-comm nccl_data.json.gz -o net-resnet50.json.gz                 # its NCCL collectives
     simfog import mgwfbp tmp8comm.log -o googlenet.json -s forward_per_backward=0.5
 """
 

@@ -121,12 +121,14 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
              f"roofline: {precision_note(trace, dev.name, precision)}; peak and memory bandwidth of {dev.name} "
              f"({dev.source}) at {efficiency:.0%} "
              f"efficiency, {launch_s * 1e6:g} us launch floor per layer and pass, backward = 2x forward FLOPs "
-             f"and bytes. Original provenance: {trace.provenance.command}")
+             f"and bytes. Original provenance: {trace.provenance.command}"
+             + (f". The original's host time (host_s, mean {sum(trace.host_s) / len(trace.host_s) * 1e3:.3g} ms per "
+                "step) is dropped: it belongs to the measured host, not to the device" if trace.host_s else ""))
     return replace(
         trace, device={"kind": "gpu", "name": dev.name, "estimated": True, "precision": precision},
         provenance=Provenance(command=f"simfog retarget {trace.model} --device {dev.name} --precision {precision} "
                               f"--efficiency {efficiency:g}",
                               date=datetime.now(UTC).replace(microsecond=0).isoformat(),
                               host=trace.provenance.host, source="estimated", estimated=True, notes=notes),
-        layers=tuple(layers), optimizer_s=(optimizer,),
+        layers=tuple(layers), optimizer_s=(optimizer,), host_s=(),
         extra={"retargeted_from": {"device": dict(trace.device), "date": trace.provenance.date}})

@@ -78,6 +78,10 @@ class ModelTrace:
     grad_ready_order: tuple[str, ...]
     optimizer_s: tuple[float, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
+    # Per recorded iteration: time the step spent outside the layers' and optimizer's compute and outside exposed
+    # communication (data loading, host launch gaps, Python); empty = none recorded (0). The engine runs it in the
+    # step's serial tail, with the optimizer step, so it never overlaps communication.
+    host_s: tuple[float, ...] = ()
 
     @property
     def samples(self) -> int:
@@ -112,7 +116,8 @@ class ModelTrace:
             "provenance": _provenance_dict(self.provenance),
             "layers": [_layer_dict(layer) for layer in self.layers],
             "grad_ready_order": list(self.grad_ready_order),
-            "optimizer_s": list(self.optimizer_s), **dict(self.extra),
+            "optimizer_s": list(self.optimizer_s), **({"host_s": list(self.host_s)} if self.host_s else {}),
+            **dict(self.extra),
         }
 
     def save(self, path: str | Path) -> None:
@@ -268,7 +273,11 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
         raise ConfigError("grad_ready_order", bad[0],
                           "every parameter of the layers exactly once (missing, unknown or repeated)")
     known = {"format", "model", "batch_size", "dtype", "device", "software", "provenance", "layers",
-             "grad_ready_order", "optimizer_s"}
+             "grad_ready_order", "optimizer_s", "host_s"}
+    host = _times(d, "host_s", "", allow_empty=True) if "host_s" in d else ()
+    if host and len(host) != samples:
+        raise ConfigError("host_s", f"{len(host)} samples",
+                          f"{samples} samples, as layers[0].forward_s (sample k is iteration k), or none")
     return ModelTrace(
         model=_get(d, "model", "", str, "the model's name"), batch_size=_count(d, "batch_size", ""),
         dtype=_get(d, "dtype", "", str, "a dtype name"),
@@ -276,7 +285,7 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
         software=_get(d, "software", "", dict, 'an object such as {"python": "3.11.7", "torch": "2.13.0"}'),
         provenance=_provenance(d), layers=tuple(layers), grad_ready_order=tuple(order),
         optimizer_s=_times(d, "optimizer_s", "", allow_empty=True) if "optimizer_s" in d else (),
-        extra={k: v for k, v in d.items() if k not in known})
+        extra={k: v for k, v in d.items() if k not in known}, host_s=host)
 
 
 def network_trace_from_dict(d: Mapping) -> NetworkTrace:

@@ -248,3 +248,13 @@ def test_two_streams_fast_path_equals_explicit():
     exp = make_experiment(trace, merge="wfbp", collective="gloo_ring", streams=2)
     a, b = simulate(exp), simulate(exp, symmetric=False)
     assert a.summary()["iteration_time_s"] == b.summary()["iteration_time_s"]
+
+
+def test_host_time_is_added_to_the_step_after_communication():
+    from dataclasses import replace
+
+    trace = make_trace([1e-3, 1e-3], [2e-3, 2e-3], [1000, 1000], optimizer=0.5e-3)
+    base = simulate(make_experiment(trace, nodes=1, gpus_per_node=1)).summary()["iteration_time_s"]
+    hosted = simulate(make_experiment(replace(trace, host_s=(0.1,)), nodes=1, gpus_per_node=1)).summary()
+    assert hosted["iteration_time_s"] == pytest.approx(base + 0.1)     # one rank: nothing to overlap
+    assert base == pytest.approx(1e-3 * 2 + 2e-3 * 2 + 0.5e-3)

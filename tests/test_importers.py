@@ -8,6 +8,7 @@ import gzip
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from simfog import importers_cli
 from simfog.errors import ConfigError
 from simfog.importers import IMPORTERS, ImporterWarning, import_file
+from simfog.importers.kineto import network_trace_of as kineto_network
 from simfog.importers.mgwfbp import network_trace_of
 from simfog.trace import load_model_trace, load_network_trace
 
@@ -35,12 +37,12 @@ def us(m, nbytes):
 # ---- registry and API ----
 
 def test_registry_lists_the_importers_with_docstrings():
-    assert IMPORTERS.names() == ["imb", "kineto", "mgwfbp", "nccl-tests", "osu"]
+    assert IMPORTERS.names() == ["imb", "kineto", "kineto-comm", "mgwfbp", "nccl-tests", "osu"]
     assert all(doc for _, doc in IMPORTERS.describe())
 
 
 def test_unknown_kind_option_or_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="one of imb, kineto, mgwfbp, nccl-tests, osu"):
+    with pytest.raises(ConfigError, match="one of imb, kineto, kineto-comm, mgwfbp, nccl-tests, osu"):
         import_file("horovod", tmp_path / "x.log")
     (tmp_path / "x.log").write_text("")
     with pytest.raises(ConfigError, match="ranks, nodes, transport, backend") as e:
@@ -317,6 +319,9 @@ def test_kineto_attribution_on_a_hand_made_trace(tmp_path):
     assert [(t.name, t.elements) for t in linear.params] == [("Linear_0.weight", 12), ("Linear_0.bias", 3)]
     assert mt.grad_ready_order == ("Linear_0.bias", "Linear_0.weight") and relu.params == ()
     assert mt.optimizer_s == pytest.approx((36e-6, 36e-6))      # zero_ 6 + add_ 30
+    # step 0..450 (Optimizer.step end) - compute 108 + 140 + 36; the allreduce ends (395) before backward (400)
+    assert mt.host_s == pytest.approx((166e-6, 166e-6))
+    assert [it["exposed_comm_s"] for it in mt.extra["kineto"]["iterations"]] == [0.0, 0.0]
     assert (mt.batch_size, mt.samples, mt.device["kind"]) == (8, 2, "cpu")
     k = mt.extra["kineto"]
     assert k["buckets"] == [[15], [15]] and k["attribution"] == "nn.Module"
@@ -328,6 +333,23 @@ def test_kineto_attribution_on_a_hand_made_trace(tmp_path):
     assert import_file("kineto", tmp_path / "toy.json", skip=1).samples == 1
     with pytest.raises(ConfigError, match="fewer than the 2 iterations"):
         import_file("kineto", tmp_path / "toy.json", skip=2)
+
+
+def test_kineto_collectives_that_data_parallelism_does_not_issue_are_named(tmp_path):
+    def c10d(name, ts, dims, dtype):
+        return _x(name, "cpu_op", ts, 2, **{"Input Dims": dims, "Input type": [dtype] * len(dims)})
+    extra = [c10d("c10d::alltoall_base_", 170, [[1024], [1024]], "float"),
+             c10d("c10d::_allgather_base_", 175, [[4 << 20], [2 << 20]], "float"),    # 2 Mi floats in: large
+             c10d("c10d::_allgather_base_", 180, [[8], [4]], "float")]                # 16 B in: metadata
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps({"traceEvents": _iteration(0, 1) + extra + _iteration(1000, 11)}))
+    with pytest.warns(ImporterWarning, match=r"not plain data-parallel.*alltoall x1 \(largest 4,096 bytes\); "
+                      r"allgather x1 \(largest 8,388,608 bytes\)"):
+        mt = import_file("kineto", path)
+    assert mt.extra["kineto"]["buckets"] == [[15], [15]]         # still imported: the DDP buckets are modelled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImporterWarning)           # plain DDP: no warning
+        import_file("kineto", _toy_trace(tmp_path / "toy.json"))
 
 
 # ---- Kineto: real traces ----
@@ -354,6 +376,7 @@ def test_kineto_gloo_ddp_buckets_and_durations(rank, durations_ms):
 
 
 @needs_ref
+@pytest.mark.filterwarnings("ignore:.*NOT the model's tensors:UserWarning")
 def test_kineto_nccl_resnet50_buckets_kernels_and_layers():
     with pytest.raises(ConfigError, match="batch_size"):
         import_file("kineto", NCCL)                             # record_shapes was off: no input shape
@@ -384,9 +407,68 @@ def test_kineto_nccl_resnet50_buckets_kernels_and_layers():
     assert cpu.extra["kineto"]["clock"] == "cpu" and cpu.parameters == mt.parameters
 
 
+def _replay_at_own_layout(mt, net):
+    """Mean simulated iteration of `mt` on its own layout (2 ranks, 1 node, ring allreduce, DDP buckets, layer
+    means) with the links calibrated from `net`."""
+    from simfog.calibrate import fit
+    from simfog.cluster import Cluster, Link
+    from simfog.engine import simulate
+    from simfog.experiment import Comm, Experiment, Workload
+
+    cluster = fit(net).apply(Cluster(1, 2, Link(1e-6, 1e10), Link(1e-5, 1e9)))
+    exp = Experiment(0, 6, Workload(mt, "<memory>", "mean"), cluster, Comm(collective="ring", merge="ddp"))
+    return simulate(exp).summary()
+
+
 @needs_ref
+def test_kineto_nccl_replay_reproduces_the_profiler_step(tmp_path):
+    with pytest.warns(ImporterWarning, match="NOT the model's tensors"):
+        mt = import_file("kineto", NCCL, batch_size=32)
+    its = mt.extra["kineto"]["iterations"]
+    for it in its:      # the step is compute + exposed communication + host time, nothing dropped
+        assert it["compute_s"] + it["exposed_comm_s"] + it["host_s"] == pytest.approx(it["duration_s"])
+    # The last bucket is issued by the last AccumulateGrad: its whole kernel (PROVENANCE.md) runs after backward's
+    # last work, a few µs of launch after it.
+    assert [it["exposed_comm_s"] * 1e3 for it in its] == pytest.approx([1.690, 2.028, 2.129], abs=0.01)
+    assert [round(h * 1e3, 1) for h in mt.host_s] == [181.9, 178.9, 183.7]   # launch-bound: GPU idle most of it
+    assert "host_s (mean 181 ms)" in mt.provenance.notes
+    net = kineto_network(mt)
+    assert [(m.collective, m.ranks, m.nodes, m.bytes) for m in net.measurements] == [
+        ("broadcast", 2, 1, 212_480), ("broadcast", 2, 1, 424)] + [
+        ("allreduce", 2, 1, 4 * n) for n in (2_049_000, 7_875_584, 6_563_840, 6_637_568, 2_431_040)]
+    assert [round(t * 1e3, 3) for t in net.measurements[2].time_s] == [3.307, 2.521, 5.993]
+    assert "INFERRED: the host shows 8 GPUs" in net.provenance.notes
+    assert _cli("kineto-comm", NCCL, "-o", tmp_path / "net.json") == 0           # the CLI writes the same
+    assert load_network_trace(tmp_path / "net.json").measurements == net.measurements
+    summary = _replay_at_own_layout(mt, net)
+    measured = sum(it["duration_s"] for it in its) / len(its)
+    assert summary["buckets"] == 5
+    assert summary["iteration_time_s"] == pytest.approx(measured, rel=0.05)    # 220.5 ms vs 222.4 ms measured
+
+
+@needs_ref
+@pytest.mark.parametrize("rank, exposed_ms", [(0, [29.25, 76.73, 61.74]), (1, [73.40, 31.23, 38.69])])
+def test_kineto_gloo_step_is_compute_exposed_comm_and_host(rank, exposed_ms):
+    mt = import_file("kineto", GLOO / f"rank{rank}.json.gz")
+    its = mt.extra["kineto"]["iterations"]
+    for it, host in zip(its, mt.host_s, strict=True):
+        assert it["compute_s"] + it["exposed_comm_s"] + host == pytest.approx(it["duration_s"])
+    # the main thread waits from its last backward node to the end of the last gloo:all_reduce (PROVENANCE.md)
+    assert [it["exposed_comm_s"] * 1e3 for it in its] == pytest.approx(exposed_ms, abs=0.01)
+    with pytest.raises(ConfigError, match="nodes=N"):
+        import_file("kineto-comm", GLOO / f"rank{rank}.json.gz")       # a CPU trace does not say where ranks ran
+    net = import_file("kineto-comm", GLOO / f"rank{rank}.json.gz", nodes=1)
+    assert [(m.collective, m.bytes, len(m.time_s)) for m in net.measurements] == [
+        ("allreduce", 4 * 8_667_146, 1), ("broadcast", 44, 1), ("broadcast", 8, 1),
+        ("allreduce", 4 * 2_108_426, 2), ("allreduce", 4 * 6_558_720, 2)]
+
+
+@needs_ref
+@pytest.mark.filterwarnings("ignore:.*NOT the model's tensors:UserWarning")
 def test_kineto_sampled_128_rank_pair_imports_what_it_has():
-    mt = import_file("kineto", REF / "kineto-nccl" / "trace_filter" / "sampled_rank-0.json.gz", batch_size=1)
+    with pytest.warns(ImporterWarning, match=r"not plain data-parallel.*alltoall x4 \(largest 382,132,224 bytes\); "
+                      r"allgather x2 \(largest 16,777,216 bytes\)"):
+        mt = import_file("kineto", REF / "kineto-nccl" / "trace_filter" / "sampled_rank-0.json.gz", batch_size=1)
     sizes = [c["elements"] for c in mt.extra["kineto"]["collectives"] if c["collective"] == "allreduce"]
     assert sizes == [19_618_307, 26_955_536, 26_258_430, 5_716_654]
     assert "10 of 10 collectives have no execution record" in mt.provenance.notes    # no kernels in this sample

@@ -79,3 +79,17 @@ def test_atomic_write_leaves_nothing_on_error(tmp_path):
             f.write("partial")
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_host_time_is_optional_validated_and_round_trips(tmp_path):
+    d = make_trace([1e-3, 2e-3], [2e-3, 4e-3], [10, 20]).to_dict()
+    assert "host_s" not in d                                    # traces without host time are written as before
+    assert model_trace_from_dict(d).host_s == ()
+    mt = model_trace_from_dict({**d, "host_s": [0.25]})
+    assert mt.host_s == (0.25,) and "host_s" not in mt.extra
+    mt.save(tmp_path / "t.json.gz")
+    assert load_model_trace(tmp_path / "t.json.gz").to_dict() == mt.to_dict()
+    with pytest.raises(ConfigError, match="host_s.*1 samples"):
+        model_trace_from_dict({**d, "host_s": [0.1, 0.2]})
+    with pytest.raises(ConfigError, match=r"host_s\[0\]"):
+        model_trace_from_dict({**d, "host_s": [-1.0]})

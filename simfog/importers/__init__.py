@@ -20,7 +20,7 @@ from pathlib import Path
 from simfog import files
 from simfog.errors import ConfigError
 from simfog.importers.imb import import_imb
-from simfog.importers.kineto import import_kineto
+from simfog.importers.kineto import import_kineto, import_kineto_comm
 from simfog.importers.logs import ImporterWarning
 from simfog.importers.mgwfbp import import_mgwfbp
 from simfog.importers.nccl_tests import import_nccl_tests
@@ -30,6 +30,7 @@ from simfog.trace import ModelTrace, NetworkTrace, Provenance, model_trace_from_
 
 IMPORTERS: Registry = Registry("importer")
 IMPORTERS.register("kineto")(import_kineto)
+IMPORTERS.register("kineto-comm")(import_kineto_comm)
 IMPORTERS.register("nccl-tests")(import_nccl_tests)
 IMPORTERS.register("osu")(import_osu)
 IMPORTERS.register("mgwfbp")(import_mgwfbp)

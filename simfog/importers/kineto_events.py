@@ -45,6 +45,7 @@ class Event:
     comm: bool = False            # a communication op, or inside one
     subtree: list = field(default_factory=list)  # top-level cpu_ops only: every cpu_op inside, itself included
     gpu_us: float = 0.0           # top-level cpu_ops only: GPU work launched from the subtree, comm excluded
+    gpu_end: float | None = None  # top-level cpu_ops only: when the last of that GPU work ended (µs)
     comm_gpu: list = field(default_factory=list)  # GPU work of the comm ops launched from the subtree
 
     @property
@@ -177,6 +178,7 @@ class Trace:
                 op.top.comm_gpu.append((op, g))
             else:
                 op.top.gpu_us += g.dur
+                op.top.gpu_end = max(op.top.gpu_end or g.end, g.end)
 
     def annotations(self, prefix: str) -> list[Event]:
         return [e for e in self.cpu if e.cat == "user_annotation" and e.name.startswith(prefix)]
@@ -253,7 +255,13 @@ def collectives(trace: Trace) -> list[Collective]:
             coll = collective_of(e.name)
             if coll is None or (e.parent is not None and e.parent.comm):
                 continue
-            out.append(Collective(coll, elements_of(first_arg(e.args, "Input Dims")), None, None, e))
+            # The input's shape and type (as record_param_comms' "In msg nelems"): the first argument, but the
+            # second for the flat allgathers, whose first argument is the gathered output.
+            k = 1 if "allgather_base" in e.name or "allgather_into_tensor" in e.name else 0
+            dims, types = e.args.get("Input Dims"), e.args.get("Input type")
+            dims = dims[k] if isinstance(dims, list) and len(dims) > k else None
+            dtype = types[k] if isinstance(types, list) and len(types) > k else None
+            out.append(Collective(coll, elements_of(dims), DTYPES.get(str(dtype).lower()), None, e))
     kernels = {id(op): g for top in trace.tops() for op, g in reversed(top.comm_gpu)}  # first kernel per op
     work = {}
     for a in sorted((e for e in trace.cpu if e.cat == "user_annotation" and e.name.startswith("gloo:")),
