@@ -24,13 +24,15 @@ from simfog.results import Result
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, and when each layer's
-    backward ends, measured from the start of backward (seconds)."""
+    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, when each layer's
+    backward ends, measured from the start of backward, and each layer's forward and backward time (seconds)."""
 
     forward_s: np.ndarray      # (S,)
     backward_s: np.ndarray     # (S,)
     optimizer_s: np.ndarray    # (S,)
     layer_end_s: np.ndarray    # (S, layers)
+    layer_forward_s: np.ndarray | None = None   # (S, layers): each layer's forward time
+    layer_backward_s: np.ndarray | None = None  # (S, layers): each layer's backward time
 
     @staticmethod
     def from_trace(trace, mode: str) -> ComputeModel:
@@ -43,7 +45,7 @@ class ComputeModel:
             fwd, bwd, opt = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True), opt.mean(keepdims=True)
         # Backward runs from the last layer to the first: layer l ends after all layers >= l.
         layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
-        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt, layer_end)
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt, layer_end, fwd, bwd)
 
     @property
     def samples(self) -> int:
