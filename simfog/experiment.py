@@ -185,6 +185,16 @@ class Experiment:
         return replace(self, comm=replace(self.comm, **changes))
 
 
+# [comm] keys of sharded data parallelism and the algorithms that read them (simfog.algorithms.sharded).
+_FSDP = ("fsdp", "hsdp")
+_ZERO = ("zero1", "zero2", "zero3")
+SHARDED_KEY_ALGORITHMS = {
+    "fsdp_unit": _FSDP, "reshard_after_forward": _FSDP, "prefetch": _FSDP, "hsdp_group": ("hsdp",),
+    "param_dtype": _FSDP + _ZERO, "reduce_dtype": _FSDP + _ZERO, "reduce_bucket_size": _ZERO,
+    "allgather_bucket_size": ("zero1", "zero2"), "stage3_prefetch_bucket_size": ("zero3",),
+    "overlap_comm": _ZERO, "zero_reduce": ("zero1", "zero2")}
+SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
+ZERO_REDUCES = ("allreduce", "reduce")
 _TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
@@ -198,16 +208,6 @@ _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha",
          "mpi_switch",
          "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"} | SHARDED_KEYS
 COMBINES = ("awc", "atc")
-# [comm] keys of sharded data parallelism and the algorithms that read them (simfog.algorithms.sharded).
-_FSDP = ("fsdp", "hsdp")
-_ZERO = ("zero1", "zero2", "zero3")
-SHARDED_KEY_ALGORITHMS = {
-    "fsdp_unit": _FSDP, "reshard_after_forward": _FSDP, "prefetch": _FSDP, "hsdp_group": ("hsdp",),
-    "param_dtype": _FSDP + _ZERO, "reduce_dtype": _FSDP + _ZERO, "reduce_bucket_size": _ZERO,
-    "allgather_bucket_size": ("zero1", "zero2"), "stage3_prefetch_bucket_size": ("zero3",),
-    "overlap_comm": _ZERO, "zero_reduce": ("zero1", "zero2")}
-SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
-ZERO_REDUCES = ("allreduce", "reduce")
 
 
 def _section(d: Mapping, name: str, allowed: set[str], source: str | None, required: bool = True) -> dict:
