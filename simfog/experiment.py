@@ -342,6 +342,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         if key in m and comm.algorithm != "allreduce":
             raise ConfigError(f"comm.{key}", m[key], 'only with algorithm = "allreduce" (the overheads are modelled '
                               "for bucketed allreduce only)", source=source)
+    if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
+        from simfog.algorithms.sharded import fsdp_units
+
+        fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
     if comm.mpi_switch_bytes is not None and comm.collective != "ompi":
         raise ConfigError("comm.mpi_switch", m["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
                           "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
