@@ -168,10 +168,10 @@ def fsdp_units(trace, spec) -> list[tuple[int, ...]]:
     return units + ([tuple(cur)] if cur else [])
 
 
-def zero_buckets(tensors, bucket_elements: int, nonempty: bool = False) -> list[list]:
+def zero_buckets(tensors, bucket_elements: int) -> list[list]:
     """Tensors (in the order they are added) split where DeepSpeed closes a bucket: before a tensor that would
-    overflow `bucket_elements` (stage 3 also requires the bucket to be non-empty, which an empty one trivially is
-    not reduced in stage 1/2 either). Returns the buckets, each a list of tensors."""
+    overflow `bucket_elements` when the bucket is not empty (stage 3 tests this; stage 1/2 reduce an empty bucket,
+    a no-op), so a tensor larger than a bucket goes alone. Returns the buckets, each a list of tensors."""
     buckets, cur, elems = [], [], 0
     for t in tensors:
         if cur and elems + t.elements > bucket_elements:
