@@ -24,16 +24,18 @@ from simfog.results import Result
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, and when each layer's
-    backward ends, measured from the start of backward (seconds). `optimizer_s` is the step's serial tail: the
-    trace's optimizer step plus its host time (ModelTrace.host_s: data loading, launch gaps), which `host_s`
-    keeps apart for reporting."""
+    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, when each layer's
+    backward ends, measured from the start of backward, and each layer's forward and backward time (seconds).
+    `optimizer_s` is the step's serial tail: the trace's optimizer step plus its host time (ModelTrace.host_s:
+    data loading, launch gaps), which `host_s` keeps apart for reporting."""
 
     forward_s: np.ndarray      # (S,)
     backward_s: np.ndarray     # (S,)
     optimizer_s: np.ndarray    # (S,)
     layer_end_s: np.ndarray    # (S, layers)
     host_s: np.ndarray | None = None  # (S,): the part of optimizer_s that is host time, when the trace has it
+    layer_forward_s: np.ndarray | None = None   # (S, layers): each layer's forward time
+    layer_backward_s: np.ndarray | None = None  # (S, layers): each layer's backward time
 
     @staticmethod
     def from_trace(trace, mode: str) -> ComputeModel:
@@ -50,7 +52,7 @@ class ComputeModel:
             opt, host = opt.mean(keepdims=True), host.mean(keepdims=True)
         # Backward runs from the last layer to the first: layer l ends after all layers >= l.
         layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
-        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host)
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host, fwd, bwd)
 
     @property
     def samples(self) -> int:

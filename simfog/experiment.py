@@ -79,6 +79,18 @@ class Comm:
     bucket_copy_Bps: float | None = None     # flat bucket buffer copy bandwidth: M/bw to pack, M/bw to unpack
     collective_overhead_s: float | None = None  # per collective launch: hooks, negotiation
     overlap_slowdown: float | None = None    # backward runs this many times slower beside a running collective
+    # Sharded data parallelism (simfog.algorithms.sharded; None: the algorithm's own default).
+    fsdp_unit: str | float | tuple[int, ...] = "layer"  # "layer" | "model" | layer counts | a size in bytes
+    reshard_after_forward: bool = True       # fsdp/hsdp: free a unit's parameters after forward, gather again
+    prefetch: int = 1                        # fsdp/hsdp: all-gathers issued this many units ahead
+    param_dtype: str | None = None           # dtype parameters are gathered and computed in (None: the trace's)
+    reduce_dtype: str | None = None          # dtype gradients are reduced in (None: param_dtype)
+    hsdp_group: int | None = None            # hsdp: ranks that shard one replica (None: gpus_per_node)
+    reduce_bucket_size: int = 500_000_000    # zero*: elements per gradient bucket (DeepSpeed default 5e8)
+    allgather_bucket_size: int = 500_000_000  # zero1/2: elements per parameter all-gather shard (5e8)
+    prefetch_bucket_size: int = 50_000_000   # zero3: stage3_prefetch_bucket_size, elements prefetched (5e7)
+    overlap_comm: bool | None = None         # zero*: reduce on a side stream (None: true for zero3, else false)
+    zero_reduce: str = "allreduce"           # zero1/2: "allreduce" per bucket or "reduce" to each owner
 
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -173,6 +185,16 @@ class Experiment:
         return replace(self, comm=replace(self.comm, **changes))
 
 
+# [comm] keys of sharded data parallelism and the algorithms that read them (simfog.algorithms.sharded).
+_FSDP = ("fsdp", "hsdp")
+_ZERO = ("zero1", "zero2", "zero3")
+SHARDED_KEY_ALGORITHMS = {
+    "fsdp_unit": _FSDP, "reshard_after_forward": _FSDP, "prefetch": _FSDP, "hsdp_group": ("hsdp",),
+    "param_dtype": _FSDP + _ZERO, "reduce_dtype": _FSDP + _ZERO, "reduce_bucket_size": _ZERO,
+    "allgather_bucket_size": ("zero1", "zero2"), "stage3_prefetch_bucket_size": ("zero3",),
+    "overlap_comm": _ZERO, "zero_reduce": ("zero1", "zero2")}
+SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
+ZERO_REDUCES = ("allreduce", "reduce")
 _TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
@@ -184,7 +206,7 @@ _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
          "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto",
          "mpi_switch",
-         "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"}
+         "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"} | SHARDED_KEYS
 COMBINES = ("awc", "atc")
 
 
@@ -312,7 +334,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
         nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
         mpi_switch_bytes=_quantity(m, "mpi_switch", "bytes", p, source),
-        **_decentralized_keys(m, p, source), **_overhead_keys(m, p, source))
+        **_decentralized_keys(m, p, source), **_overhead_keys(m, p, source), **_sharded_keys(m, p, source, cluster))
     if comm.streams != 1 and comm.algorithm != "allreduce":
         raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
                           "flight are modelled for bucketed allreduce only)", source=source)
@@ -320,6 +342,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         if key in m and comm.algorithm != "allreduce":
             raise ConfigError(f"comm.{key}", m[key], 'only with algorithm = "allreduce" (the overheads are modelled '
                               "for bucketed allreduce only)", source=source)
+    if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
+        from simfog.algorithms.sharded import fsdp_units
+
+        fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
     if comm.mpi_switch_bytes is not None and comm.collective != "ompi":
         raise ConfigError("comm.mpi_switch", m["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
                           "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
@@ -383,6 +409,69 @@ def _overhead_keys(m: Mapping, p: str, source: str | None) -> dict:
         if name in out and not math.isfinite(out[name]):
             raise ConfigError(f"{p}{key}", m[key], "a finite value", source=source)
     return out
+
+
+def _sharded_keys(m: Mapping, p: str, source: str | None, cluster: Cluster) -> dict:
+    """The [comm] keys of sharded data parallelism, validated; each only with the algorithms that read it."""
+    from simfog.trace import DTYPE_BYTES
+
+    algorithm = m.get("algorithm", "allreduce")
+    for key, users in SHARDED_KEY_ALGORITHMS.items():
+        if key in m and algorithm not in users:
+            raise ConfigError(f"{p}{key}", m[key], f"only with algorithm = {' | '.join(users)}", source=source)
+    out: dict = {}
+    if "fsdp_unit" in m:
+        out["fsdp_unit"] = _fsdp_unit(m["fsdp_unit"], f"{p}fsdp_unit", source)
+    for key in ("reshard_after_forward", "overlap_comm"):
+        if key in m:
+            if not isinstance(m[key], bool):
+                raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)
+            out[key] = m[key]
+    if "prefetch" in m:
+        out["prefetch"] = _int(m, "prefetch", p, source, minimum=0)
+    for key in ("param_dtype", "reduce_dtype"):
+        if key in m:
+            out[key] = _choice(m, key, p, source, "", choices=tuple(DTYPE_BYTES))
+    if "hsdp_group" in m:
+        g = _int(m, "hsdp_group", p, source, minimum=1)
+        L, n = cluster.ranks_per_node, cluster.ranks
+        if n % g or not (L % g == 0 or g % L == 0):
+            raise ConfigError(f"{p}hsdp_group", g, f"a divisor of the {n} ranks that divides gpus_per_node = {L} or "
+                              "is a multiple of it (every group then has the same shape)", source=source)
+        out["hsdp_group"] = g
+    for key, field in (("reduce_bucket_size", "reduce_bucket_size"), ("allgather_bucket_size", "allgather_bucket_size"),
+                       ("stage3_prefetch_bucket_size", "prefetch_bucket_size")):
+        if key in m:
+            v = m[key]
+            if isinstance(v, float) and v.is_integer():  # DeepSpeed configs write 5e8
+                v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{p}{key}", m[key], "a number of elements >= 1 (an integer such as 5e8 or "
+                                  "500000000; DeepSpeed counts elements, not bytes)", source=source)
+            out[field] = v
+    if "zero_reduce" in m:
+        out["zero_reduce"] = _choice(m, "zero_reduce", p, source, "allreduce", choices=ZERO_REDUCES)
+    return out
+
+
+def _fsdp_unit(v: object, field: str, source: str | None):
+    """[comm] fsdp_unit: "layer", "model", a list of layer counts or a size such as "50MB" (bytes)."""
+    allowed = '"layer", "model", a list of layer counts such as [2, 3] or a size such as "50MB"'
+    if v in ("layer", "model"):
+        return v
+    if isinstance(v, list):
+        if not v or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in v):
+            raise ConfigError(field, v, allowed + " (counts are integers >= 1)", source=source)
+        return tuple(v)
+    if isinstance(v, str):
+        try:
+            size = units.parse(v, "bytes", field=field, source=source)
+        except ConfigError:
+            raise ConfigError(field, v, allowed, source=source) from None
+        if not (size > 0 and math.isfinite(size)):
+            raise ConfigError(field, v, allowed + " (a size > 0)", source=source)
+        return float(size)
+    raise ConfigError(field, v, allowed, source=source)
 
 
 def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:

@@ -4,7 +4,9 @@ An algorithm is a class registered here, built with the Simulation, with:
 - `symmetric` (class attribute): True when it treats all ranks alike (the engine may then simulate one rank);
 - `backward_started(rank, iteration, sample, t_backward) -> simpy.Event | None`: called when a rank starts
   backward; returns the event the rank's optimizer step must wait for (None: nothing to wait for);
-- `describe_buckets() -> list[dict]`: what is sent per iteration (for the Result).
+- `describe_buckets() -> list[dict]`: what is sent per iteration (for the Result);
+- optionally `run_iteration(rank, iteration, sample, slow, delay)`: a SimPy generator running one whole iteration
+  (records its own intervals; sharded algorithms, whose communication gates compute), and `memory() -> Memory`.
 """
 
 from simfog.registry import Registry
@@ -16,5 +18,6 @@ from simfog.algorithms import (  # noqa: E402  (each module registers its entrie
     asynchronous,  # noqa: F401
     compressed,  # noqa: F401
     decentralized,  # noqa: F401
+    sharded,  # noqa: F401
     wagma,  # noqa: F401
 )

@@ -1,0 +1,257 @@
+"""Sharded data parallelism (simfog.algorithms.sharded): hand-worked iterations of fsdp, hsdp and ZeRO 1-3, the
+sequential identity of one unit, memory per rank, config errors and an end-to-end CLI run.
+
+Every example uses collective = "linear": each collective takes T(M) = 1 ms + 1 ns/B · M whatever its kind and
+group, so the schedules below can be worked out with a pencil (a 4 MB buffer takes 5 ms, 8 MB 9 ms, 16 MB 17 ms).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfog.engine import Simulation, simulate
+from simfog.errors import ConfigError
+from simfog.experiment import from_dict
+
+from .conftest import make_experiment, make_trace
+
+MS, MB, M = 1e-3, 10**6, 10**6
+
+
+def _iteration(trace, algorithm, **comm):
+    """Mean iteration time (s) on 2 nodes x 2 GPUs, linear cost 1 ms + 1 ns/B, fixed layer times."""
+    exp = make_experiment(trace, algorithm=algorithm, alpha=1e-3, beta=1e-9, **comm)
+    return simulate(exp).summary()["iteration_time_s"]
+
+
+# Two layers: forward 10 and 20 ms, backward 20 and 40 ms, 1 M and 2 M float32 elements (4 MB, 8 MB):
+# all-gathers and reduce-scatters of l0 take 5 ms, of l1 9 ms.
+TWO = make_trace([0.01, 0.02], [0.02, 0.04], [M, 2 * M])
+
+
+def test_fsdp_reshard_and_prefetch_one_by_hand():
+    # ag stream: AG0 0-5, AG1 5-14 (prefetched when forward reaches l0). F0 5-15, F1 15-35.
+    # Backward of l1 issues its all-gather and l0's: AG1' 35-44, AG0' 44-49. B1 44-84, then RS1 84-93;
+    # B0 84-104 (AG0' done at 49), then wait RS1 (done) and RS0 104-109; the optimizer (0 s) waits: 109 ms.
+    assert _iteration(TWO, "fsdp") == pytest.approx(0.109, rel=1e-12)
+
+
+def test_fsdp_without_prefetch_by_hand():
+    # AG0 0-5, F0 5-15; AG1 15-24, F1 24-44; AG1' 44-53, B1 53-93, RS1 93-102; AG0' 93-98, B0 98-118; RS0 118-123.
+    assert _iteration(TWO, "fsdp", prefetch=0) == pytest.approx(0.123, rel=1e-12)
+
+
+def test_fsdp_without_reshard_after_forward_by_hand():
+    # AG0 0-5, AG1 5-14, F0 5-15, F1 15-35; no all-gather in backward: B1 35-75, RS1 75-84, B0 75-95, RS0 95-100.
+    assert _iteration(TWO, "fsdp", reshard_after_forward=False) == pytest.approx(0.100, rel=1e-12)
+
+
+def test_fsdp_backward_waits_for_the_previous_reduce_scatter():
+    # Three layers of 0, 1 and 20 M elements (l1: 4 MB, 5 ms; l2: 80 MB, 81 ms), every layer 1 ms, no reshard.
+    # F0 0-1 (no parameters), AG1 0-5, F1 5-6, AG2 5-86 (prefetched at F1), F2 86-87. B2 87-88, RS2 88-169.
+    # B1 88-89; l1's post_backward waits for RS2 (169), then RS1 169-174; so B0 runs 169-170, not 89-90.
+    # The optimizer waits for RS1: 174.
+    trace = make_trace([1e-3] * 3, [1e-3] * 3, [0, M, 20 * M])
+    exp = make_experiment(trace, algorithm="fsdp", alpha=1e-3, beta=1e-9, reshard_after_forward=False, iterations=1)
+    df = simulate(exp).intervals()
+    b0 = df[(df["rank"] == 0) & (df.kind == "backward") & (df.name == "l0")].iloc[0]
+    assert b0.start_s == pytest.approx(0.169, rel=1e-12)
+    assert df[df.kind == "optimizer"].start_s.max() == pytest.approx(0.174, rel=1e-12)
+
+
+def test_fsdp_optimizer_updates_only_the_shard():
+    # As the first example with an 8 ms optimizer step on 4 ranks: 2 ms more.
+    trace = make_trace([0.01, 0.02], [0.02, 0.04], [M, 2 * M], optimizer=0.008)
+    assert _iteration(trace, "fsdp") == pytest.approx(0.111, rel=1e-12)
+
+
+def test_fsdp_mixed_precision_changes_bytes():
+    exp = make_experiment(TWO, algorithm="fsdp", param_dtype="bfloat16")
+    colls = Simulation(exp).algorithm.describe_buckets()
+    assert {c["bytes"] for c in colls if c["collective"] == "allgather"} == {2 * MB, 4 * MB}
+    assert {c["bytes"] for c in colls if c["collective"] == "reduce_scatter"} == {2 * MB, 4 * MB}  # param_dtype
+    exp = make_experiment(TWO, algorithm="fsdp", param_dtype="bfloat16", reduce_dtype="float32")
+    colls = Simulation(exp).algorithm.describe_buckets()
+    assert {c["bytes"] for c in colls if c["collective"] == "reduce_scatter"} == {4 * MB, 8 * MB}
+
+
+def test_fsdp_units_by_counts_and_size():
+    trace = make_trace([1e-3] * 4, [1e-3] * 4, [M, M, M, M])
+    units = lambda spec: Simulation(make_experiment(trace, algorithm="fsdp", fsdp_unit=spec)).algorithm.units  # noqa: E731
+    assert units("model") == [(0, 1, 2, 3)]
+    assert units((1, 3)) == [(0,), (1, 2, 3)]
+    assert units(8e6) == [(0, 1), (2, 3)]  # closes once the unit reaches 8 MB
+    with pytest.raises(ConfigError, match="adding up"):
+        units((1, 2))
+
+
+def test_hsdp_by_hand():
+    # Groups of 2 (one node). As the first fsdp example, plus the allreduce of each unit's 1/2 shard across the
+    # nodes after its reduce-scatter: AR1 (4 MB) 93-98, AR0 (2 MB) after RS0 (104-109): 109-112.
+    assert _iteration(TWO, "hsdp") == pytest.approx(0.112, rel=1e-12)
+
+
+# Three layers: forward 10 ms each, backward 20, 20, 40 ms; 1 M, 1 M, 2 M elements; reduce_bucket_size 2 M.
+THREE = make_trace([0.01] * 3, [0.02, 0.02, 0.04], [M, M, 2 * M])
+BUCKET = {"reduce_bucket_size": 2 * M}
+
+
+def test_zero2_reduces_in_the_compute_stream_without_overlap():
+    # Ready order l2, l1, l0: bucket [l2] (8 MB, 9 ms) closes when l1's gradient is ready (70 + 20 = 90 ms),
+    # bucket [l1, l0] (8 MB) at the end. Forward 0-30, B2 30-70, B1 70-90, bucket0 on compute 90-99, B0 99-119,
+    # bucket1 119-128; optimizer; all-gather of the 16 MB of parameters 128-145.
+    assert _iteration(THREE, "zero2", **BUCKET) == pytest.approx(0.145, rel=1e-12)
+
+
+def test_zero2_with_overlap_comm():
+    # bucket0 90-99 beside B0 90-110; bucket1 110-119; all-gather 119-136.
+    assert _iteration(THREE, "zero2", overlap_comm=True, **BUCKET) == pytest.approx(0.136, rel=1e-12)
+
+
+def test_zero1_reduces_after_backward_in_parameter_order():
+    # Buckets [l0, l1], [l2] after backward (110): 110-119, 119-128, all-gather 128-145.
+    assert _iteration(THREE, "zero1", **BUCKET) == pytest.approx(0.145, rel=1e-12)
+    # allgather_bucket_size 1.5 M elements: 4 M // 1.5 M = 2 all-gathers of 8 MB: 1 ms more.
+    assert _iteration(THREE, "zero1", allgather_bucket_size=1_500_000, **BUCKET) == pytest.approx(0.146, rel=1e-12)
+
+
+def test_zero1_buckets_follow_ready_order_with_overlap():
+    # With overlap_comm stage 1 reduces during backward like stage 2.
+    assert _iteration(THREE, "zero1", overlap_comm=True, **BUCKET) == pytest.approx(0.136, rel=1e-12)
+
+
+def test_zero3_by_hand():
+    # Two-layer model: l0 fetched (5 ms) 0-5, then l1 prefetched (9 ms) 5-14. The defaults keep both gathered for
+    # backward (their reuse comes within stage3_max_reuse_distance). F0 5-15, F1 15-35, B1 35-75, B0 75-95, one
+    # bucket of 12 MB reduce-scattered 95-108.
+    assert _iteration(TWO, "zero3") == pytest.approx(0.108, rel=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["fsdp", "hsdp", "zero1", "zero2", "zero3"])
+def test_symmetric_fast_path_matches_every_rank(algorithm):
+    exp = make_experiment(THREE, algorithm=algorithm, alpha=1e-3, beta=1e-9)
+    fast, full = simulate(exp, symmetric=True), simulate(exp, symmetric=False)
+    a, b = fast.iterations(), full.iterations()
+    assert a.end_s.max() == pytest.approx(b.end_s.max(), rel=1e-12)
+    assert (b.groupby("rank").end_s.max() == b.end_s.max()).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(fwd=st.lists(st.floats(1e-4, 0.05), min_size=1, max_size=4), data=st.data(),
+       alpha=st.floats(0, 5e-3), beta=st.floats(0, 5e-9), reshard=st.booleans(), prefetch=st.integers(0, 2),
+       optimizer=st.floats(0, 0.02), nodes=st.integers(1, 3))
+def test_one_unit_runs_everything_in_sequence(fwd, data, alpha, beta, reshard, prefetch, optimizer, nodes):
+    n = len(fwd)
+    bwd = data.draw(st.lists(st.floats(1e-4, 0.05), min_size=n, max_size=n))
+    elements = data.draw(st.lists(st.integers(1, 10**6), min_size=n, max_size=n))
+    trace = make_trace(fwd, bwd, elements, optimizer=optimizer)
+    exp = make_experiment(trace, algorithm="fsdp", fsdp_unit="model", alpha=alpha, beta=beta, nodes=nodes,
+                          reshard_after_forward=reshard, prefetch=prefetch, iterations=1)
+    coll = alpha + beta * 4 * sum(elements)
+    want = coll + sum(fwd) + (coll if reshard else 0.0) + sum(bwd) + coll + optimizer / exp.ranks
+    assert simulate(exp).summary()["iteration_time_s"] == pytest.approx(want, rel=1e-9)
+
+
+def _memory(algorithm, trace=THREE, **comm):
+    exp = make_experiment(trace, algorithm=algorithm, **comm)
+    exp = replace(exp, workload=replace(exp.workload, optimizer="adam"))
+    return Simulation(exp).memory
+
+
+def test_fsdp_memory_adam_fp32():
+    # P = 4 M float32 elements = 16 MB on N = 4 ranks. Units l0, l1, l2 (1, 1, 2 M); with prefetch 1 at most
+    # l1 + l2 (3 M elements, 12 MB) are unsharded at once (forward of l1, backward of l2).
+    m = _memory("fsdp")
+    assert m.parameters_B == 16 * MB / 4 + 12 * MB
+    assert m.gradients_B == 16 * MB / 4 + 8 * MB      # shard + the largest unit's unsharded gradients
+    assert m.optimizer_B == 2 * 16 * MB / 4           # Adam: 8P/N
+    assert m.buffers_B == 8 * MB                      # the largest unit's reduce-scatter input
+    # Without reshard_after_forward every unit is unsharded when backward starts.
+    assert _memory("fsdp", reshard_after_forward=False).parameters_B == 16 * MB / 4 + 16 * MB
+
+
+def test_zero_memory_adam_fp32():
+    # reduce_bucket_size 1 M elements: a 4 MB bucket buffer (twice with overlap_comm).
+    z1 = _memory("zero1", reduce_bucket_size=M)
+    assert (z1.parameters_B, z1.gradients_B, z1.optimizer_B, z1.buffers_B) == (16 * MB, 16 * MB, 8 * MB, 4 * MB)
+    z2 = _memory("zero2", reduce_bucket_size=M, overlap_comm=True)
+    assert (z2.gradients_B, z2.buffers_B) == (4 * MB, 8 * MB)
+    # zero3 gathers the whole model at the first module (prefetch 5e7 elements) and keeps it for backward.
+    z3 = _memory("zero3", reduce_bucket_size=M)
+    assert (z3.parameters_B, z3.gradients_B, z3.optimizer_B) == (4 * MB + 16 * MB, 4 * MB, 8 * MB)
+    # bf16 parameters: half the parameter bytes, an fp32 master copy in the optimizer's partition.
+    zb = _memory("zero2", reduce_bucket_size=M, param_dtype="bfloat16")
+    assert (zb.parameters_B, zb.optimizer_B) == (8 * MB, 3 * 16 * MB / 4)
+
+
+BASE = {"workload": {"trace": "t.json", "compute": "mean"}, "cluster": {"nodes": 2, "gpus_per_node": 2,
+                                                                        "nic_bandwidth": "10Gbit/s"}}
+
+
+@pytest.mark.parametrize("comm, field", [
+    ({"algorithm": "fsdp", "fsdp_unit": "block"}, "comm.fsdp_unit"),
+    ({"algorithm": "fsdp", "fsdp_unit": [2, 0]}, "comm.fsdp_unit"),
+    ({"algorithm": "fsdp", "fsdp_unit": [1, 2]}, "comm.fsdp_unit"),  # the trace has 2 layers
+    ({"algorithm": "fsdp", "prefetch": -1}, "comm.prefetch"),
+    ({"algorithm": "fsdp", "reshard_after_forward": "yes"}, "comm.reshard_after_forward"),
+    ({"algorithm": "fsdp", "param_dtype": "fp8"}, "comm.param_dtype"),
+    ({"algorithm": "hsdp", "hsdp_group": 3}, "comm.hsdp_group"),
+    ({"algorithm": "allreduce", "prefetch": 2}, "comm.prefetch"),
+    ({"algorithm": "fsdp", "reduce_bucket_size": 5}, "comm.reduce_bucket_size"),
+    ({"algorithm": "zero2", "reduce_bucket_size": "5MB"}, "comm.reduce_bucket_size"),
+    ({"algorithm": "zero3", "allgather_bucket_size": 5}, "comm.allgather_bucket_size"),
+    ({"algorithm": "zero2", "zero_reduce": "scatter"}, "comm.zero_reduce"),
+])
+def test_config_errors_name_field_and_value(tmp_path, comm, field):
+    TWO.save(tmp_path / "t.json")
+    with pytest.raises(ConfigError) as err:
+        from_dict({**BASE, "comm": comm}, base_dir=tmp_path)
+    assert err.value.field == field
+
+
+def test_config_accepts_deepspeed_style_numbers(tmp_path):
+    TWO.save(tmp_path / "t.json")
+    exp = from_dict({**BASE, "comm": {"algorithm": "zero3", "reduce_bucket_size": 5e8,
+                                      "stage3_prefetch_bucket_size": 5e7}}, base_dir=tmp_path)
+    assert exp.comm.reduce_bucket_size == 500_000_000 and exp.comm.prefetch_bucket_size == 50_000_000
+    exp = from_dict({**BASE, "comm": {"algorithm": "fsdp", "fsdp_unit": "50MB"}}, base_dir=tmp_path)
+    assert exp.comm.fsdp_unit == 50e6
+
+
+EXP = """
+seed = 1
+iterations = 2
+[workload]
+trace = "t.json"
+compute = "mean"
+[cluster]
+nodes = 2
+gpus_per_node = 2
+nic_bandwidth = "10Gbit/s"
+[comm]
+algorithm = "fsdp"
+collective = "linear"
+alpha = "1ms"
+beta = "1ns/B"
+"""
+
+
+def test_cli_simulate_fsdp(tmp_path):
+    # Layers: forward 10, 20 ms, backward 20, 30 ms, 1 MB and 2 MB of parameters (all-gathers 2 and 3 ms).
+    # AG0 0-2, AG1 2-5, F0 2-12, F1 12-32; AG1' 32-35, AG0' 35-37; B1 35-65, RS1 65-68; B0 65-85, RS0 85-87.
+    make_trace([0.01, 0.02], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    (tmp_path / "exp.toml").write_text(EXP)
+    out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(tmp_path / "exp.toml"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["algorithm"] == "fsdp" and s["iteration_time_s"] == pytest.approx(0.087, rel=1e-12)
+    # The 1/4 shard of 3 MB, plus both units unsharded at once (l1 prefetched while l0 computes).
+    assert s["memory_parameters_B"] == pytest.approx(3 * MB / 4 + 3 * MB)
