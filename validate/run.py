@@ -66,6 +66,9 @@ REPO = Path(__file__).resolve().parents[1]
 # segmentation offload limit, presumably), while 940 kB and 1.31 MB take their bandwidth-bound time; a power of
 # two would calibrate that artifact into every size.
 CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
+# NCCL on GPUs: nccl-tests' `-b 8 -e 1G -f 2`, so the fit sees every protocol and algorithm regime NCCL switches
+# between (simfog.nccl_fit needs the 64 KiB-4 MiB transitions, where buckets lie).
+NCCL_CALIBRATION_SIZES = tuple(2**k for k in range(3, 31))
 STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores) and the process group
 # The run's temporary folder in tempfile.gettempdir(): "simfog-validate-<pid>-<8 random>"; the pid lets a later run
 # remove the folder of a validator killed with SIGKILL (the only exit that cannot remove its own).
@@ -85,7 +88,7 @@ class Options:
     mode: str = "replay"
     warmup: int = 2
     emulate: bool | None = None
-    calibration_sizes: tuple[int, ...] = CALIBRATION_SIZES
+    calibration_sizes: tuple[int, ...] | None = None  # None: CALIBRATION_SIZES (gloo), NCCL_CALIBRATION_SIZES
     calibration_repeats: int = 10
     spin_s: float = 2e-4
     calibration_timeout_s: float = 300.0
@@ -109,6 +112,13 @@ class Options:
             raise ConfigError("launcher", self.launcher, f"one of {', '.join(LAUNCHERS)}")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", self.backend, f"one of {', '.join(BACKENDS)}")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The calibration microbenchmarks' sizes (bytes): as given, else the backend's default."""
+        if self.calibration_sizes is not None:
+            return tuple(self.calibration_sizes)
+        return NCCL_CALIBRATION_SIZES if self.backend == "nccl" else CALIBRATION_SIZES
 
     @property
     def scheduling(self) -> str:
@@ -285,7 +295,7 @@ class _Nodes:
 
 def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, work: Path,
                     collectives: tuple[str, ...] = ("allreduce",)) -> NetworkTrace:
-    """gloo `collectives` at options.calibration_sizes on `cluster`'s nodes, timed as `simfog collect network` times
+    """`collectives` (options.backend) at options.sizes on `cluster`'s nodes, timed as `simfog collect network` times
     (validate.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
     validate.worker --calibrate so that the scheduling is the runs' own."""
     from validate.collect_network import TIMING, make_plan, merge_ranks
@@ -293,7 +303,7 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
 
     n_nodes = len(cluster.nodes)
     ranks = n_nodes * ranks_per_node
-    plan = make_plan(collectives, options.calibration_sizes, ranks, options.calibration_repeats, 1)
+    plan = make_plan(collectives, options.sizes, ranks, options.calibration_repeats, 1)
     out = work / f"calibration-{link}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))

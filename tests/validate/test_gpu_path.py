@@ -80,6 +80,15 @@ def one_node():
     return make_experiment(trace, nodes=1, gpus_per_node=2, iterations=3)
 
 
+def test_calibration_sizes_follow_the_backend():
+    from validate.run import CALIBRATION_SIZES
+
+    assert Options().sizes == CALIBRATION_SIZES
+    nccl_sizes = Options(backend="nccl").sizes
+    assert (nccl_sizes[0], nccl_sizes[-1], len(nccl_sizes)) == (8, 2**30, 28)   # nccl-tests' 8 B-1 GiB, x2
+    assert Options(backend="nccl", calibration_sizes=(1000,)).sizes == (1000,)
+
+
 def test_what_the_nccl_path_refuses(one_node):
     with pytest.raises(ConfigError, match="backend"):
         Options(backend="mpi")
