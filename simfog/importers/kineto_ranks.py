@@ -27,6 +27,7 @@ from pathlib import Path
 from simfog.errors import ConfigError
 from simfog.importers import kineto as kt
 from simfog.importers import kineto_events as ke
+from simfog.importers.logs import warn
 from simfog.trace import DTYPE_BYTES, Layer, ModelTrace, NetworkTrace
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -68,6 +69,11 @@ def _ranks(folder: str) -> list[_Rank]:
     if len(bases) > 1:
         raise ConfigError("baseTimeNanoseconds", "(in some files only)", "the same time convention in every rank's "
                           "file, so that their clocks can be aligned", source=folder)
+    world = ranks[0].info.get("world_size")
+    if isinstance(world, int) and len(ranks) < world:
+        warn(folder, f"the folder has {len(ranks)} of the run's {world} ranks: a collective's last arrival among "
+             "them need not be the one that released it, so its times may still include waiting for the absent "
+             "ranks, and the model trace has only these ranks' compute")
     if ranks[0].base_ns is not None:
         first = min(r.base_ns for r in ranks)
         for r in ranks:
@@ -112,8 +118,7 @@ def import_folder(folder, *, model=None, batch_size=None, clock="auto", skip=0) 
         **{key: k0[key] for key in ("backend", "world_size", "host_devices", "clock", "attribution", "params_from")},
         "file": name, "files": [Path(r.path).name for r in ranks], "ranks": [r.rank for r in ranks],
         "hosts": hosts,
-        "iterations": [dict(it, rank=r.rank) for r, mt in zip(ranks, mts, strict=True)
-                       for it in mt.extra["kineto"]["iterations"]],
+        "iterations": _iterations(ranks, mts, skip),
         "buckets": k0["buckets"], "collectives": rows}}
     notes = (f"Imported by `simfog import kineto {name}` from {len(ranks)} rank traces "
              f"({', '.join(f'{Path(r.path).name}: rank {r.rank}' for r in ranks)}), {ref.samples} iterations each. "
@@ -132,6 +137,16 @@ def import_folder(folder, *, model=None, batch_size=None, clock="auto", skip=0) 
         optimizer_s=tuple(t for mt in mts for t in mt.optimizer_s), extra=extra,
         host_s=tuple(t for mt in mts for t in mt.host_s),
         sample_ranks=tuple(r.rank for r, mt in zip(ranks, mts, strict=True) for _ in range(mt.samples)))
+
+
+def _iterations(ranks: list[_Rank], mts: list[ModelTrace], skip: int) -> list[dict]:
+    """Every rank's iterations (as a single-file import lists them) with its rank and start_s: seconds from the
+    earliest start of a kept iteration on any rank (clocks aligned), so the run's span can be read off."""
+    starts = [[s + r.offset_us for _, s, _ in r.trace.windows(r.trace.main_thread())[skip:]] for r in ranks]
+    t0 = min(s[0] for s in starts)
+    return [dict(it, rank=r.rank, start_s=round((s - t0) * 1e-6, 9))
+            for r, mt, mine in zip(ranks, mts, starts, strict=True)
+            for it, s in zip(mt.extra["kineto"]["iterations"], mine, strict=True)]
 
 
 def import_folder_comm(folder, *, nodes=None, skip=0) -> NetworkTrace:
