@@ -615,6 +615,24 @@ def dataclass_replace_times(a, b):
     return replace(a, forward_s=a.forward_s + b.forward_s, backward_s=a.backward_s + b.backward_s)
 
 
+@needs_ref
+@pytest.mark.filterwarnings("ignore:.*(NOT the model's tensors|not plain data-parallel):UserWarning")
+def test_kineto_sampled_pair_folder_says_ranks_are_missing_and_refuses_what_disagrees(tmp_path):
+    """HTA's trace_filter pair: 2 of 128 ranks, sampled (events dropped), so their layers differ."""
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    for r in (0, 1):
+        name = f"sampled_rank-{r}.json.gz"
+        (folder / name).write_bytes((REF / "kineto-nccl" / "trace_filter" / name).read_bytes())
+    with pytest.warns(ImporterWarning, match="2 of the run's 128 ranks"):
+        with pytest.raises(ConfigError, match="layers.*the ranks of one data-parallel run") as e:
+            import_file("kineto", folder, batch_size=1)
+    assert e.value.source.endswith("sampled_rank-1.json.gz")
+    with pytest.warns(ImporterWarning, match="2 of the run's 128 ranks"):
+        with pytest.raises(ConfigError, match="collective #0.*the ranks issue the same collectives"):
+            import_file("kineto-comm", folder, nodes=2)             # sampled: rank 1's first kept one differs
+
+
 def _replay(mt, net, ranks=2):
     """The simulated run of `mt` replayed in recorded order at its own layout (1 node, `ranks` ranks, ring, DDP
     buckets), links calibrated from `net`: (the run's mean iteration, each rank's mean iteration), seconds."""
