@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _epilog()
     parser.add_argument("kind", choices=IMPORTERS.names(), help="what FILE is")
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="the file(s) to import (.gz read transparently), or for kineto and kineto-comm a folder with one "
-                        "trace per rank; several files (network importers: "
+                        help="the file(s) to import (.gz read transparently), or for kineto and kineto-comm a "
+                        "folder with one trace per rank; several files (network importers: "
                         "nccl-tests, osu, imb) are merged into one NetworkTrace")
     parser.add_argument("-o", "--output", required=True, help="trace to write: OUT.json or OUT.json.gz (atomic)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output file")

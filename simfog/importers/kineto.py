@@ -23,6 +23,8 @@ most of its step there; the simulator adds it to the step, so a replay at the tr
 measured step (tests: within 5 % on the A100 ResNet-50 trace).
 Collectives other than data parallelism's (alltoall, send/recv, large allgather / reduce_scatter) are named in an
 ImporterWarning. `import_kineto_comm` / `network_trace_of` turn the collectives into a NetworkTrace.
+A folder of traces, one per rank, imports all ranks at once (kineto_ranks): one rank's collective durations
+include its waits for slower peers, so only the folder gives transfer times and per-rank compute.
 """
 
 from __future__ import annotations
