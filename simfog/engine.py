@@ -6,7 +6,12 @@ communication stream through `Collective` rendezvous; durations come from pure c
 
 Compute draws: with compute = "samples", each (iteration, rank) draws one recorded iteration k of the trace and
 uses sample k of every layer, so layer times keep the correlation they had when measured and stragglers arise
-from the data. With compute = "mean", every layer takes its mean time.
+from the data. With compute = "mean", every layer takes its mean time; "replay" runs recorded iteration i mod S
+at simulated iteration i on every rank (a measured run reproduced in order).
+A trace of several recorded ranks (ModelTrace.sample_ranks, `simfog import kineto DIR`) keeps each rank's own
+compute: each simulated iteration draws one recorded iteration k, and simulated rank r takes recorded rank
+(r mod R)'s sample of iteration k, so the ranks differ as the measured ones did in that very iteration; "mean"
+gives each recorded rank its own means.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class ComputeModel:
     host_s: np.ndarray | None = None  # (S,): the part of optimizer_s that is host time, when the trace has it
     layer_forward_s: np.ndarray | None = None   # (S, layers): each layer's forward time
     layer_backward_s: np.ndarray | None = None  # (S, layers): each layer's backward time
+    # (R, I): row of recorded rank r's iteration i, for a trace of R recorded ranks (ModelTrace.sample_ranks)
+    rank_rows: np.ndarray | None = None
 
     @staticmethod
     def from_trace(trace, mode: str) -> ComputeModel:
@@ -47,12 +54,30 @@ class ComputeModel:
         host = np.asarray(getattr(trace, "host_s", ()), dtype=float)
         if host.size != fwd.shape[0]:
             host = np.full(fwd.shape[0], host.mean() if host.size else 0.0)
-        if mode == "mean":
+        ranks = np.asarray(getattr(trace, "sample_ranks", ()), dtype=int)
+        rows = np.array([np.flatnonzero(ranks == r) for r in np.unique(ranks)]) if ranks.size else None
+        if mode == "mean" and rows is not None:   # each recorded rank its own means
+            fwd, bwd, opt, host = (np.array([x[r].mean(0) for r in rows]) for x in (fwd, bwd, opt, host))
+            rows = np.arange(len(rows))[:, None]
+        elif mode == "mean":
             fwd, bwd = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True)
             opt, host = opt.mean(keepdims=True), host.mean(keepdims=True)
         # Backward runs from the last layer to the first: layer l ends after all layers >= l.
         layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
-        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host, fwd, bwd)
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host, fwd, bwd, rows)
+
+    def draw(self, rng: np.random.Generator, iterations: int, ranks: int, *, replay: bool = False) -> np.ndarray:
+        """(iterations, ranks) rows: one independent draw per (iteration, rank); with recorded ranks, one recorded
+        iteration per simulated iteration, simulated rank r taking recorded rank (r mod R)'s row of it. `replay`:
+        recorded iteration i mod S at simulated iteration i instead of a draw (rng untouched)."""
+        rows = self.rank_rows if self.rank_rows is not None else np.arange(self.samples)[None, :]
+        if replay:
+            k = np.arange(iterations) % rows.shape[1]
+        elif self.rank_rows is None:
+            return rng.integers(0, self.samples, size=(iterations, ranks))
+        else:
+            k = rng.integers(0, rows.shape[1], size=iterations)
+        return rows[np.arange(ranks) % len(rows)][:, k].T
 
     @property
     def samples(self) -> int:
@@ -163,7 +188,7 @@ class Simulation:
         self.ranks = exp.ranks
         self.simulated_ranks = 1 if self.symmetric else self.ranks
         rng = np.random.default_rng(exp.seed)
-        self.draws = rng.integers(0, self.compute.samples, size=(exp.iterations, self.ranks))
+        self.draws = self.compute.draw(rng, exp.iterations, self.ranks, replay=exp.workload.compute == "replay")
         self.slowdown, self.delays = _heterogeneity(exp, rng)
         self.records: list[tuple] = []
         self.finished = [0] * self.simulated_ranks  # iterations each simulated rank has completed

@@ -20,12 +20,14 @@ from simfog.trace import ModelTrace, load_model_trace
 if TYPE_CHECKING:
     from simfog.collectives import CostModel
 
-COMPUTE_MODES = ("samples", "mean")
+COMPUTE_MODES = ("samples", "mean", "replay")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A traced model; `compute` says whether layer times are drawn from the samples (seeded) or fixed at means."""
+    """A traced model; `compute` says whether layer times are drawn from the samples (seeded), fixed at means, or
+    replayed in recorded order ("replay": simulated iteration i takes recorded iteration i mod samples, to
+    reproduce a measured run at its own layout)."""
 
     trace: ModelTrace
     trace_path: str
@@ -38,11 +40,13 @@ class Workload:
         t, p = self.trace, self.trace.provenance
         device = t.device.get("name") or t.device.get("kind") or "an unnamed device"
         if p.estimated:
-            how = {"mean": "fixed at their means", "samples": "drawn per rank"}[self.compute]
+            how = {"mean": "fixed at their means", "samples": "drawn per rank",
+                   "replay": "replayed in recorded order"}[self.compute]
             return (f"ESTIMATED for {device} ({p.command or 'no command recorded'}): {t.samples} sample(s) per "
                     f"layer, {how}")
-        how = (f"each rank draws one of {t.samples} recorded iterations per iteration" if self.compute == "samples"
-               else f"means of {t.samples} recorded iterations")
+        how = {"samples": f"each rank draws one of {t.samples} recorded iterations per iteration",
+               "mean": f"means of {t.samples} recorded iterations",
+               "replay": f"{t.samples} recorded iterations replayed in order"}[self.compute]
         return f"{p.source} on {device} ({p.date[:10] or 'undated'}): {how}"
 
 

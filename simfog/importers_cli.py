@@ -7,6 +7,8 @@
     simfog import osu IMB-MPI1-allreduce.log -o net-imb.json                            # Intel MPI Benchmarks
     simfog import kineto nccl_data.json.gz -o resnet50.json.gz -s batch_size=32 -s model=resnet50
     simfog import kineto-comm nccl_data.json.gz -o net-resnet50.json.gz                 # its NCCL collectives
+    simfog import kineto traces/ -o ddp.json.gz           # a folder, one trace per rank: each rank's compute
+    simfog import kineto-comm traces/ -o net-ddp.json.gz  # transfer times across the ranks, waits left out
     simfog import mgwfbp tmp8comm.log -o googlenet.json -s forward_per_backward=0.5
 """
 
@@ -37,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _epilog()
     parser.add_argument("kind", choices=IMPORTERS.names(), help="what FILE is")
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="the file(s) to import (.gz read transparently); several files (network importers: "
+                        help="the file(s) to import (.gz read transparently), or for kineto and kineto-comm a "
+                        "folder with one trace per rank; several files (network importers: "
                         "nccl-tests, osu, imb) are merged into one NetworkTrace")
     parser.add_argument("-o", "--output", required=True, help="trace to write: OUT.json or OUT.json.gz (atomic)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -102,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
     trace.save(out)
     if isinstance(trace, ModelTrace):
         what = (f"ModelTrace {trace.model!r}: {len(trace.layers)} layers, {len(trace.tensors)} tensors "
-                f"({trace.parameters} elements), {trace.samples} iteration(s)")
+                f"({trace.parameters} elements), " + (
+                    f"{trace.samples // len(set(trace.sample_ranks))} iteration(s) x {len(set(trace.sample_ranks))} "
+                    "ranks" if trace.sample_ranks else f"{trace.samples} iteration(s)"))
     else:
         ranks = sorted({m.ranks for m in trace.measurements})
         collectives = sorted({m.collective for m in trace.measurements})

@@ -82,6 +82,11 @@ class ModelTrace:
     # communication (data loading, host launch gaps, Python); empty = none recorded (0). The engine runs it in the
     # step's serial tail, with the optimizer step, so it never overlaps communication.
     host_s: tuple[float, ...] = ()
+    # Per sample: the rank it was recorded on, for a trace of several ranks (`simfog import kineto DIR`); empty =
+    # one rank, or not known. Every rank then has the same number of samples, and its j-th sample (in order) is
+    # recorded iteration j, the one its peers' j-th samples ran with. The engine draws one recorded iteration per
+    # simulated iteration and gives simulated rank r recorded rank r mod R's sample of it (simfog.engine).
+    sample_ranks: tuple[int, ...] = ()
 
     @property
     def samples(self) -> int:
@@ -117,6 +122,7 @@ class ModelTrace:
             "layers": [_layer_dict(layer) for layer in self.layers],
             "grad_ready_order": list(self.grad_ready_order),
             "optimizer_s": list(self.optimizer_s), **({"host_s": list(self.host_s)} if self.host_s else {}),
+            **({"sample_ranks": list(self.sample_ranks)} if self.sample_ranks else {}),
             **dict(self.extra),
         }
 
@@ -273,7 +279,7 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
         raise ConfigError("grad_ready_order", bad[0],
                           "every parameter of the layers exactly once (missing, unknown or repeated)")
     known = {"format", "model", "batch_size", "dtype", "device", "software", "provenance", "layers",
-             "grad_ready_order", "optimizer_s", "host_s"}
+             "grad_ready_order", "optimizer_s", "host_s", "sample_ranks"}
     host = _times(d, "host_s", "", allow_empty=True) if "host_s" in d else ()
     if host and len(host) != samples:
         raise ConfigError("host_s", f"{len(host)} samples",
@@ -285,7 +291,23 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
         software=_get(d, "software", "", dict, 'an object such as {"python": "3.11.7", "torch": "2.13.0"}'),
         provenance=_provenance(d), layers=tuple(layers), grad_ready_order=tuple(order),
         optimizer_s=_times(d, "optimizer_s", "", allow_empty=True) if "optimizer_s" in d else (),
-        extra={k: v for k, v in d.items() if k not in known}, host_s=host)
+        extra={k: v for k, v in d.items() if k not in known}, host_s=host,
+        sample_ranks=_sample_ranks(d, samples))
+
+
+def _sample_ranks(d: Mapping, samples: int) -> tuple[int, ...]:
+    """The optional `sample_ranks`: one rank (0..MAX_COUNT) per sample, every rank present with the same count."""
+    if "sample_ranks" not in d:
+        return ()
+    allowed = f"a list of {samples} ranks (integers >= 0), one per sample, each rank with the same number of samples"
+    ranks = _get(d, "sample_ranks", "", list, allowed)
+    if len(ranks) != samples or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_COUNT
+                                    for r in ranks):
+        raise ConfigError("sample_ranks", ranks[:8] if len(ranks) > 8 else ranks, allowed)
+    counts = {r: ranks.count(r) for r in set(ranks)}
+    if len(set(counts.values())) > 1:
+        raise ConfigError("sample_ranks", f"samples per rank {dict(sorted(counts.items()))}", allowed)
+    return tuple(ranks)
 
 
 def network_trace_from_dict(d: Mapping) -> NetworkTrace:

@@ -258,3 +258,27 @@ def test_host_time_is_added_to_the_step_after_communication():
     hosted = simulate(make_experiment(replace(trace, host_s=(0.1,)), nodes=1, gpus_per_node=1)).summary()
     assert hosted["iteration_time_s"] == pytest.approx(base + 0.1)     # one rank: nothing to overlap
     assert base == pytest.approx(1e-3 * 2 + 2e-3 * 2 + 0.5e-3)
+
+
+def test_recorded_ranks_keep_their_own_compute_iteration_by_iteration():
+    """A trace of 2 recorded ranks x 2 iterations (sample_ranks 0, 0, 1, 1): every simulated iteration takes one
+    recorded iteration k on all ranks, rank r recorded rank r mod 2's sample of it; replay takes k = i mod 2."""
+    from dataclasses import replace
+
+    from simfog.engine import Simulation
+
+    samples = [([1e-3], [1e-3]), ([2e-3], [2e-3]), ([5e-3], [5e-3]), ([7e-3], [7e-3])]
+    trace = replace(make_trace([0], [0], [1000], samples=samples), sample_ranks=(0, 0, 1, 1))
+    replayed = Simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=3, compute="replay"))
+    assert replayed.draws.tolist() == [[0, 2, 0, 2], [1, 3, 1, 3], [0, 2, 0, 2]]
+    drawn = Simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=50, compute="samples", seed=3))
+    assert set(map(tuple, drawn.draws.tolist())) == {(0, 2, 0, 2), (1, 3, 1, 3)}
+    means = Simulation(make_experiment(trace, nodes=1, gpus_per_node=2, compute="mean"))
+    assert means.compute.forward_s.tolist() == pytest.approx([1.5e-3, 6e-3])     # each recorded rank its own means
+    assert means.draws.tolist() == [[0, 1]] * 3 and not means.symmetric
+    # one node, 2 ranks, a 1000-element gradient: the slower recorded rank sets the pace
+    alone = simulate(make_experiment(replace(trace, sample_ranks=()), nodes=1, gpus_per_node=1, compute="replay",
+                                     iterations=2)).summary()["iteration_time_s"]
+    assert alone == pytest.approx((2e-3 + 4e-3) / 2)                   # no sample_ranks: recorded order 0, 1
+    pair = means.run().summary()["iteration_time_s"]
+    assert pair > 12e-3                                                # rank 1's 6 + 6 ms, plus the allreduce

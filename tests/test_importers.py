@@ -500,6 +500,186 @@ def test_truncated_and_wrong_kineto_files(tmp_path):
         import_file("kineto", tmp_path / "other.json")
 
 
+# ---- Kineto: a folder of rank traces ----
+
+def _rank_trace(path, events, *, rank=None, base_shift_us=0):
+    """One rank's trace file: `events` with their clock moved `base_shift_us` later in baseTimeNanoseconds (and
+    their ts back by as much, so the absolute times do not change); distributedInfo.rank only when `rank` is given."""
+    info = {"backend": "gloo", "world_size": 2, **({"rank": rank} if rank is not None else {})}
+    moved = [dict(e, ts=e["ts"] - base_shift_us) for e in events]
+    path.write_text(json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": 1_800_000_000 * 10**9 + base_shift_us
+                                * 1000, "distributedInfo": info, "host_name": "box", "traceEvents": moved}))
+    return path
+
+
+def _late_rank(events, gloo_start_us, gloo_dur_us, relu_us):
+    """The toy iteration's events as a slower rank runs them: its relu takes `relu_us`, and its gloo worker starts
+    the allreduce `gloo_start_us` after the iteration start and runs `gloo_dur_us`."""
+    out = []
+    for e in events:
+        t = e["ts"] - e["ts"] % 1000                              # the iteration's start (iterations 1000 µs apart)
+        if e["name"] == "gloo:all_reduce":
+            e = dict(e, ts=t + gloo_start_us, dur=gloo_dur_us)
+        elif e["name"] == "aten::relu":
+            e = dict(e, dur=relu_us)
+        out.append(e)
+    return out
+
+
+def test_kineto_folder_transfer_time_leaves_out_the_wait(tmp_path):
+    """Rank 0's gloo worker runs the allreduce 345..395 µs into each iteration; rank 1 (slower relu, a clock base
+    1 ms later, its rank only in the file name) starts it at 375 and ends at 397. Transfer = 397 - 375 = 22 µs (not
+    rank 0's 50); rank 0 waited 30 µs for rank 1, whose arrival released it."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    events = _iteration(0, 1) + _iteration(1000, 11)
+    _rank_trace(folder / "trainer0.json", events, rank=0)
+    _rank_trace(folder / "rank-1.json", _late_rank(events, 375, 22, 25), base_shift_us=1000)
+    mt = import_file("kineto", folder)
+    assert mt.sample_ranks == (0, 0, 1, 1) and mt.samples == 4
+    assert mt.layers[1].forward_s == pytest.approx((28e-6, 28e-6, 33e-6, 33e-6))    # each rank its own relu
+    k = mt.extra["kineto"]
+    assert (k["ranks"], k["files"], k["hosts"]) == ([0, 1], ["trainer0.json", "rank-1.json"], ["box"])
+    assert [c["duration_s"] for c in k["collectives"]] == pytest.approx([22e-6, 22e-6])
+    assert [c["wait_s"] for c in k["collectives"]] == [pytest.approx([30e-6, 0.0])] * 2
+    assert [c["released_by"] for c in k["collectives"]] == [1, 1]
+    assert [it["start_s"] for it in k["iterations"]] == pytest.approx([0.0, 1e-3, 0.0, 1e-3])   # clocks aligned
+    net = import_file("kineto-comm", folder)
+    assert [(m.collective, m.ranks, m.nodes, m.bytes, m.time_s) for m in net.measurements] == [
+        ("allreduce", 2, 1, 60, pytest.approx((22e-6, 22e-6)))]
+    assert "waiting for a slower peer is not counted" in net.provenance.notes and "1 host(s)" in net.provenance.notes
+    assert kineto_network(mt).measurements == net.measurements
+    assert load_model_trace_roundtrip(mt, tmp_path) == mt.to_dict()
+
+
+def load_model_trace_roundtrip(mt, tmp_path):
+    mt.save(tmp_path / "mt.json")
+    return load_model_trace(tmp_path / "mt.json").to_dict()
+
+
+def test_kineto_folder_refuses_ranks_that_disagree(tmp_path):
+    events = _iteration(0, 1) + _iteration(1000, 11)
+    for name, files, match in [
+            ("empty", {}, "one Kineto trace"),
+            ("twice", {"a.json": 0, "b.json": 0}, "one file per rank"),
+            ("norank", {"a.json": None}, "distributedInfo"),
+            ("short", {"rank0.json": (0, events), "rank1.json": (1, _iteration(0, 1))}, "iterations")]:
+        folder = tmp_path / name
+        folder.mkdir()
+        for fname, spec in files.items():
+            rank, evs = spec if isinstance(spec, tuple) else (spec, events)
+            _rank_trace(folder / fname, evs, rank=rank)
+        with pytest.raises(ConfigError, match=match):
+            import_file("kineto", folder)
+    with pytest.raises(ConfigError, match="a file, not a directory"):
+        import_file("osu", tmp_path / "twice")                      # only the Kineto importers read folders
+
+
+@pytest.fixture
+def gloo_folder(tmp_path):
+    """The two gloo-ddp-cpu rank traces in a folder of their own (copied: the reference folder has other files)."""
+    folder = tmp_path / "gloo"
+    folder.mkdir()
+    for r in (0, 1):
+        (folder / f"rank{r}.json.gz").write_bytes((GLOO / f"rank{r}.json.gz").read_bytes())
+    return folder
+
+
+@needs_ref
+def test_kineto_gloo_folder_collectives_timed_across_ranks(gloo_folder, tmp_path):
+    mt = import_file("kineto", gloo_folder)
+    k = mt.extra["kineto"]
+    assert (mt.samples, mt.sample_ranks, k["ranks"], k["hosts"]) == (6, (0, 0, 0, 1, 1, 1), [0, 1], ["vm"])
+    assert mt.layers == tuple(dataclass_replace_times(a, b) for a, b in zip(
+        import_file("kineto", GLOO / "rank0.json.gz").layers, import_file("kineto", GLOO / "rank1.json.gz").layers))
+    # PROVENANCE.md: end on the last rank to finish minus start on the last rank to start
+    assert [(c["collective"], c["elements"]) for c in k["collectives"]] == [
+        ("allreduce", 8_667_146), ("broadcast", 11), ("broadcast", 2)] + [
+        ("allreduce", 2_108_426), ("allreduce", 6_558_720)] * 2
+    assert [c["duration_s"] * 1e3 for c in k["collectives"]] == pytest.approx(
+        [30.32, 0.10, 2.29, 8.76, 37.64, 10.78, 38.15], abs=0.01)
+    assert [c["released_by"] for c in k["collectives"]] == [0, 1, 0, 1, 1, 1, 1]
+    assert max(k["collectives"][3]["wait_s"]) * 1e3 == pytest.approx(56.17, abs=0.01)   # rank 0 waited 56 ms
+    net = import_file("kineto-comm", gloo_folder)                  # nodes: both traces name host "vm"
+    assert [(m.collective, m.nodes, m.bytes, [round(t * 1e3, 2) for t in m.time_s]) for m in net.measurements] == [
+        ("allreduce", 1, 4 * 8_667_146, [30.32]), ("broadcast", 1, 44, [0.10]), ("broadcast", 1, 8, [2.29]),
+        ("allreduce", 1, 4 * 2_108_426, [8.76, 10.78]), ("allreduce", 1, 4 * 6_558_720, [37.65, 38.15])]
+    assert kineto_network(mt).measurements == net.measurements
+    assert _cli("kineto", gloo_folder, "-o", tmp_path / "mt.json.gz") == 0
+    assert load_model_trace(tmp_path / "mt.json.gz").sample_ranks == mt.sample_ranks
+
+
+def dataclass_replace_times(a, b):
+    """Layer `a` with `b`'s samples appended: what a folder of the two ranks holds."""
+    from dataclasses import replace
+    return replace(a, forward_s=a.forward_s + b.forward_s, backward_s=a.backward_s + b.backward_s)
+
+
+@needs_ref
+@pytest.mark.filterwarnings("ignore:.*(NOT the model's tensors|not plain data-parallel):UserWarning")
+def test_kineto_sampled_pair_folder_says_ranks_are_missing_and_refuses_what_disagrees(tmp_path):
+    """HTA's trace_filter pair: 2 of 128 ranks, sampled (events dropped), so their layers differ."""
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    for r in (0, 1):
+        name = f"sampled_rank-{r}.json.gz"
+        (folder / name).write_bytes((REF / "kineto-nccl" / "trace_filter" / name).read_bytes())
+    with pytest.warns(ImporterWarning, match="2 of the run's 128 ranks"):
+        with pytest.raises(ConfigError, match="layers.*the ranks of one data-parallel run") as e:
+            import_file("kineto", folder, batch_size=1)
+    assert e.value.source.endswith("sampled_rank-1.json.gz")
+    with pytest.warns(ImporterWarning, match="2 of the run's 128 ranks"):
+        with pytest.raises(ConfigError, match="collective #0.*the ranks issue the same collectives"):
+            import_file("kineto-comm", folder, nodes=2)             # sampled: rank 1's first kept one differs
+
+
+def _replay(mt, net, ranks=2):
+    """The simulated run of `mt` replayed in recorded order at its own layout (1 node, `ranks` ranks, ring, DDP
+    buckets), links calibrated from `net`: (the run's mean iteration, each rank's mean iteration), seconds."""
+    from simfog.calibrate import fit
+    from simfog.cluster import Cluster, Link
+    from simfog.engine import simulate
+    from simfog.experiment import Comm, Experiment, Workload
+
+    n = mt.samples // max(1, len(set(mt.sample_ranks)))
+    cluster = fit(net).apply(Cluster(1, ranks, Link(1e-6, 1e10), Link(1e-5, 1e9)))
+    result = simulate(Experiment(0, n, Workload(mt, "<memory>", "replay"), cluster, Comm(collective="ring")))
+    ends = result.iterations().groupby("rank")["end_s"].max()
+    return result.summary()["iteration_time_s"], [ends[r] / n for r in range(ranks)]
+
+
+@needs_ref
+def test_kineto_gloo_folder_replay_reproduces_the_run(gloo_folder):
+    """The gloo pair replayed at its own layout (each rank its own recorded compute and host time, iteration by
+    iteration; links fitted to the folder's own transfer times) against the measured run: 269.9 ms per iteration
+    vs 274.0 ms (-1.5 %; the run's span: rank 1 starts first and ends last), rank 0 252.5 vs 257.2 ms (-1.9 %),
+    rank 1 269.9 vs 274.0 ms (-1.5 %). What is left is the network fit: the folder's 5 collectives, timed on 2
+    oversubscribed vCPUs, fit a line only to 45 % rms (26.2 MB: 27.9 ms fitted, 37.6 / 38.2 ms measured).
+    Iteration 1 ran DDP's first single bucket (8.7 M elements, 30.3 ms) where the replay uses the rebuilt two;
+    the rebuild's broadcasts (2.8 + 2.3 ms on rank 0) are in its host time.
+
+    Not within 5 %, for reasons the numbers show:
+    - One rank's file alone (rank0.json.gz, rank1.json.gz) replayed on both ranks with the same links: -10.9 %
+      and -7.3 %. Its record's exposed communication is mostly waiting for the other rank (rank 0 waited 56, 39,
+      42, 20 ms for rank 1 at the 2nd..5th allreduce); a replay of two copies of one rank cannot wait.
+    - compute = "mean" on the folder: 256.5 ms (-6.4 %). Each rank's three iterations differ widely (rank 1's
+      forward 20, 98, 15 ms): the means lose iteration 2, in which rank 1 fell 56 ms behind and rank 0 waited
+      (the slower rank's mean is below the mean of the slower rank per iteration).
+    """
+    mt = import_file("kineto", gloo_folder)
+    its = mt.extra["kineto"]["iterations"]
+    for it in its:      # every rank's step is compute + exposed communication + host time, nothing dropped
+        assert it["compute_s"] + it["exposed_comm_s"] + it["host_s"] == pytest.approx(it["duration_s"])
+    per_rank = [[it for it in its if it["rank"] == r] for r in (0, 1)]
+    run = max(mine[-1]["start_s"] + mine[-1]["duration_s"] for mine in per_rank) / 3   # the last rank's end
+    measured = [sum(it["duration_s"] for it in mine) / 3 for mine in per_rank]
+    assert [round(x * 1e3, 1) for x in (run, *measured)] == [274.0, 257.2, 274.0]
+    simulated, ranks = _replay(mt, import_file("kineto-comm", gloo_folder))
+    assert simulated == pytest.approx(run, rel=0.05)
+    assert ranks == pytest.approx(measured, rel=0.05)
+    assert [round(x * 1e3, 1) for x in (simulated, *ranks)] == [269.9, 252.5, 269.9]
+
+
 # ---- saving and the CLI ----
 
 @needs_ref

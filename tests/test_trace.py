@@ -93,3 +93,17 @@ def test_host_time_is_optional_validated_and_round_trips(tmp_path):
         model_trace_from_dict({**d, "host_s": [0.1, 0.2]})
     with pytest.raises(ConfigError, match=r"host_s\[0\]"):
         model_trace_from_dict({**d, "host_s": [-1.0]})
+
+
+def test_sample_ranks_are_optional_validated_and_round_trip(tmp_path):
+    samples = [([1e-3], [2e-3]), ([1e-3], [2e-3]), ([3e-3], [4e-3]), ([3e-3], [4e-3])]
+    d = make_trace([0], [0], [10], samples=samples).to_dict()
+    assert "sample_ranks" not in d and model_trace_from_dict(d).sample_ranks == ()
+    mt = model_trace_from_dict({**d, "sample_ranks": [0, 0, 1, 1]})
+    assert mt.sample_ranks == (0, 0, 1, 1) and "sample_ranks" not in mt.extra
+    mt.save(tmp_path / "t.json.gz")
+    assert load_model_trace(tmp_path / "t.json.gz").to_dict() == mt.to_dict()
+    for bad, match in (([0, 1], "one per sample"), ([0, 0, 0, 1], r"samples per rank \{0: 3, 1: 1\}"),
+                       ([0, 0, 1, -1], "integers >= 0"), ([0, 0, 1, True], "integers >= 0")):
+        with pytest.raises(ConfigError, match=match):
+            model_trace_from_dict({**d, "sample_ranks": bad})

@@ -58,15 +58,20 @@ class LayerTimes:
 
     @staticmethod
     def from_trace(trace: ModelTrace, mode: str) -> LayerTimes:
-        """"samples": every recorded iteration; "mean": one row of means. Raises ConfigError for another mode."""
-        if mode not in ("samples", "mean"):
-            raise ConfigError("workload.compute", mode, "samples or mean")
+        """"samples" and "replay": every recorded iteration; "mean": one row of means (one per recorded rank for a
+        trace with sample_ranks). Raises ConfigError for another mode."""
+        if mode not in ("samples", "mean", "replay"):
+            raise ConfigError("workload.compute", mode, "samples, mean or replay")
         fwd = np.array([layer.forward_s for layer in trace.layers], dtype=float).T
         bwd = np.array([layer.backward_s for layer in trace.layers], dtype=float).T
         opt = np.asarray(trace.optimizer_s, dtype=float)
         if opt.size != fwd.shape[0]:
             opt = np.full(fwd.shape[0], opt.mean() if opt.size else 0.0)
-        if mode == "mean":
+        ranks = np.asarray(getattr(trace, "sample_ranks", ()), dtype=int)
+        if mode == "mean" and ranks.size:
+            rows = [np.flatnonzero(ranks == r) for r in np.unique(ranks)]
+            fwd, bwd, opt = (np.array([x[r].mean(0) for r in rows]) for x in (fwd, bwd, opt))
+        elif mode == "mean":
             fwd, bwd, opt = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True), opt.mean(keepdims=True)
         return LayerTimes(fwd, bwd, opt)
 

@@ -29,6 +29,7 @@ from simfog.registry import Registry
 from simfog.trace import ModelTrace, NetworkTrace, Provenance, model_trace_from_dict, network_trace_from_dict
 
 IMPORTERS: Registry = Registry("importer")
+import_kineto.reads_folders = import_kineto_comm.reads_folders = True   # one trace per rank (kineto_ranks)
 IMPORTERS.register("kineto")(import_kineto)
 IMPORTERS.register("kineto-comm")(import_kineto_comm)
 IMPORTERS.register("nccl-tests")(import_nccl_tests)
@@ -46,6 +47,7 @@ def options_of(kind: str) -> dict[str, inspect.Parameter]:
 def import_file(kind: str, path: str | Path, **options) -> ModelTrace | NetworkTrace:
     """Import `path` with importer `kind` ("kineto", "nccl-tests", "osu", "imb", "mgwfbp"; see IMPORTERS).
 
+    `path` may be a folder for the importers that read one (kineto, kineto-comm: one trace per rank).
     Returns the trace, already checked against the trace format (so it saves and loads back unchanged).
     Raises ConfigError for an unknown kind or option, a missing, truncated or wrong file (naming it).
     """
@@ -55,7 +57,8 @@ def import_file(kind: str, path: str | Path, **options) -> ModelTrace | NetworkT
         if name not in allowed:
             raise ConfigError("option", name, f"an option of importer {kind}: {', '.join(allowed) or 'none'}",
                               source=str(path))
-    files.check_input(path)  # a missing file, a directory, a FIFO or /dev/zero: refused before any importer reads
+    if not (getattr(fn, "reads_folders", False) and Path(path).is_dir()):   # kineto: a folder of rank traces
+        files.check_input(path)  # a missing file, a directory, a FIFO or /dev/zero: refused before any importer reads
     trace = fn(path, **options)
     check = model_trace_from_dict if isinstance(trace, ModelTrace) else network_trace_from_dict
     try:

@@ -23,6 +23,8 @@ most of its step there; the simulator adds it to the step, so a replay at the tr
 measured step (tests: within 5 % on the A100 ResNet-50 trace).
 Collectives other than data parallelism's (alltoall, send/recv, large allgather / reduce_scatter) are named in an
 ImporterWarning. `import_kineto_comm` / `network_trace_of` turn the collectives into a NetworkTrace.
+A folder of traces, one per rank, imports all ranks at once (kineto_ranks): one rank's collective durations
+include its waits for slower peers, so only the folder gives transfer times and per-rank compute.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def _tensor_names(layer: str, grads: list) -> list[str]:
 def import_kineto(path, *, model: str | None = None, batch_size: int | None = None, clock: str = "auto",
                   skip: int = 0) -> ModelTrace:
     """PyTorch profiler (Kineto) JSON of DDP training -> ModelTrace, one sample per iteration; comm in extra.
+    A folder of traces, one per rank (as HTA's TraceAnalysis reads it), imports every rank: see kineto_ranks.
 
     Iterations: ProfilerStep#N spans, else spans ending at each Optimizer.step; the first `skip` are dropped.
     `clock`: "gpu" sums the GPU work each op launched, "cpu" the op durations, "auto" picks gpu when the trace
@@ -189,8 +192,17 @@ def import_kineto(path, *, model: str | None = None, batch_size: int | None = No
         raise _bad(path, "clock", clock, f"one of {', '.join(CLOCKS)}")
     if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
         raise _bad(path, "skip", skip, "an integer >= 0")
+    if Path(path).is_dir():
+        from simfog.importers.kineto_ranks import import_folder
+
+        return import_folder(path, model=model, batch_size=batch_size, clock=clock, skip=skip)
     data = ke.load(path)
-    trace = ke.Trace(data, path)
+    return import_loaded(path, data, ke.Trace(data, path), model=model, batch_size=batch_size, clock=clock,
+                         skip=skip)
+
+
+def import_loaded(path: str, data: dict, trace: ke.Trace, *, model, batch_size, clock, skip) -> ModelTrace:
+    """import_kineto of a file already read (`data`) and parsed (`trace`); options already checked."""
     main = trace.main_thread()
     windows = trace.windows(main)
     if skip >= len(windows):
@@ -359,7 +371,8 @@ def _assemble(path, data, trace, its, layers, ready, shapes, use_gpu, model, bat
 
 
 def import_kineto_comm(path, *, nodes: int | None = None, skip: int = 0) -> NetworkTrace:
-    """The collectives of a PyTorch profiler (Kineto) trace -> NetworkTrace (for `simfog calibrate`).
+    """The collectives of a PyTorch profiler (Kineto) trace -> NetworkTrace (for `simfog calibrate`). A folder of
+    traces, one per rank, gives transfer times measured across ranks, without the waits (kineto_ranks).
 
     One measurement per (collective, bytes, ranks), its samples the execution times of every such collective in
     the iterations kept (the first `skip` dropped): NCCL kernel durations, or gloo worker annotations. On a
@@ -369,6 +382,10 @@ def import_kineto_comm(path, *, nodes: int | None = None, skip: int = 0) -> Netw
     path = str(path)
     if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
         raise _bad(path, "skip", skip, "an integer >= 0")
+    if Path(path).is_dir():
+        from simfog.importers.kineto_ranks import import_folder_comm
+
+        return import_folder_comm(path, nodes=nodes, skip=skip)
     data = ke.load(path)
     trace = ke.Trace(data, path)
     windows = trace.windows(trace.main_thread())
@@ -392,17 +409,23 @@ def import_kineto_comm(path, *, nodes: int | None = None, skip: int = 0) -> Netw
 
 def network_trace_of(trace: ModelTrace, *, nodes: int | None = None) -> NetworkTrace:
     """The collectives recorded in a trace made by `simfog import kineto` (extra["kineto"]["collectives"]) as a
-    NetworkTrace, as import_kineto_comm makes it from the Kineto file. Raises ConfigError when the trace has no
-    such data, or as import_kineto_comm."""
+    NetworkTrace, as import_kineto_comm makes it from the Kineto file or folder. Raises ConfigError when the trace
+    has no such data, or as import_kineto_comm."""
     k = trace.extra.get("kineto")
     if not isinstance(k, dict) or not isinstance(k.get("collectives"), list):
         raise ConfigError("kineto.collectives", "(missing)", "a trace imported with `simfog import kineto`")
-    return _network(k.get("file", "?"), k["collectives"], k.get("backend"), k.get("rank"), k.get("world_size"),
-                    k.get("host_devices") or 0, nodes, trace.provenance.date, trace.provenance.host,
-                    len(k.get("iterations") or []))
+    ranks = k.get("ranks")
+    return _network(k.get("file", "?"), k["collectives"], k.get("backend"), ranks if ranks else k.get("rank"),
+                    k.get("world_size"), k.get("host_devices") or 0, nodes, trace.provenance.date,
+                    trace.provenance.host, len(k.get("iterations") or []) // max(1, len(ranks or [0])),
+                    hosts=len(k["hosts"]) if k.get("hosts") else None)
 
 
-def _network(name, rows, backend, rank, world_size, devices, nodes, date, host, iterations) -> NetworkTrace:
+def _network(name, rows, backend, rank, world_size, devices, nodes, date, host, iterations, *,
+             hosts: int | None = None) -> NetworkTrace:
+    """`rows` (collective, group_size, bytes, duration_s) -> NetworkTrace. `rank`: the trace's rank, or the list
+    of ranks of a folder, whose durations are transfer times across ranks (kineto_ranks); `hosts`: how many
+    distinct host names the folder's traces give (nodes inferred from them when not given)."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         ranks = r.get("group_size") or world_size
@@ -415,21 +438,32 @@ def _network(name, rows, backend, rank, world_size, devices, nodes, date, host, 
                           "execution record (NCCL kernel or gloo annotation)")
     most = max(n for _, _, n in groups)
     if nodes is None:
-        if devices < most:
+        if hosts is not None:
+            nodes, how = hosts, f"{hosts}, INFERRED: the rank traces name {hosts} host(s) (host_name)"
+        elif devices < most:
             raise ConfigError("nodes", "(not in the trace)", f"nodes=N: on how many hosts the {most} ranks ran "
                               f"(the host shows {devices} GPU(s), so they need not all be on it)")
-        nodes, how = 1, f"1, INFERRED: the host shows {devices} GPUs, enough for all {most} ranks"
+        else:
+            nodes, how = 1, f"1, INFERRED: the host shows {devices} GPUs, enough for all {most} ranks"
     else:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= most:
             raise ConfigError("nodes", nodes, f"an integer in 1..{most} (the ranks of the largest group)")
         how = f"{nodes}, given"
     ms = tuple(Measurement(c, n, min(nodes, n), b, tuple(t)) for (c, b, n), t in groups.items())
-    notes = (f"Imported from the PyTorch profiler trace {name} (rank {rank if rank is not None else '?'} of "
-             f"{world_size if world_size is not None else '?'}, backend {backend or '?'}), {iterations} "
-             f"iteration(s): one measurement per collective, size and group, its samples the execution times "
-             f"of each such collective (NCCL kernel duration or gloo worker annotation). A single rank's record "
-             f"includes waiting for the slower peers, so the times are upper bounds on the transfer. Nodes: {how}. "
-             f"Transport: not recorded in Kineto traces.")
+    if isinstance(rank, list):
+        what = (f"the PyTorch profiler traces in {name} (ranks {', '.join(map(str, rank))} of "
+                f"{world_size if world_size is not None else '?'}, backend {backend or '?'})")
+        timing = ("the transfer time of each such collective across ranks: its end on the last rank to finish "
+                  "minus its start on the last rank to start (whose arrival released it), so waiting for a slower "
+                  "peer is not counted")
+    else:
+        what = (f"the PyTorch profiler trace {name} (rank {rank if rank is not None else '?'} of "
+                f"{world_size if world_size is not None else '?'}, backend {backend or '?'})")
+        timing = ("the execution times of each such collective (NCCL kernel duration or gloo worker annotation). "
+                  "A single rank's record includes waiting for the slower peers, so the times are upper bounds on "
+                  "the transfer")
+    notes = (f"Imported from {what}, {iterations} iteration(s): one measurement per collective, size and group, its "
+             f"samples {timing}. Nodes: {how}. Transport: not recorded in Kineto traces.")
     return NetworkTrace(backend or "unknown", "unknown",
                         Provenance(command=f"simfog import kineto-comm {name}", date=date, host=host,
                                    source="imported", estimated=False, notes=notes), ms,

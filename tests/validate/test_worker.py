@@ -190,9 +190,11 @@ def _replay_trace() -> ModelTrace:
                       layers, order, optimizer_s=(1e-3, 2e-3))
 
 
-@pytest.mark.parametrize("mode", ["samples", "mean"])
-def test_layer_times_are_the_engines(mode):
-    trace = _replay_trace()
+@pytest.mark.parametrize("mode, ranks", [("samples", ()), ("mean", ()), ("replay", ()), ("mean", (0, 1))])
+def test_layer_times_are_the_engines(mode, ranks):
+    from dataclasses import replace
+
+    trace = replace(_replay_trace(), sample_ranks=ranks)
     lt, cm = LayerTimes.from_trace(trace, mode), ComputeModel.from_trace(trace, mode)
     np.testing.assert_allclose(lt.forward_s.sum(1), cm.forward_s, rtol=1e-12)
     np.testing.assert_allclose(np.cumsum(lt.backward_s[:, ::-1], axis=1)[:, ::-1], cm.layer_end_s, rtol=1e-12)
