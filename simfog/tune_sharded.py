@@ -46,6 +46,8 @@ FIELDS = {"fsdp_unit": "fsdp_unit", "prefetch": "prefetch", "reshard_after_forwa
           "reduce_bucket_size": "reduce_bucket_size", "overlap_comm": "overlap_comm"}
 #: FSDP2's defaults (prefetch 1: the implicit forward and backward prefetch of one unit) and DeepSpeed's for zero3.
 FSDP2_DEFAULTS = {"prefetch": 1, "reshard_after_forward": True}
+#: The "near best" range, as in simfog.tune: settings within this fraction of the best iteration time.
+NEAR_BEST = 0.01
 DEEPSPEED_DEFAULTS = {"stage3_prefetch_bucket_size": Comm.prefetch_bucket_size,
                       "reduce_bucket_size": Comm.reduce_bucket_size, "overlap_comm": True}
 
@@ -69,10 +71,12 @@ class ShardedTuneResult:
     info: dict = field(default_factory=dict)
 
     def table(self) -> pd.DataFrame:
-        """Best and defaults, then for every value of every knob the best feasible setting with that value:
+        """Best, defaults, the setting of least peak memory within 1 % of the best time, then for every value of every knob the best feasible setting with that value:
         setting (a label), the knobs, iteration_time_s, memory_peak_B, slower_than_best (fraction)."""
         ok = self.settings[self.settings.feasible]
         rows = [{"setting": "best", **self.best}, {"setting": "defaults", **self.default}]
+        near = ok[ok.iteration_time_s <= self.best["iteration_time_s"] * (1 + NEAR_BEST)]
+        rows.append({"setting": "least memory within 1 %", **near.loc[near.memory_peak_B.idxmin()].to_dict()})
         for knob in self.knobs:
             for value in dict.fromkeys(self.settings[knob]):
                 part = ok[[_same(v, value) for v in ok[knob]]]
