@@ -71,8 +71,9 @@ class ShardedTuneResult:
     info: dict = field(default_factory=dict)
 
     def table(self) -> pd.DataFrame:
-        """Best, defaults, the setting of least peak memory within 1 % of the best time, then for every value of every knob the best feasible setting with that value:
-        setting (a label), the knobs, iteration_time_s, memory_peak_B, slower_than_best (fraction)."""
+        """Best, defaults, the setting of least peak memory within 1 % of the best time, then for every value of
+        every knob the best feasible setting with that value: setting (a label), the knobs, iteration_time_s,
+        memory_peak_B, feasible, slower_than_best (fraction)."""
         ok = self.settings[self.settings.feasible]
         rows = [{"setting": "best", **self.best}, {"setting": "defaults", **self.default}]
         near = ok[ok.iteration_time_s <= self.best["iteration_time_s"] * (1 + NEAR_BEST)]
@@ -103,8 +104,7 @@ def _pick(part: pd.DataFrame) -> dict:
     """The best row of `part` (feasible rows): least time, then least memory, then first."""
     least = part.iteration_time_s.min()
     tied = part[part.iteration_time_s <= least * (1 + 1e-12)]
-    return tied.loc[tied.memory_peak_B.idxmin()].to_dict() if tied.memory_peak_B.notna().any() else \
-        tied.iloc[0].to_dict()
+    return tied.loc[tied.memory_peak_B.idxmin()].to_dict()
 
 
 def _sig3(x: float) -> float:
