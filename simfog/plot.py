@@ -1,4 +1,4 @@
-"""Figures: threshold tuning, scaling curves, capacity plans. matplotlib without pyplot (no global state, no
+"""Figures: threshold and sharded tuning, scaling curves, capacity plans. matplotlib without pyplot (no global state, no
 display needed: figures render with the Agg canvas); files are written atomically, format from the suffix."""
 
 from __future__ import annotations
@@ -84,6 +84,43 @@ def tune_figure(result) -> Figure:
     ax.set_ylabel("iteration time (ms)")
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def sharded_tune_figure(result) -> Figure:
+    """Iteration time (ms) against peak memory per rank for every setting of a
+    `simfog.tune_sharded.ShardedTuneResult`: feasible settings as dots (filled: reshard_after_forward or zero3's
+    overlap_comm true), infeasible ones as crosses at the time axis' floor, the cluster's gpu_memory a vertical
+    line, the best starred and the defaults a diamond."""
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.add_subplot()
+    df = result.settings
+    ok, bad = df[df.feasible], df[~df.feasible]
+    flag = "reshard_after_forward" if "reshard_after_forward" in df else "overlap_comm"
+    for value, face in ((True, "tab:blue"), (False, "none")):
+        part = ok[ok[flag] == value]
+        ax.plot(part.memory_peak_B, _ms(part.iteration_time_s), "o", mfc=face, mec="tab:blue", ms=5, ls="none",
+                label=f"{flag} = {str(value).lower()}", zorder=2)
+    floor = _ms(ok.iteration_time_s).min()
+    if len(bad):
+        ax.plot(bad.memory_peak_B, [floor] * len(bad), "x", color="tab:red", ms=6, ls="none",
+                label=f"infeasible ({len(bad)}), memory only", zorder=2)
+    limit = result.info.get("gpu_memory_B")
+    if limit:
+        ax.axvline(limit, color="tab:red", ls="--", lw=1.2, label=f"gpu_memory {units.format_bytes(limit)}")
+    d, b = result.default, result.best
+    if d["feasible"]:
+        ax.plot([d["memory_peak_B"]], [d["iteration_time_s"] * 1e3], "D", color="tab:orange", mec="k", ms=9,
+                zorder=4, label=f"defaults: {units.format_time(d['iteration_time_s'])}")
+    ax.plot([b["memory_peak_B"]], [b["iteration_time_s"] * 1e3], "*", color="gold", mec="k", ms=16, zorder=5,
+            label=f"best: {units.format_time(b['iteration_time_s'])}, " + ", ".join(
+                f"{k} {str(b[k]).lower() if isinstance(b[k], bool) else b[k]}" for k in result.knobs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: units.format_bytes(x)))
+    ax.set_xlabel("peak memory per rank")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title(result.title, fontsize=10)
+    ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
 

@@ -29,7 +29,7 @@ REF = ROOT / ".." / "shared" / "ref" / "mgwfbp-googlenet"
 CELL_TIMEOUT_S = 120
 TOL = 1e-9  # relative: the same plan simulated two ways may differ by float rounding only
 ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-bagua-algorithms.ipynb",
-       "04-tune-threshold.ipynb", "05-capacity-plan.ipynb"]
+       "04-tune-threshold.ipynb", "05-capacity-plan.ipynb", "06-sharded-data-parallel.ipynb"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
@@ -186,6 +186,32 @@ def test_capacity_plan(run_small):
     assert best["epoch_time_s"] == pytest.approx(1_281_167 / best["samples_per_s"], rel=1e-12)
     assert best["cost_per_epoch"] == pytest.approx(best["cost_per_hour"] * best["epoch_time_s"] / 3600, rel=1e-12)
     _figure(figures, "plan-resnet50-v100.png")
+
+
+def test_sharded_data_parallel(run_small):
+    results, figures = run_notebook("06-sharded-data-parallel.ipynb", run_small)
+    runs = _of(results, "sharded")
+    assert {r["model"] for r in runs} == {"GPT-2", "BERT-base"} and len(runs) == 4
+    for r in runs:
+        assert r["estimated"] is True and r["ranks"] == [8, 16]
+        assert set(r["iteration_time_s"]) == {"DDP", "FSDP", "HSDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"}
+        m = r["memory_peak_B"]
+        for i in range(2):
+            # sharding more state never needs more memory: FSDP < DDP, ZeRO-3 <= ZeRO-2 <= ZeRO-1
+            assert m["FSDP"][i] < m["DDP"][i] and m["ZeRO-2"][i] <= m["ZeRO-1"][i]
+        assert m["HSDP"][0] == m["FSDP"][0]  # 8 GPUs = one node: HSDP is FSDP
+        assert r["iteration_time_s"]["HSDP"][0] == r["iteration_time_s"]["FSDP"][0]
+    for model in ("GPT-2", "BERT-base"):  # a faster network is never slower
+        slow, fast = [r for r in runs if r["model"] == model]
+        for alg, times in slow["iteration_time_s"].items():
+            assert all(f <= s * (1 + TOL) for f, s in zip(fast["iteration_time_s"][alg], times, strict=True))
+    tuned, = _of(results, "sharded-tune")
+    assert tuned["estimated"] is True
+    assert tuned["best"]["iteration_time_s"] <= tuned["defaults"]["iteration_time_s"] * (1 + TOL)
+    assert (tuned["defaults"]["fsdp_unit"], tuned["defaults"]["prefetch"]) == ("layer", 1)
+    _figure(figures, "sharded-gpt2-a100.png")
+    _figure(figures, "sharded-bertbase-a100.png")
+    _figure(figures, "sharded-tune-gpt2-a100.png")
 
 
 @pytest.mark.parametrize("name", ALL)
