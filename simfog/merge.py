@@ -295,7 +295,7 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
     GoogLeNet's 256 B–53 MB but is not every model's), and the sizes are log-spaced with relative errors (as
     simfog.calibrate), so that a, which the merge test weighs waits against, is set by the small messages and
     not swamped by the largest sizes (linear spacing with absolute errors tends to the large-message secant).
-    Sizes where T is 0 are left out ((0, 0) when all are); a single size (lo >= hi) gives (T(lo), 0)."""
+    Sizes where T is 0 (or subnormal) are left out ((0, 0) when all are); a single size (lo >= hi) gives (T(lo), 0)."""
     import numpy as np
 
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
@@ -307,7 +307,7 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
     sizes = np.geomspace(lo_bytes, hi_bytes, points)
     sizes[0], sizes[-1] = lo_bytes, hi_bytes
     t = np.array([float(allreduce_time(float(m))) for m in sizes])
-    keep = t > 0
+    keep = t >= np.finfo(float).tiny  # a subnormal time is 0 here: its 1/T overflows and breaks the fit
     if not keep.any():
         return 0.0, 0.0
     sizes, t = sizes[keep], t[keep]
