@@ -1,0 +1,212 @@
+"""The analytic path: static-bucket allreduce as a max-plus recurrence over every rank at once (numpy vectors).
+
+When every decision is fixed before the run (algorithm "allreduce" or a compressed allreduce with a static merge
+policy, one communication stream, no algorithm-driven iteration), the event engine's schedule has a closed form.
+Per iteration, with s the rank's compute draw, slow its slowdown, d its straggler delay:
+
+    t_b  = t0 + (fwd[s]·slow + d)                     backward starts
+    T    = t_b                                         the rank's communication stream
+    per bucket b, in order:
+        launch = t_b + ready[s, b]·slow;  T = T + (launch − T) if launch > T       (SimPy: now + delay)
+        T += copy_b (pack, when > 0);  T += overhead (when > 0);  arrive_b = T
+        start_b = max over ranks of arrive_b;  end_b = start_b + duration_b       (the Collective barrier)
+        T = end_b (+ copy_b: unpack)
+    t_e  = t_b + bwd[s]·slow;  t_o = max(t_e, T);  next t0 = t_o + opt[s]·slow
+
+Every addition is the one SimPy performs (`now + delay`, in the same order), so the times are bit for bit those of
+the event engine. The per-(rank, iteration) columns the summary needs (compute, comm, exposed comm, idle, wait)
+are summed in the order and with the compensated (Kahan) summation pandas' groupby uses on the engine's records,
+so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
+(`Result.intervals()`), from the same recurrence.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+PATH_ANALYTIC, PATH_EVENTS = "analytic", "events"
+
+
+def why_events(sim) -> str | None:
+    """None when `sim` (an engine.Simulation) can take the analytic path, else why it needs the event engine."""
+    from simfog.algorithms.allreduce import AllreduceSGD
+
+    alg = sim.algorithm
+    if not isinstance(alg, AllreduceSGD):
+        return f"algorithm {sim.experiment.comm.algorithm!r} decides while running"
+    cls = type(alg)
+    for name in ("_comm_stream", "backward_started", "_collective"):  # a subclass that changes the schedule
+        if getattr(cls, name) is not getattr(AllreduceSGD, name):
+            return f"algorithm {sim.experiment.comm.algorithm!r} overrides {name}"
+    if getattr(alg, "run_iteration", None) is not None:
+        return "the algorithm runs whole iterations itself"
+    if alg.dynamic:
+        return f"merge {sim.experiment.comm.merge!r} fuses at run time"
+    if alg.streams != 1:
+        return "several streams share links (processor sharing)"
+    return None
+
+
+class _Kahan:
+    """pandas' groupby sum (cython group_sum): compensated summation, vectorised over ranks."""
+
+    __slots__ = ("sum", "comp")
+
+    def __init__(self, n: int):
+        self.sum = np.zeros(n)
+        self.comp = np.zeros(n)
+
+    def add(self, val, where=None) -> None:
+        y = val - self.comp
+        t = self.sum + y
+        comp = t - self.sum - y
+        comp[comp != comp] = 0.0  # pandas GH#53606: an infinite value leaves a NaN compensation
+        if where is None:
+            self.comp, self.sum = comp, t
+        else:
+            self.comp = np.where(where, comp, self.comp)
+            self.sum = np.where(where, t, self.sum)
+
+
+def _schedule(sim, it: int, t0: np.ndarray):
+    """One iteration's recurrence from the iteration starts t0 (n,). Returns (s, slow, t_b, t_e, T, steps): T the
+    communication stream's end (n,), steps per bucket (pre, mid, arrive, start, end, after): the stream time before
+    the pack, after it (before the launch overhead), at arrival (vectors, or None when equal to the previous one),
+    and the collective's start, end and the end of its unpack (scalars)."""
+    alg, c = sim.algorithm, sim.compute
+    n = sim.simulated_ranks
+    s = sim.draws[it, :n]
+    slow = sim.slowdown[:n]
+    t_b = t0 + (c.forward_s[s] * slow + sim.delays[it, :n])
+    ready = alg.ready[s]  # (n, buckets)
+    T = t_b
+    overhead = alg.overheads.collective_overhead_s
+    steps = []
+    for b in range(len(alg.buckets)):
+        launch = t_b + ready[:, b] * slow
+        later = launch > T
+        if later.any():
+            T = np.where(later, T + (launch - T), T)
+        copy = alg.overheads.copy_s(alg.buckets[b].nbytes)
+        pre = T
+        if copy > 0:
+            T = T + copy
+        mid = T
+        if overhead > 0:
+            T = T + overhead
+        start = T.max()
+        end = start + alg.durations[b]
+        after = end + copy if copy > 0 else end
+        steps.append((pre, mid, T, start, end, after))
+        T = np.full(n, after)
+    t_e = t_b + sim.backward_s[s] * slow
+    if not steps:
+        T = t_b
+    return s, slow, t_b, t_e, T, steps
+
+
+def _time_ordered(steps, overhead: float):
+    """The comm intervals of one stream in time order: per bucket pack, overhead, collective, unpack."""
+    for pre, mid, arrive, start, end, after in steps:
+        if mid is not pre:
+            yield pre, mid
+        if overhead > 0:
+            yield mid, arrive
+        yield start, end
+        if mid is not pre:
+            yield end, after
+
+
+def run(sim):
+    """Simulate `sim` (an engine.Simulation whose why_events() is None) analytically. Returns its Result."""
+    from simfog.results import Result
+
+    started = time.perf_counter()
+    alg, c = sim.algorithm, sim.compute
+    n, iters = sim.simulated_ranks, sim.experiment.iterations
+    overhead = alg.overheads.collective_overhead_s
+    cols = {k: np.zeros((n, iters)) for k in ("start_s", "end_s", "forward_s", "backward_s", "optimizer_s", "comm_s",
+                                              "comm_exposed_s", "idle_s", "wait_s")}
+    t0 = np.zeros(n)
+    finished = np.zeros(n, dtype=int)
+    for it in range(iters):
+        s, slow, t_b, t_e, T, steps = _schedule(sim, it, t0)
+        t_o = np.maximum(t_e, T)
+        t_end = t_o + c.optimizer_s[s] * slow
+        finished += np.isfinite(t_end)
+        # Per (rank, iteration) sums in the order of the engine's records (each bucket's collective, then per
+        # bucket its pack, overhead and unpack), summed as pandas' groupby sums them.
+        comm, wait, exposed = _Kahan(n), _Kahan(n), _Kahan(n)
+        for pre, mid, arrive, start, end, after in steps:
+            comm.add(np.full(n, end - start))
+            wait.add(start - arrive, start > arrive)
+        for pre, mid, arrive, start, end, after in steps:
+            if mid is not pre:
+                comm.add(mid - pre)
+            if overhead > 0:
+                comm.add(arrive - mid)
+            if mid is not pre:
+                comm.add(np.full(n, after - end))
+        # comm_exposed_s: the union of the comm intervals between backward's end and the optimizer step.
+        covered = np.full(n, -np.inf)
+        for a, e in _time_ordered(steps, overhead):
+            lo = np.maximum(a, t_e)
+            hi = np.minimum(e, t_o)
+            keep = hi > lo
+            if not keep.any():
+                continue
+            exposed.add(np.maximum(hi - np.maximum(lo, covered), 0.0), keep)
+            covered = np.where(keep, np.maximum(covered, hi), covered)
+        cols["start_s"][:, it], cols["end_s"][:, it] = t0, t_end
+        cols["forward_s"][:, it] = t_b - t0
+        cols["backward_s"][:, it] = t_e - t_b
+        cols["optimizer_s"][:, it] = t_end - t_o
+        cols["comm_s"][:, it] = comm.sum
+        cols["wait_s"][:, it] = wait.sum
+        cols["comm_exposed_s"][:, it] = exposed.sum
+        cols["idle_s"][:, it] = np.maximum((t_o - t_e) - exposed.sum, 0.0)
+        t0 = t_end
+    sim.finished = finished.tolist()
+    sim._check_finished()
+    return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
+                  buckets=alg.describe_buckets(), events=0, wall_s=time.perf_counter() - started,
+                  mixing=getattr(alg, "mixing", lambda: None)(), memory=sim.memory, columns=cols,
+                  path=PATH_ANALYTIC, make_records=lambda: records(sim))
+
+
+def records(sim) -> list[tuple]:
+    """The event engine's records (rank, iteration, kind, name, start_s, end_s) of `sim`, from the recurrence:
+    per iteration and rank forward, backward, waits and collectives, packs, overheads and unpacks, optimizer."""
+    alg, c = sim.algorithm, sim.compute
+    n, iters = sim.simulated_ranks, sim.experiment.iterations
+    overhead = alg.overheads.collective_overhead_s
+    names = [f"bucket{b}" for b in range(len(alg.buckets))]
+    out: list[tuple] = []
+    t0 = np.zeros(n)
+    for it in range(iters):
+        s, slow, t_b, t_e, T, steps = _schedule(sim, it, t0)
+        t_o = np.maximum(t_e, T)
+        t_end = t_o + c.optimizer_s[s] * slow
+        lists = [x.tolist() for x in (t0, t_b, t_e, t_o, t_end)]
+        per = [(name, pre.tolist(), mid.tolist(), arrive.tolist(), float(start), float(end), float(after),
+                mid is not pre) for name, (pre, mid, arrive, start, end, after) in zip(names, steps)]
+        for r in range(n):
+            a0, ab, ae, ao, aend = (x[r] for x in lists)
+            out.append((r, it, "forward", "forward", a0, ab))
+            out.append((r, it, "backward", "backward", ab, ae))
+            for name, pre, mid, arrive, start, end, after, copied in per:
+                if start > arrive[r]:
+                    out.append((r, it, "wait", name, arrive[r], start))
+                out.append((r, it, "comm", name, start, end))
+            for name, pre, mid, arrive, start, end, after, copied in per:
+                if copied:
+                    out.append((r, it, "comm", f"{name}.pack", pre[r], mid[r]))
+                if overhead > 0:
+                    out.append((r, it, "comm", f"{name}.overhead", mid[r], arrive[r]))
+                if copied:
+                    out.append((r, it, "comm", f"{name}.unpack", end, after))
+            out.append((r, it, "optimizer", "optimizer", ao, aend))
+        t0 = t_end
+    return out
