@@ -15,7 +15,7 @@ Per iteration, with s the rank's compute draw, slow its slowdown, d its straggle
 
 Every addition is the one SimPy performs (`now + delay`, in the same order), so the times are bit for bit those of
 the event engine. The per-(rank, iteration) columns the summary needs (compute, comm, exposed comm, idle, wait)
-are summed in the order and with the compensated (Kahan) summation pandas' groupby uses on the engine's records,
+are summed in the order and with the summation (np.add.reduceat) pandas uses on the engine's sorted records,
 so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
 (`Result.intervals()`), from the same recurrence.
 """
@@ -49,25 +49,30 @@ def why_events(sim) -> str | None:
     return None
 
 
-class _Kahan:
-    """pandas' groupby sum (cython group_sum): compensated summation, vectorised over ranks."""
-
-    __slots__ = ("sum", "comp")
-
-    def __init__(self, n: int):
-        self.sum = np.zeros(n)
-        self.comp = np.zeros(n)
-
-    def add(self, val, where=None) -> None:
-        y = val - self.comp
-        t = self.sum + y
-        comp = t - self.sum - y
-        comp[comp != comp] = 0.0  # pandas GH#53606: an infinite value leaves a NaN compensation
-        if where is None:
-            self.comp, self.sum = comp, t
-        else:
-            self.comp = np.where(where, comp, self.comp)
-            self.sum = np.where(where, t, self.sum)
+def _segment_sums(n: int, values: list, masks: list | None = None) -> np.ndarray:
+    """Per rank, the sum of `values` (each a (n,) array or a scalar, in order) where `masks` (each (n,) bool or None
+    for all) hold, added as pandas adds a group sorted by rank: np.add.reduceat over the kept values laid out rank
+    by rank (the very call on the very numbers, so the same bits). Ranks with nothing kept sum to 0."""
+    out = np.zeros(n)
+    if not values:
+        return out
+    m = len(values)
+    if masks is None and all(np.ndim(v) == 0 for v in values):
+        return out + np.add.reduceat(np.array(values, dtype=float), [0])[0]
+    table = np.empty((n, m))
+    for j, v in enumerate(values):
+        table[:, j] = v
+    if masks is None:
+        return np.add.reduceat(table.ravel(), np.arange(n) * m)
+    keep = np.empty((n, m), dtype=bool)
+    for j, k in enumerate(masks):
+        keep[:, j] = True if k is None else k
+    counts = keep.sum(axis=1)
+    some = counts > 0
+    if some.any():
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        out[some] = np.add.reduceat(table[keep], starts[some])
+    return out
 
 
 def _schedule(sim, it: int, t0: np.ndarray):
@@ -137,36 +142,43 @@ def run(sim):
         t_end = t_o + c.optimizer_s[s] * slow
         finished += np.isfinite(t_end)
         # Per (rank, iteration) sums in the order of the engine's records (each bucket's collective, then per
-        # bucket its pack, overhead and unpack), summed as pandas' groupby sums them.
-        comm, wait, exposed = _Kahan(n), _Kahan(n), _Kahan(n)
+        # bucket its pack, overhead and unpack), added as pandas adds them.
+        durations, waits, waiting = [], [], []
         for pre, mid, arrive, start, end, after in steps:
-            comm.add(np.full(n, end - start))
-            wait.add(start - arrive, start > arrive)
+            durations.append(end - start)
+            waits.append(start - arrive)
+            waiting.append(start > arrive)
         for pre, mid, arrive, start, end, after in steps:
             if mid is not pre:
-                comm.add(mid - pre)
+                durations.append(mid - pre)
             if overhead > 0:
-                comm.add(arrive - mid)
+                durations.append(arrive - mid)
             if mid is not pre:
-                comm.add(np.full(n, after - end))
-        # comm_exposed_s: the union of the comm intervals between backward's end and the optimizer step.
+                durations.append(after - end)
+        comm = _segment_sums(n, durations)
+        wait = _segment_sums(n, waits, waiting)
+        # comm_exposed_s: the union of the comm intervals between backward's end and the optimizer step (one stream:
+        # they follow one another, so the union is their sum, each clipped to that window).
         covered = np.full(n, -np.inf)
+        parts, kept = [], []
         for a, e in _time_ordered(steps, overhead):
             lo = np.maximum(a, t_e)
             hi = np.minimum(e, t_o)
             keep = hi > lo
             if not keep.any():
                 continue
-            exposed.add(np.maximum(hi - np.maximum(lo, covered), 0.0), keep)
+            parts.append(np.maximum(hi - np.maximum(lo, covered), 0.0))
+            kept.append(keep)
             covered = np.where(keep, np.maximum(covered, hi), covered)
+        exposed = _segment_sums(n, parts, kept)
         cols["start_s"][:, it], cols["end_s"][:, it] = t0, t_end
         cols["forward_s"][:, it] = t_b - t0
         cols["backward_s"][:, it] = t_e - t_b
         cols["optimizer_s"][:, it] = t_end - t_o
-        cols["comm_s"][:, it] = comm.sum
-        cols["wait_s"][:, it] = wait.sum
-        cols["comm_exposed_s"][:, it] = exposed.sum
-        cols["idle_s"][:, it] = np.maximum((t_o - t_e) - exposed.sum, 0.0)
+        cols["comm_s"][:, it] = comm
+        cols["wait_s"][:, it] = wait
+        cols["comm_exposed_s"][:, it] = exposed
+        cols["idle_s"][:, it] = np.maximum((t_o - t_e) - exposed, 0.0)
         t0 = t_end
     sim.finished = finished.tolist()
     sim._check_finished()

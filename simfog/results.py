@@ -85,6 +85,10 @@ class Result:
         if self.columns is not None:
             return pd.DataFrame(self._column_frame())[ITERATION_COLUMNS]
         df = pd.DataFrame.from_records(self._records(), columns=INTERVAL_COLUMNS)
+        # Each (rank, iteration)'s intervals together, in the order they were recorded: the sums below then add
+        # the same numbers in the same order (pandas sums sorted groups with np.add.reduceat, unsorted ones with
+        # compensated sums) whatever order the engine's events came in; simfog.analytic sums alike.
+        df = df.sort_values(["rank", "iteration"], kind="stable", ignore_index=True)
         dur = df["end_s"] - df["start_s"]
         keys = ["rank", "iteration"]
         g = df.assign(dur=dur).groupby(keys)
