@@ -85,15 +85,18 @@ def _schedule(sim, it: int, t0: np.ndarray):
     s = sim.draws[it, :n]
     slow = sim.slowdown[:n]
     t_b = t0 + (c.forward_s[s] * slow + sim.delays[it, :n])
-    ready = alg.ready[s]  # (n, buckets)
+    ready = np.ascontiguousarray(alg.ready.T)  # (buckets, samples)
     T = t_b
     overhead = alg.overheads.collective_overhead_s
     steps = []
     for b in range(len(alg.buckets)):
-        launch = t_b + ready[:, b] * slow
-        later = launch > T
-        if later.any():
-            T = np.where(later, T + (launch - T), T)
+        launch = t_b + ready[b][s] * slow
+        if np.ndim(T) == 0:  # every rank's stream is free at the same time: the previous bucket's end
+            T = np.where(launch > T, T + (launch - T), T)
+        else:
+            later = launch > T
+            if later.any():
+                T = np.where(later, T + (launch - T), T)
         copy = alg.overheads.copy_s(alg.buckets[b].nbytes)
         pre = T
         if copy > 0:
@@ -105,10 +108,8 @@ def _schedule(sim, it: int, t0: np.ndarray):
         end = start + alg.durations[b]
         after = end + copy if copy > 0 else end
         steps.append((pre, mid, T, start, end, after))
-        T = np.full(n, after)
+        T = after
     t_e = t_b + sim.backward_s[s] * slow
-    if not steps:
-        T = t_b
     return s, slow, t_b, t_e, T, steps
 
 
@@ -133,7 +134,7 @@ def run(sim):
     n, iters = sim.simulated_ranks, sim.experiment.iterations
     overhead = alg.overheads.collective_overhead_s
     cols = {k: np.zeros((n, iters)) for k in ("start_s", "end_s", "forward_s", "backward_s", "optimizer_s", "comm_s",
-                                              "comm_exposed_s", "idle_s", "wait_s")}
+                                              "comm_exposed_s", "idle_s")}
     t0 = np.zeros(n)
     finished = np.zeros(n, dtype=int)
     for it in range(iters):
@@ -143,11 +144,7 @@ def run(sim):
         finished += np.isfinite(t_end)
         # Per (rank, iteration) sums in the order of the engine's records (each bucket's collective, then per
         # bucket its pack, overhead and unpack), added as pandas adds them.
-        durations, waits, waiting = [], [], []
-        for pre, mid, arrive, start, end, after in steps:
-            durations.append(end - start)
-            waits.append(start - arrive)
-            waiting.append(start > arrive)
+        durations = [end - start for pre, mid, arrive, start, end, after in steps]
         for pre, mid, arrive, start, end, after in steps:
             if mid is not pre:
                 durations.append(mid - pre)
@@ -156,27 +153,27 @@ def run(sim):
             if mid is not pre:
                 durations.append(after - end)
         comm = _segment_sums(n, durations)
-        wait = _segment_sums(n, waits, waiting)
-        # comm_exposed_s: the union of the comm intervals between backward's end and the optimizer step (one stream:
-        # they follow one another, so the union is their sum, each clipped to that window).
-        covered = np.full(n, -np.inf)
+        # comm_exposed_s: the union of the comm intervals between backward's end and the optimizer step. One stream:
+        # they follow one another, so each clipped to that window adds hi − lo (pandas' running cover of the
+        # earlier ones never reaches past the next one's start).
+        lo_min, hi_max = t_e.min(), t_o.max()
         parts, kept = [], []
         for a, e in _time_ordered(steps, overhead):
+            if np.ndim(e) == 0 and e <= lo_min or np.ndim(a) == 0 and a >= hi_max:
+                continue  # before every backward's end, or after every optimizer step's start
             lo = np.maximum(a, t_e)
             hi = np.minimum(e, t_o)
             keep = hi > lo
             if not keep.any():
                 continue
-            parts.append(np.maximum(hi - np.maximum(lo, covered), 0.0))
-            kept.append(keep)
-            covered = np.where(keep, np.maximum(covered, hi), covered)
-        exposed = _segment_sums(n, parts, kept)
+            parts.append(hi - lo)
+            kept.append(None if keep.all() else keep)
+        exposed = _segment_sums(n, parts, None if all(k is None for k in kept) else kept)
         cols["start_s"][:, it], cols["end_s"][:, it] = t0, t_end
         cols["forward_s"][:, it] = t_b - t0
         cols["backward_s"][:, it] = t_e - t_b
         cols["optimizer_s"][:, it] = t_end - t_o
         cols["comm_s"][:, it] = comm
-        cols["wait_s"][:, it] = wait
         cols["comm_exposed_s"][:, it] = exposed
         cols["idle_s"][:, it] = np.maximum((t_o - t_e) - exposed, 0.0)
         t0 = t_end
@@ -185,7 +182,21 @@ def run(sim):
     return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
                   buckets=alg.describe_buckets(), events=0, wall_s=time.perf_counter() - started,
                   mixing=getattr(alg, "mixing", lambda: None)(), memory=sim.memory, columns=cols,
-                  path=PATH_ANALYTIC, make_records=lambda: records(sim))
+                  path=PATH_ANALYTIC, make_records=lambda: records(sim), make_columns=lambda: waits(sim))
+
+
+def waits(sim) -> dict:
+    """{"wait_s": (ranks, iterations)}: per rank and iteration, how long its collectives waited for their last
+    participant (summed as pandas sums the engine's wait records). Only frames need it: built when asked."""
+    n, iters = sim.simulated_ranks, sim.experiment.iterations
+    out = np.zeros((n, iters))
+    t0 = np.zeros(n)
+    for it in range(iters):
+        s, slow, t_b, t_e, T, steps = _schedule(sim, it, t0)
+        out[:, it] = _segment_sums(n, [start - arrive for _, _, arrive, start, _, _ in steps],
+                                   [start > arrive for _, _, arrive, start, _, _ in steps])
+        t0 = np.maximum(t_e, T) + sim.compute.optimizer_s[s] * slow
+    return {"wait_s": out}
 
 
 def records(sim) -> list[tuple]:

@@ -58,6 +58,7 @@ class Result:
     columns: dict | None = None  # analytic path: name -> (simulated ranks, iterations) float array
     path: str = "events"
     make_records: Callable[[], list] | None = field(default=None, repr=False)
+    make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
 
     def _records(self) -> list:
         if self.records is None:
@@ -112,6 +113,9 @@ class Result:
 
     def _column_frame(self) -> dict:
         """The analytic columns flattened rank-major (the row order of iterations()), with the derived ones."""
+        if self.make_columns is not None:
+            self.columns = {**self.columns, **self.make_columns()}
+            self.make_columns = None
         cols = self.columns
         n, iters = cols["end_s"].shape
         flat = {k: np.ascontiguousarray(v).ravel() for k, v in cols.items()}
@@ -124,8 +128,11 @@ class Result:
     def _stats(self) -> tuple:
         """(per-iteration ends over ranks, means of compute_s, comm_s, comm_exposed_s, idle_s over (rank, iteration))."""
         if self.columns is not None:
-            flat = self._column_frame()
-            ends = self.columns["end_s"].max(axis=0)
+            cols = self.columns
+            ends = cols["end_s"].max(axis=0)
+            flat = {k: np.ascontiguousarray(cols[k]).ravel() for k in ("forward_s", "backward_s", "optimizer_s",
+                                                                        "comm_s", "comm_exposed_s", "idle_s")}
+            flat["compute_s"] = flat["forward_s"] + flat["backward_s"] + flat["optimizer_s"]
             means = [float(flat[k].sum() / flat[k].size) for k in ("compute_s", "comm_s", "comm_exposed_s", "idle_s")]
             return ends, *means
         it = self.iterations()
