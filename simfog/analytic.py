@@ -59,20 +59,44 @@ def _segment_sums(n: int, values: list, masks: list | None = None) -> np.ndarray
     m = len(values)
     if masks is None and all(np.ndim(v) == 0 for v in values):
         return out + np.add.reduceat(np.array(values, dtype=float), [0])[0]
-    table = np.empty((n, m))
+    table = np.empty((n, m + 1))  # a spare column: every segment's end is an index inside the table
     for j, v in enumerate(values):
         table[:, j] = v
+    flat = table.ravel()
     if masks is None:
-        return np.add.reduceat(table.ravel(), np.arange(n) * m)
-    keep = np.empty((n, m), dtype=bool)
+        bounds = np.empty(2 * n, dtype=np.intp)
+        bounds[0::2] = np.arange(n) * (m + 1)
+        bounds[1::2] = bounds[0::2] + m
+        return np.add.reduceat(flat, bounds)[0::2]
+    keep = np.zeros((n, m + 1), dtype=bool)
     for j, k in enumerate(masks):
         keep[:, j] = True if k is None else k
     counts = keep.sum(axis=1)
     some = counts > 0
+    first = keep.argmax(axis=1)
+    ranks = np.flatnonzero(some)
+    if (keep[ranks, first[ranks] + counts[ranks] - 1]).all() and some.any():
+        # Each rank keeps one run of columns (intervals of one stream overlapping a window): sum the runs where
+        # they lie, as segments [start, end) of one reduceat taken every other one.
+        starts = ranks * (m + 1) + first[ranks]
+        bounds = np.empty(2 * len(ranks), dtype=np.intp)
+        bounds[0::2], bounds[1::2] = starts, starts + counts[ranks]
+        if _runs_are_contiguous(keep, first, counts, ranks):
+            out[ranks] = np.add.reduceat(flat, bounds)[0::2]
+            return out
     if some.any():
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         out[some] = np.add.reduceat(table[keep], starts[some])
     return out
+
+
+def _runs_are_contiguous(keep, first, counts, ranks) -> bool:
+    """Whether each of `ranks` keeps exactly the columns first..first + count − 1."""
+    m = keep.shape[1]
+    cols = np.arange(m)
+    sub = keep[ranks] if len(ranks) < keep.shape[0] else keep
+    want = (cols >= first[ranks, None]) & (cols < (first[ranks] + counts[ranks])[:, None])
+    return bool((sub == want).all())
 
 
 def _schedule(sim, it: int, t0: np.ndarray):
