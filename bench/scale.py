@@ -3,8 +3,7 @@
 Each run is a fresh process (start-up included): `python bench/scale.py --child '<json>'` builds the shipped
 default experiment with the configuration's trace, compute mode, merge policy and collective at the rank count,
 simulates it with symmetric=False (no rank stands for another) and prints one JSON line. The parent measures the
-child's wall seconds and peak RSS (resource.getrusage(RUSAGE_CHILDREN) after each wait; ru_maxrss of a finished
-child) and prints a table; its last line is
+child's wall seconds and peak RSS (its own ru_maxrss, from os.wait4) and prints a table; its last line is
 
     seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>
 
@@ -64,21 +63,25 @@ def child(spec: dict) -> None:
 
 
 def run_one(spec: dict) -> dict:
-    import resource
+    """Run one child; its wall seconds and its own peak RSS (os.wait4 gives the child's rusage)."""
+    import tempfile
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    wall = time.perf_counter() - start
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: exact for this child when it is the largest yet.
-    out = {"wall_s": wall, "rss_MiB": max(rss_kib, before) / 1024, "rc": proc.returncode}
-    if proc.returncode == 0:
-        out.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=out, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    result = {"wall_s": wall, "rss_MiB": usage.ru_maxrss / 1024, "rc": rc}  # ru_maxrss: KiB on Linux
+    if rc == 0:
+        result.update(json.loads(stdout.strip().splitlines()[-1]))
     else:
-        out["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
-    return out
+        result["error"] = (stderr.strip().splitlines() or ["?"])[-1]
+    return result
 
 
 def main() -> int:
