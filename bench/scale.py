@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
 MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
-COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "linear", "ompi"]
+COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
 RANKS = [8, 1024, 8192, 131072]
 
 
