@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from simfog import units
 from simfog.cluster import Cluster, Link
@@ -163,6 +162,8 @@ class Calibration:
         rel_error, link_s, link_rel_error (relative errors signed: (predicted − measured) / measured)."""
         cols = ["link_class", "collective", "ranks", "nodes", "bytes", "measured_s", "predicted_s", "rel_error",
                 "link_s", "link_rel_error"]
+        import pandas as pd  # here: pandas takes most of a command's start-up
+
         return pd.DataFrame([[getattr(r, c) for c in cols] for r in self.rows], columns=cols)
 
     def apply(self, cluster: Cluster) -> Cluster:

@@ -174,10 +174,13 @@ class SharedChannel:
 
 class Simulation:
     """One experiment on the event engine. `symmetric` simulates a single representative rank and is allowed only
-    when all ranks are provably identical (see `symmetric_allowed`); None picks it automatically."""
+    when all ranks are provably identical (see `symmetric_allowed`); None picks it automatically. `path`: "analytic"
+    (simfog.analytic: schedules fixed before the run, solved in closed form over every rank at once), "events" (this
+    engine) or None: analytic where it applies (`simfog.analytic.why_events`), the same times bit for bit."""
 
-    def __init__(self, experiment: Experiment, *, symmetric: bool | None = None):
+    def __init__(self, experiment: Experiment, *, symmetric: bool | None = None, path: str | None = None):
         self.experiment = exp = experiment
+        self.path_requested = path
         self.env = simpy.Environment()
         self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
         self.cost = exp.cost_model()
@@ -285,6 +288,14 @@ class Simulation:
     def run(self, *, progress: bool = False) -> Result:
         """Simulate every iteration of every rank. Returns the Result (intervals and summary). `progress`: count
         events on a bar (stderr, on a terminal only); the total is not known ahead."""
+        from simfog import analytic
+
+        if self.path_requested != analytic.PATH_EVENTS:
+            why = analytic.why_events(self)
+            if why is None:
+                return analytic.run(self)
+            if self.path_requested == analytic.PATH_ANALYTIC:
+                raise ValueError(f"the analytic path was requested, but {why}")
         from simfog.progress import bar
 
         started = time.perf_counter()
@@ -326,7 +337,9 @@ def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarra
     return slowdown, delays
 
 
-def simulate(experiment: Experiment, *, symmetric: bool | None = None, progress: bool = False) -> Result:
+def simulate(experiment: Experiment, *, symmetric: bool | None = None, progress: bool = False,
+             path: str | None = None) -> Result:
     """Simulate `experiment`. Returns a Result; see simfog.results for its frames and summary. `progress`: a bar
-    on stderr when it is a terminal (off by default: sweeps, plans and tunes run many simulations)."""
-    return Simulation(experiment, symmetric=symmetric).run(progress=progress)
+    on stderr when it is a terminal (off by default: sweeps, plans and tunes run many simulations). `path`: see
+    Simulation (None: analytic where it applies, else events)."""
+    return Simulation(experiment, symmetric=symmetric, path=path).run(progress=progress)

@@ -9,17 +9,27 @@ backward: neither computing nor communicating, e.g. waiting for a straggler).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INTERVAL_COLUMNS = ["rank", "iteration", "kind", "name", "start_s", "end_s"]
+
+
+ITERATION_COLUMNS = ["rank", "iteration", "start_s", "end_s", "iteration_s", "compute_s", "forward_s", "backward_s",
+                     "optimizer_s", "comm_s", "comm_exposed_s", "idle_s", "wait_s"]
 
 
 def _union_after_backward(comm: pd.DataFrame) -> pd.Series:
     """Per (rank, iteration): how long at least one collective ran between backward's end and the optimizer step
     (collectives on several streams may overlap; overlapping time counts once)."""
+    import pandas as pd
+
     w = pd.DataFrame({"rank": comm["rank"], "iteration": comm["iteration"],
                       "s": comm[["start_s", "bwd_end"]].max(axis=1), "e": comm[["end_s", "opt_start"]].min(axis=1)})
     w = w[w.e > w.s].sort_values(["rank", "iteration", "s"], kind="stable")
@@ -31,8 +41,13 @@ def _union_after_backward(comm: pd.DataFrame) -> pd.Series:
 
 @dataclass
 class Result:
+    """What a run gives. The event engine fills `records` (per-interval tuples); the analytic path (simfog.analytic)
+    fills `columns` instead, per (rank, iteration) numpy arrays (simulated ranks, iterations) of the
+    ITERATION_COLUMNS it computes, and builds the records only when `intervals()` asks (`make_records`). `path`
+    names the path taken: "events" or "analytic". pandas is imported only by the methods that return frames."""
+
     experiment: object
-    records: list
+    records: list | None
     symmetric: bool
     single_rank_time_s: float
     buckets: list = field(default_factory=list)
@@ -40,11 +55,22 @@ class Result:
     wall_s: float = 0.0
     mixing: dict | None = None  # how well models agree (decentralized algorithms): see summary()
     memory: object = None       # simfog.memory.Memory per rank, when known
+    columns: dict | None = None  # analytic path: name -> (simulated ranks, iterations) float array
+    path: str = "events"
+    make_records: Callable[[], list] | None = field(default=None, repr=False)
+    make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
+
+    def _records(self) -> list:
+        if self.records is None:
+            self.records = self.make_records() if self.make_records is not None else []
+        return self.records
 
     def intervals(self) -> pd.DataFrame:
         """Every interval of every rank: columns rank, iteration, kind, name, start_s, end_s. On the symmetric
         fast path rank 0 was simulated and stands for every rank."""
-        df = pd.DataFrame.from_records(self.records, columns=INTERVAL_COLUMNS)
+        import pandas as pd
+
+        df = pd.DataFrame.from_records(self._records(), columns=INTERVAL_COLUMNS)
         if self.symmetric and self.experiment.ranks > 1:
             n = self.experiment.ranks
             df = df.loc[df.index.repeat(n)].reset_index(drop=True)
@@ -54,8 +80,16 @@ class Result:
 
     def iterations(self) -> pd.DataFrame:
         """One row per simulated rank and iteration: start_s, end_s, iteration_s, compute_s, comm_s,
-        comm_exposed_s, idle_s (seconds)."""
-        df = pd.DataFrame.from_records(self.records, columns=INTERVAL_COLUMNS)
+        comm_exposed_s, idle_s, wait_s (seconds)."""
+        import pandas as pd
+
+        if self.columns is not None:
+            return pd.DataFrame(self._column_frame())[ITERATION_COLUMNS]
+        df = pd.DataFrame.from_records(self._records(), columns=INTERVAL_COLUMNS)
+        # Each (rank, iteration)'s intervals together, in the order they were recorded: the sums below then add
+        # the same numbers in the same order (pandas sums sorted groups with np.add.reduceat, unsorted ones with
+        # compensated sums) whatever order the engine's events came in; simfog.analytic sums alike.
+        df = df.sort_values(["rank", "iteration"], kind="stable", ignore_index=True)
         dur = df["end_s"] - df["start_s"]
         keys = ["rank", "iteration"]
         g = df.assign(dur=dur).groupby(keys)
@@ -75,19 +109,46 @@ class Result:
         out["iteration_s"] = out.end_s - out.start_s
         exposed = (opt_start - bwd_end).reindex(out.index).fillna(0.0)
         out["idle_s"] = (exposed - out.comm_exposed_s).clip(lower=0)
-        return out.reset_index()[["rank", "iteration", "start_s", "end_s", "iteration_s", "compute_s", "forward_s",
-                                  "backward_s", "optimizer_s", "comm_s", "comm_exposed_s", "idle_s", "wait_s"]]
+        return out.reset_index()[ITERATION_COLUMNS]
 
-    def summary(self) -> dict:
-        """The numbers of `simfog simulate --json` (seconds, samples/s, fractions)."""
-        exp = self.experiment
+    def _column_frame(self) -> dict:
+        """The analytic columns flattened rank-major (the row order of iterations()), with the derived ones."""
+        if self.make_columns is not None:
+            self.columns = {**self.columns, **self.make_columns()}
+            self.make_columns = None
+        cols = self.columns
+        n, iters = cols["end_s"].shape
+        flat = {k: np.ascontiguousarray(v).ravel() for k, v in cols.items()}
+        flat["rank"] = np.repeat(np.arange(n, dtype=np.int64), iters)
+        flat["iteration"] = np.tile(np.arange(iters, dtype=np.int64), n)
+        flat["compute_s"] = flat["forward_s"] + flat["backward_s"] + flat["optimizer_s"]
+        flat["iteration_s"] = flat["end_s"] - flat["start_s"]
+        return flat
+
+    def _stats(self) -> tuple:
+        """(per-iteration ends over ranks, means of compute_s, comm_s, comm_exposed_s, idle_s over (rank, iteration))."""
+        if self.columns is not None:
+            cols = self.columns
+            ends = cols["end_s"].max(axis=0)
+            flat = {k: np.ascontiguousarray(cols[k]).ravel() for k in ("forward_s", "backward_s", "optimizer_s",
+                                                                        "comm_s", "comm_exposed_s", "idle_s")}
+            flat["compute_s"] = flat["forward_s"] + flat["backward_s"] + flat["optimizer_s"]
+            means = [float(flat[k].sum() / flat[k].size) for k in ("compute_s", "comm_s", "comm_exposed_s", "idle_s")]
+            return ends, *means
         it = self.iterations()
         # Iteration k ends when the last rank has finished its optimizer step.
         ends = it.groupby("iteration")["end_s"].max().to_numpy()
+        return ends, float(it.compute_s.mean()), float(it.comm_s.mean()), float(it.comm_exposed_s.mean()), \
+            float(it.idle_s.mean())
+
+    def summary(self) -> dict:
+        """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was
+        simulated: "analytic" (simfog.analytic, schedules fixed before the run) or "events" (the event engine)."""
+        exp = self.experiment
+        ends, compute_s, comm_s, exposed, idle_s = self._stats()
         per_iteration = np.diff(np.concatenate([[0.0], ends]))
         t_iter = float(per_iteration.mean())
         batch = exp.workload.trace.batch_size
-        comm_s, exposed = float(it.comm_s.mean()), float(it.comm_exposed_s.mean())
         return {
             "model": exp.workload.trace.model,
             "batch_size": batch,
@@ -107,13 +168,14 @@ class Result:
             "iteration_time_max_s": float(per_iteration.max()),
             "samples_per_s": exp.ranks * batch / t_iter,
             "scaling_efficiency": self.single_rank_time_s / t_iter,
-            "compute_s": float(it.compute_s.mean()),
+            "compute_s": compute_s,
             "comm_s": comm_s,
             "comm_exposed_s": exposed,
-            "idle_s": float(it.idle_s.mean()),
+            "idle_s": idle_s,
             "overlap_fraction": 1.0 - exposed / comm_s if comm_s > 0 else 1.0,
             "estimated": bool(exp.estimated),
             "symmetric_fast_path": self.symmetric,
+            "path": self.path,
             "trace": exp.workload.trace_path,
             "network_trace": exp.network_trace,
             **_overhead_fields(exp),

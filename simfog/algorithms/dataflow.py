@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import pandas as pd
-
 from simfog.p2p import Message, exchange_times
 from simfog.topology import Topology
 
@@ -199,6 +197,8 @@ class DataflowAlgorithm:
 
     def messages(self) -> pd.DataFrame:
         """Every point-to-point message sent: iteration, src, dst, bytes, start_s, end_s."""
+        import pandas as pd
+
         return pd.DataFrame.from_records(self.log, columns=MESSAGE_COLUMNS)
 
     def describe_buckets(self) -> list[dict]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simfog.commands.sweep import _list
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_POINTS = 1000  # rank counts one curve may have: each is a simulation
 
@@ -81,6 +83,8 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
     from simfog.sweep import key_of_row
 
     wanted = {p.key() for p in points}
+    import pandas as pd  # here, not at the top: every command's start-up would pay for it
+
     df = pd.DataFrame([r for r in rows if key_of_row(r) in wanted])
     for c in ("ranks", "iteration_time_s", "samples_per_s", "scaling_efficiency", "comm_s", "comm_exposed_s"):
         df[c] = pd.to_numeric(df[c], errors="coerce")

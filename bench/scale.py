@@ -1,0 +1,122 @@
+"""Scale bench (issue 14): one iteration with every rank explicit, per configuration and rank count.
+
+Each run is a fresh process (start-up included): `python bench/scale.py --child '<json>'` builds the shipped
+default experiment with the configuration's trace, compute mode, merge policy and collective at the rank count,
+simulates it with symmetric=False (no rank stands for another) and prints one JSON line. The parent measures the
+child's wall seconds and peak RSS (its own ru_maxrss, from os.wait4) and prints a table; its last line is
+
+    seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>
+
+Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
+MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
+COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
+RANKS = [8, 1024, 8192, 131072]
+
+
+def configs(quick: bool) -> list[dict]:
+    """Every trace × compute mode × (each merge over ring, and ddp over each collective); --quick: resnet50 with
+    samples and gpt2 with mean, merges over ring and ddp over nccl and hierarchical."""
+    out = []
+    for trace, compute in itertools.product(TRACES, ["mean", "samples"]):
+        if quick and (trace, compute) not in (("resnet50", "samples"), ("gpt2", "mean")):
+            continue
+        pairs = [(m, "ring") for m in MERGES] + [("ddp", c) for c in COLLECTIVES if c != "ring"]
+        if quick:
+            pairs = [(m, "ring") for m in ("wfbp", "ddp", "mgwfbp", "optimal")] + [("ddp", "nccl"),
+                                                                                     ("mgwfbp", "hierarchical")]
+        out += [dict(trace=trace, compute=compute, merge=m, collective=c) for m, c in pairs]
+    return out
+
+
+def child(spec: dict) -> None:
+    from dataclasses import replace
+
+    from simfog import experiment
+    from simfog.cli import DEFAULT_EXPERIMENT
+    from simfog.engine import simulate
+    from simfog.trace import load_model_trace
+
+    exp = experiment.load(DEFAULT_EXPERIMENT)
+    path = REPO / "traces" / TRACES[spec["trace"]]
+    exp = replace(exp, iterations=spec["iterations"],
+                  workload=replace(exp.workload, trace=load_model_trace(path), trace_path=str(path),
+                                   compute=spec["compute"]))
+    exp = exp.with_ranks(spec["ranks"]).with_comm(merge=spec["merge"], collective=spec["collective"],
+                                                  threshold_bytes=25 * 2**20)
+    s = simulate(exp, symmetric=False).summary()
+    print(json.dumps({k: s[k] for k in ("path", "iteration_time_s", "buckets", "ranks", "symmetric_fast_path")}))
+
+
+def run_one(spec: dict) -> dict:
+    """Run one child; its wall seconds and its own peak RSS (os.wait4 gives the child's rusage)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=out, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    result = {"wall_s": wall, "rss_MiB": usage.ru_maxrss / 1024, "rc": rc}  # ru_maxrss: KiB on Linux
+    if rc == 0:
+        result.update(json.loads(stdout.strip().splitlines()[-1]))
+    else:
+        result["error"] = (stderr.strip().splitlines() or ["?"])[-1]
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="fewer configurations")
+    p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma-separated")
+    p.add_argument("--iterations", type=int, default=1)
+    args = p.parse_args()
+    if args.child:
+        child(json.loads(args.child))
+        return 0
+    ranks = [int(r) for r in args.ranks.split(",")]
+    worst = {"seconds_8192": 0.0, "seconds_131072": 0.0, "rss_131072_MiB": 0.0}
+    print(f"{'trace':9} {'compute':7} {'merge':9} {'collective':12} {'ranks':>7} {'wall_s':>7} {'rss_MiB':>8} "
+          f"{'path':8} iteration_s", flush=True)
+    failed = 0
+    for spec in configs(args.quick):
+        for n in ranks:
+            r = run_one({**spec, "ranks": n, "iterations": args.iterations})
+            what = r.get("path", "FAILED") if r["rc"] == 0 else "FAILED"
+            tail = f"{r['iteration_time_s']:.6f}" if r["rc"] == 0 else r["error"]
+            print(f"{spec['trace']:9} {spec['compute']:7} {spec['merge']:9} {spec['collective']:12} {n:>7} "
+                  f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
+            failed += r["rc"] != 0
+            if n == 8192:
+                worst["seconds_8192"] = max(worst["seconds_8192"], r["wall_s"])
+            if n == 131072:
+                worst["seconds_131072"] = max(worst["seconds_131072"], r["wall_s"])
+                worst["rss_131072_MiB"] = max(worst["rss_131072_MiB"], r["rss_MiB"])
+    if failed:
+        print(f"{failed} run(s) failed")
+    print(" ".join(f"{k}={v:.2f}" if "seconds" in k else f"{k}={v:.0f}" for k, v in worst.items()))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
