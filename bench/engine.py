@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simfog import experiment
-from simfog.engine import Simulation
+from simfog.simulation import new_simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def main() -> None:
     best = None
     for _ in range(args.repeat):
         started = time.perf_counter()
-        sim = Simulation(exp, symmetric=False)
+        sim = new_simulation(exp, symmetric=False)
         result = sim.run()
         seconds = time.perf_counter() - started  # set-up + event loop (not the DataFrame summary)
         if best is None or seconds < best[0]:

@@ -48,7 +48,7 @@ def child(spec: dict) -> None:
 
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.engine import simulate
+    from simfog.simulation import simulate
     from simfog.trace import load_model_trace
 
     exp = experiment.load(DEFAULT_EXPERIMENT)

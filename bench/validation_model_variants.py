@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from simfog.cluster import Link
-from simfog.engine import Simulation
+from simfog.simulation import new_simulation
 from validate import bench
 from validate.compare import steady_iteration_s
 
@@ -46,7 +46,7 @@ def main() -> None:
             measured = float(r["measured_iteration_s"])
             line = [vid]
             for name, (collective, streams) in VARIANTS.items():
-                predicted = steady_iteration_s(Simulation(base.with_comm(collective=collective, streams=streams)).run())
+                predicted = steady_iteration_s(new_simulation(base.with_comm(collective=collective, streams=streams)).run())
                 errors[name].append((predicted - measured) / measured)
                 line.append(f"{100 * errors[name][-1]:+.1f}%")
             detail.append(line)

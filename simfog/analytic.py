@@ -30,23 +30,13 @@ PATH_ANALYTIC, PATH_EVENTS = "analytic", "events"
 
 
 def why_events(sim) -> str | None:
-    """None when `sim` (an engine.Simulation) can take the analytic path, else why it needs the event engine."""
-    from simfog.algorithms.allreduce import AllreduceSGD
-
+    """None when `sim` (an engine.Simulation) can take the analytic path, else why it needs the event engine. An
+    algorithm whose schedule is fixed before the run says so with `analytic_blocker()` (None: nothing blocks)."""
     alg = sim.algorithm
-    if not isinstance(alg, AllreduceSGD):
+    blocker = getattr(alg, "analytic_blocker", None)
+    if blocker is None:
         return f"algorithm {sim.experiment.comm.algorithm!r} decides while running"
-    cls = type(alg)
-    for name in ("_comm_stream", "backward_started", "_collective"):  # a subclass that changes the schedule
-        if getattr(cls, name) is not getattr(AllreduceSGD, name):
-            return f"algorithm {sim.experiment.comm.algorithm!r} overrides {name}"
-    if getattr(alg, "run_iteration", None) is not None:
-        return "the algorithm runs whole iterations itself"
-    if alg.dynamic:
-        return f"merge {sim.experiment.comm.merge!r} fuses at run time"
-    if alg.streams != 1:
-        return "several streams share links (processor sharing)"
-    return None
+    return blocker()
 
 
 def _segment_sums(n: int, values: list, masks: list | None = None) -> np.ndarray:

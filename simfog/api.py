@@ -73,7 +73,7 @@ def simulate(experiment: Experiment | str | os.PathLike) -> Result:
         >>> r.summary()["samples_per_s"]           # the CLI's number for the same file and seed
         >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
     """
-    from simfog.engine import simulate as run
+    from simfog.simulation import simulate as run
 
     return run(_experiment(experiment))
 

@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from simfog import units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import NetworkTrace, load_network_trace
+
+if TYPE_CHECKING:
+    import pandas as pd  # for annotations: imported only where frames are made
 
 ALGORITHMS = ("ring", "rhd", "tree")
 CLASSES = ("intra", "nic")

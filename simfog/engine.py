@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from simfog import algorithms
 from simfog.experiment import Experiment
 from simfog.results import Result
 
@@ -88,98 +87,18 @@ class ComputeModel:
         return float(np.mean(self.forward_s + self.backward_s + self.optimizer_s))
 
 
-class Collective:
-    """A collective among `expected` ranks: it starts when the last participant arrives (each arrives once it has
-    launched the collective and its communication stream is free) and ends `duration_s` later."""
-
-    __slots__ = ("env", "expected", "arrived", "duration_s", "start", "end", "done", "name", "channel", "nbytes")
-
-    def __init__(self, env: simpy.Environment, expected: int, duration_s: float, name: str = "",
-                 channel: SharedChannel | None = None, nbytes: float = 0.0):
-        self.env, self.expected, self.arrived, self.duration_s = env, expected, 0, duration_s
-        self.start = self.end = None
-        self.done = env.event()
-        self.name, self.channel, self.nbytes = name, channel, nbytes
-
-    def join(self) -> simpy.Event:
-        """Arrive; returns the event that fires when the collective has finished."""
-        self.arrived += 1
-        if self.arrived == self.expected:
-            self.start = self.env.now
-            if self.channel is not None:  # shares the links with whatever else runs; the channel ends it
-                self.channel.start(self, self.nbytes)
-                return self.done
-            self.end = self.start + self.duration_s
-            self.env.timeout(self.duration_s).callbacks.append(self._finish)
-        return self.done
-
-    def _finish(self, _event) -> None:
-        self.done.succeed()
-
-
-class SharedChannel:
-    """Collectives of one group running at once share its links (processor sharing). With k running, each advances
-    at the rate of its own duration when every link's bandwidth is divided by k (latencies are not shared).
-    `duration(nbytes, k)` gives that time. Used when a rank keeps several collectives in flight (comm.streams)."""
-
-    def __init__(self, env: simpy.Environment, duration):
-        self.env, self.duration = env, duration
-        self.active: dict[Collective, float] = {}  # collective -> fraction still to do
-        self.updated = 0.0
-        self.generation = 0
-
-    def start(self, coll: Collective, nbytes: float) -> None:
-        self._advance()
-        coll.nbytes = nbytes
-        self.active[coll] = 1.0
-        self._schedule()
-
-    def _rates(self) -> dict:
-        k = len(self.active)
-        return {c: 1.0 / self.duration(c.nbytes, k) if self.duration(c.nbytes, k) > 0 else float("inf")
-                for c in self.active}
-
-    def _advance(self) -> None:
-        dt = self.env.now - self.updated
-        if dt > 0 and self.active:
-            for c, rate in self._rates().items():
-                self.active[c] = max(0.0, self.active[c] - rate * dt)
-        self.updated = self.env.now
-
-    def _schedule(self) -> None:
-        self.generation += 1
-        if not self.active:
-            return
-        rates = self._rates()
-        dt = min(left / rates[c] if rates[c] != float("inf") else 0.0 for c, left in self.active.items())
-        gen = self.generation
-        self.env.timeout(dt).callbacks.append(lambda _e: self._wake(gen))
-
-    def _wake(self, gen: int) -> None:
-        if gen != self.generation:
-            return  # the active set changed since this wake-up was planned
-        self._advance()
-        # Done when (nearly) nothing is left, or when what is left would take less than the clock can add to now:
-        # an absolute threshold alone left ~3e-12 of a collective whose wake-up then never advanced the clock
-        # (a livelock in 67 of 120 ordinary comm.streams = 2 runs).
-        now, rates = self.env.now, self._rates()
-        finished = [c for c, left in self.active.items()
-                    if left <= 1e-9 or rates[c] == float("inf") or now + left / rates[c] <= now]
-        for c in finished:
-            del self.active[c]
-            c.end = self.env.now
-            c.done.succeed()
-        self._schedule()
-
-
 class Simulation:
-    """One experiment on the event engine. `symmetric` simulates a single representative rank and is allowed only
-    when all ranks are provably identical (see `symmetric_allowed`); None picks it automatically. `path`: "analytic"
+    """One experiment on the event engine, with `algorithm` the training algorithm's class (simfog.algorithms; build
+    one through simfog.simulation.new_simulation, which looks it up). `symmetric` simulates a single representative
+    rank and is allowed only when all ranks are provably identical (see `symmetric_allowed`); None picks it
+    automatically. `path`: "analytic"
     (simfog.analytic: schedules fixed before the run, solved in closed form over every rank at once), "events" (this
     engine) or None: analytic where it applies (`simfog.analytic.why_events`), the same times bit for bit."""
 
-    def __init__(self, experiment: Experiment, *, symmetric: bool | None = None, path: str | None = None):
+    def __init__(self, experiment: Experiment, algorithm: type, *, symmetric: bool | None = None,
+                 path: str | None = None):
         self.experiment = exp = experiment
+        self.algorithm_class = algorithm
         self.path_requested = path
         self.env = simpy.Environment()
         self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
@@ -195,7 +114,7 @@ class Simulation:
         self.slowdown, self.delays = _heterogeneity(exp, rng)
         self.records: list[tuple] = []
         self.finished = [0] * self.simulated_ranks  # iterations each simulated rank has completed
-        self.algorithm = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")(self)
+        self.algorithm = algorithm(self)
         # Per trace sample, how long backward takes: an algorithm may lengthen it (comm.overlap_slowdown).
         slowed = getattr(self.algorithm, "backward_s", None)
         self.backward_s = self.compute.backward_s if slowed is None else slowed
@@ -228,8 +147,7 @@ class Simulation:
         """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike."""
         exp = self.experiment
         fixed = self.compute.samples == 1
-        cls = algorithms.REGISTRY.get(exp.comm.algorithm, field="comm.algorithm")
-        return fixed and exp.homogeneous and getattr(cls, "symmetric", False)
+        return fixed and exp.homogeneous and getattr(self.algorithm_class, "symmetric", False)
 
     def single_rank_time_s(self) -> float:
         """The reference of scaling efficiency: the mean time one rank alone (no communication) takes for the very
@@ -335,11 +253,3 @@ def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarra
                 "uniform": lambda: rng.uniform(0, 2 * d, size)}[h.straggler_distribution]
         delays[hit] = draw()
     return slowdown, delays
-
-
-def simulate(experiment: Experiment, *, symmetric: bool | None = None, progress: bool = False,
-             path: str | None = None) -> Result:
-    """Simulate `experiment`. Returns a Result; see simfog.results for its frames and summary. `progress`: a bar
-    on stderr when it is a terminal (off by default: sweeps, plans and tunes run many simulations). `path`: see
-    Simulation (None: analytic where it applies, else events)."""
-    return Simulation(experiment, symmetric=symmetric, path=path).run(progress=progress)

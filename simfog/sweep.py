@@ -52,7 +52,7 @@ def grid(ranks: Sequence[int], merges: Sequence[str], collectives: Sequence[str]
 
 def run_point(exp: Experiment, point: Point) -> dict:
     """Simulate one point; a well-formed but impossible point (e.g. rhd on 6 ranks) gives a row with `error`."""
-    from simfog.engine import simulate
+    from simfog.simulation import simulate
 
     row = {"ranks": point.ranks, "merge": point.merge, "collective": point.collective,
            "threshold_bytes": "" if point.threshold_bytes is None else float(point.threshold_bytes)}

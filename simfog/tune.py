@@ -71,8 +71,8 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     more between the best one's neighbours. `samples`: use the trace's sampled layer times instead of means.
     Returns a TuneResult. Raises ConfigError for bad bounds or counts, or a trace without gradients; whatever
     simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
-    from simfog.engine import simulate
     from simfog.progress import bar as progress_bar
+    from simfog.simulation import simulate
 
     _check("points", points, 2)
     _check("refine", refine, 0)

@@ -199,8 +199,8 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
     sampled layer times instead of means. Returns a ShardedTuneResult. Raises ConfigError for another algorithm or
     bad counts; Infeasible when no setting fits the cluster's gpu_memory (the message counts and says why); whatever
     simulate raises for the experiment itself otherwise."""
-    from simfog.engine import Simulation, simulate
     from simfog.progress import bar as progress_bar
+    from simfog.simulation import new_simulation, simulate
 
     algorithm = exp.comm.algorithm
     if algorithm not in ALGORITHMS:
@@ -236,7 +236,7 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
                        "feasible": True, "reason": ""}
         except Infeasible as e:
             try:
-                peak = Simulation(replace(unlimited, comm=run.comm)).memory.peak_B
+                peak = new_simulation(replace(unlimited, comm=run.comm)).memory.peak_B
             except Infeasible:
                 peak = math.nan
             reason = "over cluster.gpu_memory" if "gpu_memory" in str(e) else str(e)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simfog import analytic
-from simfog.engine import Simulation, simulate
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation, simulate
 from tests.conftest import REPO, make_experiment, make_trace
 
 MERGES = ["wfbp", "single", "threshold", "ddp", "bagua", "mgwfbp", "optimal"]
@@ -100,7 +100,7 @@ def test_symmetric_runs_match_too():
     assert simulate(exp).symmetric
 
 
-@lru_cache(maxsize=None)
+@cache
 def _shipped(name: str):
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
@@ -152,12 +152,12 @@ def test_property_analytic_equals_events(merge, collective, nodes, gpus, iterati
 ])
 def test_dynamic_schedules_take_the_event_engine(why, changes):
     exp = make_experiment(TRACES["fixed"], nodes=2, gpus_per_node=2, **{"merge": "ddp", **changes})
-    sim = Simulation(exp)
+    sim = new_simulation(exp)
     assert why in analytic.why_events(sim)
     result = sim.run()
     assert result.path == "events" and result.summary()["path"] == "events"
     with pytest.raises(ValueError, match="analytic path was requested"):
-        Simulation(exp, path="analytic").run()
+        new_simulation(exp, path="analytic").run()
 
 
 def test_summary_names_the_path_and_results_are_columns():

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from simfog.cluster import Link
-from simfog.engine import Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation
 from simfog.topology import topology
 
 from .conftest import make_experiment, make_trace
@@ -27,7 +27,7 @@ def sim_of(algorithm, *, nodes=4, t_f=T_F, t_b=0.002, t_opt=T_OPT, iterations=4,
     trace = make_trace([t_f], [t_b], [M // 4], optimizer=t_opt)
     exp = make_experiment(trace, nodes=nodes, gpus_per_node=1, nic=Link(A, BW), iterations=iterations,
                           algorithm=algorithm, **comm)
-    return Simulation(replace(exp, heterogeneity=hetero))
+    return new_simulation(replace(exp, heterogeneity=hetero))
 
 
 @pytest.mark.parametrize("t_b, expected", [(0.002, 0.024), (0.020, 0.035)])
@@ -60,7 +60,7 @@ def test_win_put_needs_a_rank_level_graph():
     trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
     exp = make_experiment(trace, nodes=4, gpus_per_node=2, algorithm="win_put", topology="machine_one_peer_exp2")
     with pytest.raises(ConfigError, match="comm.topology"):
-        Simulation(exp)
+        new_simulation(exp)
 
 
 def test_bagua_async_training_never_waits_and_averages_every_period():

@@ -12,9 +12,9 @@ import pytest
 from simfog.algorithms.compressed import CODEC_BANDWIDTH_Bps, powersgd_sizes
 from simfog.algorithms.decentralized import minmax_uint8_bytes
 from simfog.cluster import Link
-from simfog.engine import Simulation, simulate
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation, simulate
 
 from .conftest import make_experiment, make_trace
 from .test_decentralized import load_with_comm
@@ -149,7 +149,7 @@ def test_compression_keys_parse(tmp_path):
     exp = load_with_comm(tmp_path, 'encode_bandwidth = "5GB/s"\npowersgd_rank = 4')
     assert exp.comm.encode_bandwidth_Bps == 5e9 and exp.comm.powersgd_rank == 4
     exp = replace(exp, comm=replace(exp.comm, algorithm="powersgd"))
-    assert Simulation(exp).run().summary()["ranks"] == 4
+    assert new_simulation(exp).run().summary()["ranks"] == 4
     for extra, field in (("encode_bandwidth = 5", "comm.encode_bandwidth"),
                          ('encode_bandwidth = "0GB/s"', "comm.encode_bandwidth"),
                          ("powersgd_rank = 0", "comm.powersgd_rank")):

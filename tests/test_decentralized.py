@@ -12,9 +12,9 @@ from simfog import experiment
 from simfog.algorithms.dataflow import split_by_iteration
 from simfog.algorithms.decentralized import minmax_uint8_bytes
 from simfog.cluster import Link
-from simfog.engine import Simulation, simulate
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation, simulate
 from simfog.topology import topology
 
 from .conftest import make_experiment, make_trace
@@ -33,7 +33,7 @@ def run(t_b, *, nodes=4, gpus=1, elements=(M // 4,), forward=None, backward=None
     trace = make_trace(fwd, bwd, list(elements), optimizer=T_OPT)
     comm.setdefault("iterations", 4)
     exp = make_experiment(trace, nodes=nodes, gpus_per_node=gpus, nic=NIC, **comm)
-    sim = Simulation(exp)
+    sim = new_simulation(exp)
     return sim, sim.run().summary()
 
 
@@ -94,7 +94,7 @@ def test_message_starts_when_sender_and_receiver_have_both_launched():
     exp = make_experiment(trace, nodes=8, gpus_per_node=1, nic=NIC, compute="samples", iterations=4,
                           algorithm="neighbor", topology="exp2", negotiate=False)
     exp = replace(exp, heterogeneity=Heterogeneity(rank_slowdown=((3, 1.7),)))
-    sim = Simulation(exp)
+    sim = new_simulation(exp)
     res = sim.run()
     df = res.intervals()
     launch = df[df.kind == "backward"].set_index(["rank", "iteration"])["start_s"]
@@ -119,7 +119,7 @@ def test_negotiation_lets_a_straggler_hold_up_everyone(negotiate):
     trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
     exp = make_experiment(trace, nodes=8, gpus_per_node=1, nic=NIC, iterations=1, algorithm="neighbor",
                           topology="ring", negotiate=negotiate)
-    sim = Simulation(replace(exp, heterogeneity=Heterogeneity(rank_slowdown=((3, 3.0),))))
+    sim = new_simulation(replace(exp, heterogeneity=Heterogeneity(rank_slowdown=((3, 3.0),))))
     df = sim.run().intervals()
     opt6 = df[(df.kind == "optimizer") & (df["rank"] == 6)].start_s.iloc[0]
     # Ring: 2 peers, NIC shared 2 ways: 1 ms + 8 ms. Rank 3's exchange starts at its backward start, 30 ms.
@@ -275,7 +275,7 @@ def test_2048_ranks_one_peer_exp2_completes():
     trace = make_trace([0.01] * 4, [0.02] * 4, [200_000] * 4, optimizer=1e-3)
     exp = make_experiment(trace, nodes=256, gpus_per_node=8, collective="ring", iterations=3,
                           algorithm="neighbor", topology="one_peer_exp2")
-    sim = Simulation(exp)
+    sim = new_simulation(exp)
     s = sim.run().summary()
     assert s["ranks"] == 2048 and s["spectral_gap"] == 1.0 and s["iterations_to_consensus"] == 11
     assert len(sim.algorithm.messages()) == 3 * 2048

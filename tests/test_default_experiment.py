@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from simfog import cli, experiment
-from simfog.engine import simulate
+from simfog.simulation import simulate
 
 from .conftest import make_experiment, make_trace
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog.engine import simulate
 from simfog.errors import Infeasible
+from simfog.simulation import simulate
 
 from .conftest import make_experiment, make_trace
 
@@ -265,15 +265,15 @@ def test_recorded_ranks_keep_their_own_compute_iteration_by_iteration():
     recorded iteration k on all ranks, rank r recorded rank r mod 2's sample of it; replay takes k = i mod 2."""
     from dataclasses import replace
 
-    from simfog.engine import Simulation
+    from simfog.simulation import new_simulation
 
     samples = [([1e-3], [1e-3]), ([2e-3], [2e-3]), ([5e-3], [5e-3]), ([7e-3], [7e-3])]
     trace = replace(make_trace([0], [0], [1000], samples=samples), sample_ranks=(0, 0, 1, 1))
-    replayed = Simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=3, compute="replay"))
+    replayed = new_simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=3, compute="replay"))
     assert replayed.draws.tolist() == [[0, 2, 0, 2], [1, 3, 1, 3], [0, 2, 0, 2]]
-    drawn = Simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=50, compute="samples", seed=3))
+    drawn = new_simulation(make_experiment(trace, nodes=2, gpus_per_node=2, iterations=50, compute="samples", seed=3))
     assert set(map(tuple, drawn.draws.tolist())) == {(0, 2, 0, 2), (1, 3, 1, 3)}
-    means = Simulation(make_experiment(trace, nodes=1, gpus_per_node=2, compute="mean"))
+    means = new_simulation(make_experiment(trace, nodes=1, gpus_per_node=2, compute="mean"))
     assert means.compute.forward_s.tolist() == pytest.approx([1.5e-3, 6e-3])     # each recorded rank its own means
     assert means.draws.tolist() == [[0, 1]] * 3 and not means.symmetric
     # one node, 2 ranks, a 1000-element gradient: the slower recorded rank sets the pace

@@ -412,8 +412,8 @@ def _replay_at_own_layout(mt, net):
     means) with the links calibrated from `net`."""
     from simfog.calibrate import fit
     from simfog.cluster import Cluster, Link
-    from simfog.engine import simulate
     from simfog.experiment import Comm, Experiment, Workload
+    from simfog.simulation import simulate
 
     cluster = fit(net).apply(Cluster(1, 2, Link(1e-6, 1e10), Link(1e-5, 1e9)))
     exp = Experiment(0, 6, Workload(mt, "<memory>", "mean"), cluster, Comm(collective="ring", merge="ddp"))
@@ -638,8 +638,8 @@ def _replay(mt, net, ranks=2):
     buckets), links calibrated from `net`: (the run's mean iteration, each rank's mean iteration), seconds."""
     from simfog.calibrate import fit
     from simfog.cluster import Cluster, Link
-    from simfog.engine import simulate
     from simfog.experiment import Comm, Experiment, Workload
+    from simfog.simulation import simulate
 
     n = mt.samples // max(1, len(set(mt.sample_ranks)))
     cluster = fit(net).apply(Cluster(1, ranks, Link(1e-6, 1e10), Link(1e-5, 1e9)))

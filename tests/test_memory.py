@@ -10,9 +10,9 @@ import pytest
 
 from simfog import cli
 from simfog.cluster import Cluster, Link
-from simfog.engine import simulate
 from simfog.errors import ConfigError, Infeasible
-from simfog.memory import HOROVOD_FUSION_BYTES, buffer_bytes, estimate
+from simfog.memory import HOROVOD_FUSION_BYTES, buffer_bytes
+from simfog.simulation import simulate
 from simfog.trace import Layer, load_model_trace
 
 from .conftest import make_experiment, make_trace

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfog import experiment, merge
-from simfog.engine import simulate
 from simfog.errors import ConfigError
 from simfog.merge import Bucket, GradTensor
+from simfog.simulation import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 

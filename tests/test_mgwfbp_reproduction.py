@@ -40,9 +40,9 @@ import pytest
 
 from simfog import cli, experiment
 from simfog.calibrate import fit
-from simfog.engine import simulate
 from simfog.importers import import_file
 from simfog.importers.mgwfbp import network_trace_of
+from simfog.simulation import simulate
 from simfog.trace import load_model_trace, load_network_trace
 
 ROOT = Path(__file__).resolve().parents[1]

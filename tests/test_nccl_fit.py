@@ -142,7 +142,7 @@ def test_collective_cli_refuses_bad_sizes(tmp_path, capsys):
 
 def test_experiment_with_network_file_simulates_with_nccl(tmp_path):
     from simfog import experiment
-    from simfog.engine import Simulation
+    from simfog.simulation import new_simulation
 
     net = tmp_path / "network.toml"
     network_file.save(net, replace(TRUE, channels=16))
@@ -155,7 +155,7 @@ def test_experiment_with_network_file_simulates_with_nccl(tmp_path):
     cost = exp.cost_model()
     assert cost.allreduce(2**20) == nccl.choose("allreduce", 2**20, 16, 2, exp.network.nccl,
                                                 protocols=("Simple",)).time_s
-    Simulation(exp).run()
+    new_simulation(exp).run()
 
 
 @needs_ref

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from simfog import experiment
-from simfog.engine import simulate
 from simfog.errors import ConfigError
+from simfog.simulation import simulate
 
 from .conftest import make_experiment, make_trace
 

@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from simfog.engine import simulate
 from simfog.errors import ConfigError
 from simfog.retarget import DEVICES, retarget
+from simfog.simulation import simulate
 
 from .conftest import make_experiment, make_trace
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog.engine import Simulation, simulate
 from simfog.errors import ConfigError
 from simfog.experiment import from_dict
+from simfog.simulation import new_simulation, simulate
 
 from .conftest import make_experiment, make_trace
 
@@ -74,17 +74,17 @@ def test_fsdp_optimizer_updates_only_the_shard():
 
 def test_fsdp_mixed_precision_changes_bytes():
     exp = make_experiment(TWO, algorithm="fsdp", param_dtype="bfloat16")
-    colls = Simulation(exp).algorithm.describe_buckets()
+    colls = new_simulation(exp).algorithm.describe_buckets()
     assert {c["bytes"] for c in colls if c["collective"] == "allgather"} == {2 * MB, 4 * MB}
     assert {c["bytes"] for c in colls if c["collective"] == "reduce_scatter"} == {2 * MB, 4 * MB}  # param_dtype
     exp = make_experiment(TWO, algorithm="fsdp", param_dtype="bfloat16", reduce_dtype="float32")
-    colls = Simulation(exp).algorithm.describe_buckets()
+    colls = new_simulation(exp).algorithm.describe_buckets()
     assert {c["bytes"] for c in colls if c["collective"] == "reduce_scatter"} == {4 * MB, 8 * MB}
 
 
 def test_fsdp_units_by_counts_and_size():
     trace = make_trace([1e-3] * 4, [1e-3] * 4, [M, M, M, M])
-    units = lambda spec: Simulation(make_experiment(trace, algorithm="fsdp", fsdp_unit=spec)).algorithm.units  # noqa: E731
+    units = lambda spec: new_simulation(make_experiment(trace, algorithm="fsdp", fsdp_unit=spec)).algorithm.units  # noqa: E731
     assert units("model") == [(0, 1, 2, 3)]
     assert units((1, 3)) == [(0,), (1, 2, 3)]
     assert units(8e6) == [(0, 1), (2, 3)]  # closes once the unit reaches 8 MB
@@ -162,7 +162,7 @@ def test_one_unit_runs_everything_in_sequence(fwd, data, alpha, beta, reshard, p
 def _memory(algorithm, trace=THREE, **comm):
     exp = make_experiment(trace, algorithm=algorithm, **comm)
     exp = replace(exp, workload=replace(exp.workload, optimizer="adam"))
-    return Simulation(exp).memory
+    return new_simulation(exp).memory
 
 
 def test_fsdp_memory_adam_fp32():

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from simfog import cli
-from simfog.engine import simulate
 from simfog.errors import ConfigError
+from simfog.simulation import simulate
 from simfog.timeline import chrome_trace, chrome_trace_from_intervals, parse_rank_list, write_chrome_trace
 
 from .conftest import make_experiment, make_trace

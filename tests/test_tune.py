@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfog import cli
-from simfog.engine import simulate
 from simfog.errors import ConfigError
+from simfog.simulation import simulate
 from simfog.tune import BASELINES, tune
 
 from .conftest import make_experiment, make_trace

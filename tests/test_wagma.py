@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from simfog.cluster import Link
-from simfog.engine import Simulation
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation
 
 from .conftest import make_experiment, make_trace
 from .test_decentralized import load_with_comm
@@ -26,7 +26,7 @@ def sim_of(ranks, *, t_b=0.002, iterations=4, hetero=PLAIN, algorithm="wagma", *
     trace = make_trace([T_F], [t_b], [M // 4], optimizer=T_OPT)
     exp = make_experiment(trace, nodes=ranks, gpus_per_node=1, nic=Link(A, BW), iterations=iterations,
                           algorithm=algorithm, merge="single", **comm)
-    return Simulation(replace(exp, heterogeneity=hetero))
+    return new_simulation(replace(exp, heterogeneity=hetero))
 
 
 def test_group_and_global_costs_are_log2_rounds_of_alpha_plus_m_beta():
@@ -48,7 +48,7 @@ def test_intra_node_partners_use_the_intra_link():
     trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
     exp = make_experiment(trace, nodes=2, gpus_per_node=4, nic=Link(A, BW), iterations=1, algorithm="wagma",
                           group_size=8)
-    b = Simulation(exp).run().buckets[0]
+    b = new_simulation(exp).run().buckets[0]
     assert b["group_s"] == pytest.approx(2 * (1e-6 + M / 1e11) + A + 4 * M / BW, rel=1e-12)
 
 
@@ -155,7 +155,7 @@ def test_wagma_keys_parse(tmp_path):
 def test_2048_ranks_complete():
     trace = make_trace([0.01] * 4, [0.02] * 4, [200_000] * 4, optimizer=1e-3)
     exp = make_experiment(trace, nodes=256, gpus_per_node=8, collective="ring", iterations=12, algorithm="wagma")
-    s = Simulation(exp).run().summary()
+    s = new_simulation(exp).run().summary()
     assert s["ranks"] == 2048 and s["iterations_to_consensus"] == 4   # 11 bits in layouts of 3
     assert np.isfinite(s["iteration_time_s"])
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog.engine import Simulation, simulate
 from simfog.errors import SimfogError
+from simfog.simulation import new_simulation, simulate
 
 from .conftest import make_experiment, make_trace
 
@@ -56,7 +56,7 @@ def test_one_rank_without_communication_is_exactly_one():
 
 def test_a_rank_that_never_finishes_is_an_error_not_a_summary(monkeypatch):
     trace = make_trace([1e-3], [1e-3], [10])
-    sim = Simulation(make_experiment(trace, nodes=2, gpus_per_node=1, iterations=2), symmetric=False)
+    sim = new_simulation(make_experiment(trace, nodes=2, gpus_per_node=1, iterations=2), symmetric=False)
     never = sim.env.event()  # a collective that never completes
     monkeypatch.setattr(sim.algorithm, "backward_started", lambda *a: never)
     with pytest.raises(SimfogError, match=r"ranks 0, 1 did not finish all 2 iterations \(rank 0 finished 0\)"):

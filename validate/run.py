@@ -51,6 +51,7 @@ from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.processes import pid_alive
 from simfog.results import Result
+from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace, Provenance
 from validate import compare
 from validate.hostload import HostSampler
@@ -571,7 +572,7 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
         plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)
     else:
         plan = bucket_plan(sim_exp)
-    sim = Simulation(sim_exp)
+    sim = new_simulation(sim_exp)
     trace_path = exp.workload.trace_path
     if not Path(trace_path).is_file():  # an in-memory trace: the ranks read it from a file
         trace_path = str(work / f"{vid}-trace.json")

@@ -18,6 +18,7 @@ import numpy as np
 
 from simfog import merge
 from simfog.algorithms import REGISTRY
+from simfog.events import Collective, SharedChannel
 from simfog.overheads import CommOverheads, stretch_after
 
 
@@ -85,18 +86,26 @@ class AllreduceSGD:
         self.streams = comm.streams
         self.channel = None
         if self.streams > 1:
-            from simfog.engine import SharedChannel
-
             self.channel = SharedChannel(sim.env, _shared_allreduce_time(sim.cost))
 
-    def _start_collectives(self) -> None:
-        """An empty table of (iteration, bucket) collectives. engine.Collective is imported once here (engine imports
-        this module: a top-level import is a cycle); an import statement per rank and bucket cost a large share of
-        a 2048-rank wfbp run."""
-        from simfog.engine import Collective
+    def analytic_blocker(self) -> str | None:
+        """None when simfog.analytic can solve this run in closed form (static buckets launched in order on one
+        stream: the schedule is fixed before the run), else why the event engine must run it."""
+        name = self.sim.experiment.comm.algorithm
+        for method in ("_comm_stream", "backward_started", "_collective"):  # a subclass (or a patch) that changes
+            if getattr(getattr(self, method), "__func__", None) is not getattr(AllreduceSGD, method):  # the schedule
+                return f"algorithm {name!r} overrides {method}"
+        if getattr(self, "run_iteration", None) is not None:
+            return "the algorithm runs whole iterations itself"
+        if self.dynamic:
+            return f"merge {self.sim.experiment.comm.merge!r} fuses at run time"
+        if self.streams != 1:
+            return "several streams share links (processor sharing)"
+        return None
 
-        self.collectives: dict[tuple[int, int], object] = {}
-        self._new_collective = Collective
+    def _start_collectives(self) -> None:
+        """An empty table of (iteration, bucket) collectives."""
+        self.collectives: dict[tuple[int, int], Collective] = {}
 
     def _slow_backward(self, ready: np.ndarray, first: np.ndarray) -> np.ndarray:
         """Stretch backward after `first` (samples, 1) by the overlap slowdown: sets self.backward_s (what the
@@ -120,7 +129,7 @@ class AllreduceSGD:
         key = (iteration, b)
         coll = self.collectives.get(key)
         if coll is None:
-            coll = self.collectives[key] = self._new_collective(self.sim.env, self.sim.simulated_ranks,
+            coll = self.collectives[key] = Collective(self.sim.env, self.sim.simulated_ranks,
                                                                 self.durations[b], f"bucket{b}", self.channel,
                                                                 self.buckets[b].nbytes)
         return coll

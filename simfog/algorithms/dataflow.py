@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from simfog.p2p import Message, exchange_times
 from simfog.topology import Topology
+
+if TYPE_CHECKING:
+    import pandas as pd  # for annotations: imported only where frames are made
 
 DEFAULT_CONSENSUS_EPS = 0.01           # simfog's choice: 1 % of the initial disagreement
 MESSAGE_COLUMNS = ["iteration", "src", "dst", "bytes", "start_s", "end_s"]

@@ -97,6 +97,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simfog.errors import ConfigError
+from simfog.events import Collective
 from simfog.trace import DTYPE_BYTES
 
 MAX_LIVE_PARAMETERS = 10**9      # DeepSpeed stage3_max_live_parameters default
@@ -196,9 +197,6 @@ class _Sharded:
         self.group_size = self.n
         self.elements = [sum(t.elements for t in layer.params) for layer in self.trace.layers]
         self._collectives: dict = {}
-        from simfog.engine import Collective
-
-        self._new_collective = Collective
 
     # --- sizes -------------------------------------------------------------------------------------------------
 
@@ -236,7 +234,7 @@ class _Sharded:
             sim = self.sim
             local = sim.simulated_ranks if members is None else sum(1 for m in members if m < sim.simulated_ranks)
             duration = sim.cost.time(coll.op, coll.nbytes, members)
-            obj = self._collectives[key] = self._new_collective(sim.env, local, duration, coll.name)
+            obj = self._collectives[key] = Collective(sim.env, local, duration, coll.name)
         return key, obj
 
     def describe_buckets(self) -> list[dict]:

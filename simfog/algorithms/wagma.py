@@ -33,6 +33,7 @@ import numpy as np
 from simfog.algorithms import REGISTRY
 from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, split_by_iteration
 from simfog.errors import ConfigError, Infeasible
+from simfog.events import Collective
 from simfog.p2p import Message, exchange_times
 
 WAGMA_GROUP_SIZE = 8     # the released configuration: P = 64, S = 8
@@ -127,8 +128,6 @@ class WAGMA:
 
     def _blocking_group(self, rank, iteration, layout, gid):
         """wait_for_group: the group's operation starts when its last member has arrived; every member waits."""
-        from simfog.engine import Collective
-
         key = (iteration, gid)
         coll = self.blocking.get(key)
         if coll is None:
@@ -144,8 +143,6 @@ class WAGMA:
         self.sim.record(rank, iteration, "comm", "group", coll.start, coll.end)
 
     def _global(self, rank, iteration):
-        from simfog.engine import Collective
-
         coll = self.globals.get(iteration)
         if coll is None:
             coll = self.globals[iteration] = Collective(self.sim.env, self.n, self.global_s, "global")

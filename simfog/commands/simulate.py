@@ -104,8 +104,8 @@ def format_summary(s: dict) -> str:
 
 def run(args) -> int:
     from simfog.cli import print_json
-    from simfog.engine import simulate
     from simfog.files import atomic_open, check_output, refuse_existing
+    from simfog.simulation import simulate
 
     for path in (args.intervals, args.timeline):
         if path:

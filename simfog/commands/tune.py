@@ -13,13 +13,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lo", help='smallest threshold searched, e.g. "64KiB" (default: the smallest gradient)')
     parser.add_argument("--hi", help='largest threshold searched, e.g. "1GiB" (default: the whole model)')
     parser.add_argument("--points", type=int, default=None, help="log-spaced thresholds in the first pass "
-                        "(default 25)")
+                        "(default: 25)")
     parser.add_argument("--refine", type=int, default=None, help="thresholds between the best one's neighbours "
-                        "(default 10)")
+                        "(default: 10)")
     parser.add_argument("--sizes", type=int, default=None, help="fsdp/hsdp/zero3: log-spaced unit (or bucket) "
-                        "sizes searched (default 8)")
+                        "sizes searched (default: 8)")
     parser.add_argument("--max-prefetch", type=int, default=None, help="fsdp/hsdp: prefetch depths 0..N searched "
-                        "(default 2)")
+                        "(default: 2)")
     parser.add_argument("--samples", action="store_true",
                         help="use the trace's sampled layer times (default: means, so the search does not chase "
                              "the noise of a few random draws)")

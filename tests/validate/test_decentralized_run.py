@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simfog.engine import Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation
 from validate import compare, decentralized
 from validate.run import Options, check_experiment
 
@@ -26,7 +26,7 @@ def _sim(algorithm, ranks, per_node=1, iterations=4, **comm):
     trace = make_trace([1e-3] * 3, [2e-3] * 3, [1000] * 3)
     exp = make_experiment(trace, nodes=ranks // per_node, gpus_per_node=per_node, iterations=iterations,
                           algorithm=algorithm, **comm)
-    return Simulation(exp)
+    return new_simulation(exp)
 
 
 def test_one_peer_exp2_schedule_is_the_topologys():

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from simfog.calibrate import fit
-from simfog.engine import simulate
+from simfog.simulation import simulate
 from simfog.trace import Measurement, NetworkTrace, Provenance
 from validate import compare
 from validate.report import write_report

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from simfog.cluster import Cluster, Link
-from simfog.engine import simulate
 from simfog.errors import ConfigError
 from simfog.experiment import Comm, Experiment, Workload
+from simfog.simulation import simulate
 from validate import compare
 from validate.run import Options, check_experiment
 
