@@ -10,22 +10,8 @@ The Python API (see simfog.api and the README's "Python API"):
 Importing simfog is cheap: it never imports torch, and pandas, numpy and SimPy only when a function needs them.
 """
 
-from simfog.api import load, simulate
+from simfog.api import load, simulate, sweep
 from simfog.errors import ConfigError, SimfogError
 
 __version__ = "0.1.0"
 __all__ = ["load", "simulate", "sweep", "ConfigError", "SimfogError", "__version__"]
-
-
-def __getattr__(name: str):
-    # simfog.sweep is the sweep submodule, made callable as the API's sweep (see simfog.sweep._CallableModule);
-    # imported on first use so that `import simfog` stays cheap.
-    if name == "sweep":
-        import importlib
-
-        return importlib.import_module("simfog.sweep")
-    raise AttributeError(f"module 'simfog' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"sweep"})

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from simfog.experiment import Experiment
     from simfog.results import Result
 
-# The dtypes of simfog.sweep()'s columns (the sweep CSV's, simfog.sweep.KEY_COLUMNS + SUMMARY_COLUMNS). A point
+# The dtypes of simfog.sweep()'s columns (the sweep CSV's, simfog.sweeps.KEY_COLUMNS + SUMMARY_COLUMNS). A point
 # that could not run (its `error` says why) has no numbers: nullable Int64 and boolean keep those columns integer
 # and boolean instead of turning them into floats or objects. Columns not named here stay strings.
 SWEEP_DTYPES = {
@@ -97,9 +97,7 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
     import tempfile
     from pathlib import Path
 
-    from simfog import sweep as engine
-    from simfog import units
-    from simfog.commands.sweep import checked_grid
+    from simfog import sweeps, units
 
     exp = _experiment(experiment)
     rank_list = _values(ranks, "ranks") or [exp.ranks]
@@ -111,21 +109,21 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
                   for t in _values(threshold, "threshold")] or [exp.comm.threshold_bytes]
     # The CLI's grid builder validates every name and rank count before anything runs.
     with _keyword_names():
-        points = checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
+        points = sweeps.checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
     if output is None:
         with tempfile.TemporaryDirectory(prefix="simfog-sweep-") as tmp:
-            rows = engine.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
+            rows = sweeps.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
     else:
-        rows = engine.run(exp, points, output, jobs=jobs, progress=progress)
+        rows = sweeps.run(exp, points, output, jobs=jobs, progress=progress)
     return sweep_frame(rows, points)
 
 
 def sweep_frame(rows: list[dict], points) -> pd.DataFrame:
-    """The rows of a sweep CSV (strings, as simfog.sweep.run returns them) for `points`, in their order, typed as
+    """The rows of a sweep CSV (strings, as simfog.sweeps.run returns them) for `points`, in their order, typed as
     SWEEP_DTYPES. Rows of other points (a resumed CSV may hold them) are left out."""
     import pandas as pd
 
-    from simfog.sweep import key_of_row
+    from simfog.sweeps import key_of_row
 
     order = {p.key(): i for i, p in enumerate(points)}
     rows = sorted((r for r in rows if key_of_row(r) in order), key=lambda r: order[key_of_row(r)])

@@ -18,9 +18,9 @@ COMMANDS = {
     "simulate": ("simfog.commands.simulate", "simulate an experiment file; print the summary"),
     "sweep": ("simfog.commands.sweep", "simulate a grid of ranks x merge policies x collectives; table and CSV"),
     "list": ("simfog.commands.listing", "list every registered collective, merge policy, algorithm, ..."),
-    "import": ("simfog.importers_cli", "convert a profiler trace or benchmark log into a simfog trace"),
+    "import": ("simfog.commands.importing", "convert a profiler trace or benchmark log into a simfog trace"),
     "retarget": ("simfog.commands.retarget", "estimate a trace for another device from FLOPs and bytes (roofline)"),
-    "calibrate": ("simfog.calibrate_cli", "fit cluster latency and bandwidth from a network trace"),
+    "calibrate": ("simfog.commands.calibrate", "fit cluster latency and bandwidth from a network trace"),
     "collective": ("simfog.commands.collective", "predict nccl-tests output for a layout from a network file; "
                    "compare with a log"),
     "validate": ("simfog.commands.validate", "run an experiment for real on an emulated cluster; compare with the "
@@ -30,9 +30,9 @@ COMMANDS = {
     "curve": ("simfog.commands.curve", "throughput and scaling efficiency against ranks; PNG, SVG and CSV"),
 }
 COLLECT = {
-    "model": ("validate.collect_model_cli", "measure a zoo model's per-layer compute (torch)"),
-    "network": ("validate.collect_network_cli", "measure collectives over gloo or MPI"),
-    "activations": ("validate.collect_activations_cli", "add what each layer keeps for backward to a zoo trace"),
+    "model": ("simfog.commands.collect_model", "measure a zoo model's per-layer compute (torch)"),
+    "network": ("simfog.commands.collect_network", "measure collectives over gloo or MPI"),
+    "activations": ("simfog.commands.collect_activations", "add what each layer keeps for backward to a zoo trace"),
 }
 
 

@@ -1,7 +1,7 @@
 """Sweep points on a Dask distributed cluster (the `dist` extra): `simfog sweep --scheduler tcp://host:port`.
 
-Each point is one task running `simfog.sweep.run_point`; rows are yielded as tasks finish (not in submission
-order), so `simfog.sweep.run` appends each row the moment it exists and an interrupted sweep loses only the
+Each point is one task running `simfog.sweeps.run_point`; rows are yielded as tasks finish (not in submission
+order), so `simfog.sweeps.run` appends each row the moment it exists and an interrupted sweep loses only the
 points in flight. Workers need simfog installed (same version) and the trace is shipped with the experiment, so
 they need no shared file system.
 """
@@ -27,16 +27,15 @@ def _client(scheduler_address: str, timeout_s: float):
                           f"the address of a running Dask scheduler, e.g. tcp://host:8786 ({e})") from None
 
 
-def execute(exp, points: Sequence, scheduler_address: str, *, timeout_s: float = 30.0) -> Iterator[dict]:
-    """Run `simfog.sweep.run_point(exp, p)` for every point on the Dask cluster at `scheduler_address`; yield
-    each row as its task finishes. Raises SimfogError when dask distributed is not installed, ConfigError when
-    the scheduler cannot be reached within `timeout_s` seconds. Tasks still running when the caller stops
-    iterating are cancelled."""
+def execute(exp, points: Sequence, scheduler_address: str, run_point, *, timeout_s: float = 30.0
+            ) -> Iterator[dict]:
+    """Run `run_point(exp, p)` (simfog.sweeps.run_point, passed in: this module does not import the sweep) for
+    every point on the Dask cluster at `scheduler_address`; yield each row as its task finishes. Raises SimfogError
+    when dask distributed is not installed, ConfigError when the scheduler cannot be reached within `timeout_s`
+    seconds. Tasks still running when the caller stops iterating are cancelled."""
     points = list(points)
     if not points:
         return
-    from simfog.sweep import run_point
-
     client, as_completed = _client(scheduler_address, timeout_s)
     futures = []
     try:

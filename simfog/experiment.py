@@ -1,6 +1,9 @@
 """The experiment file: workload × cluster × communication, the contract shared by the simulator and the validator.
 
 TOML, read with tomllib. Paths are relative to the file; every quantity carries its unit; unknown keys are errors.
+Over 400 lines because the file's whole contract is here, one parser per section ([workload], [cluster],
+[comm], [heterogeneity]): every key, its unit, its default and the one-line error that names it, read top to bottom;
+split by section, the cross-section checks (fsdp_unit against the trace, keys allowed per algorithm) would scatter.
 """
 
 from __future__ import annotations

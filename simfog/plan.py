@@ -237,7 +237,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     when no configuration reaches the target (its message names the best reachable; `.result` holds the
     PlanResult)."""
     from simfog.progress import bar as progress_bar
-    from simfog.sweep import Point, run_point
+    from simfog.sweeps import Point, run_point
 
     if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
         raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")

@@ -1,4 +1,6 @@
-"""Decentralized averaging graphs, static and dynamic, as BlueFog and BAGUA define them.
+"""Decentralized averaging graphs, static and dynamic, as BlueFog and BAGUA define them. Over 400 lines because every
+graph of BlueFog's topology_util and BAGUA is here beside the one Topology interface they share, each with its
+source cited: one registry a reader checks against the frameworks in one place.
 
 A `Topology` answers two questions. For the engine: at iteration k, what every rank sends, to whom, and with which
 weights it combines what it receives (`exchanges(k)`, O(n·degree), no dense matrix). For the report: how well it

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog import calibrate_cli
 from simfog.calibrate import cluster_from_network_trace, coefficients, fit, link_class
 from simfog.cluster import Cluster, Link
+from simfog.commands import calibrate as calibrate_cli
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import Measurement, NetworkTrace, Provenance
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from simfog import experiment
+from simfog.algorithms.codecs import minmax_uint8_bytes
 from simfog.algorithms.dataflow import split_by_iteration
-from simfog.algorithms.decentralized import minmax_uint8_bytes
 from simfog.cluster import Link
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity

@@ -158,7 +158,7 @@ def _cmdline(pid: int) -> bytes:
 
 
 def test_workers_that_watch_the_sweep_give_the_same_rows(tmp_path):
-    from simfog import sweep
+    from simfog import sweeps as sweep
 
     from .conftest import make_experiment
 

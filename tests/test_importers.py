@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog import importers_cli
+from simfog.commands import importing as importers_cli
 from simfog.errors import ConfigError
 from simfog.importers import IMPORTERS, ImporterWarning, import_file
 from simfog.importers.kineto import network_trace_of as kineto_network
@@ -53,7 +53,7 @@ def test_unknown_kind_option_or_file_is_a_config_error(tmp_path):
 
 
 def test_importing_simfog_importers_does_not_import_torch():
-    code = "import sys, simfog.importers, simfog.importers_cli; print('torch' in sys.modules)"
+    code = "import sys, simfog.importers, simfog.commands.importing; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -1,4 +1,4 @@
-"""Collective "ompi" (simfog.mpi_collectives): Open MPI 4.1/5.0's tuned fixed decision, read by hand from
+"""Collective "ompi" (simfog.collectives.ompi): Open MPI 4.1/5.0's tuned fixed decision, read by hand from
 ompi/mca/coll/tuned/coll_tuned_decision_fixed.c, and the algorithms' α-β-γ closed forms written out here."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from simfog.cluster import Cluster, Link
 from simfog.collectives import ALGORITHMS, CostModel
-from simfog.errors import ConfigError
-from simfog.mpi_collectives import (
+from simfog.collectives.ompi import (
     ALLREDUCE_ALGORITHMS,
     ELEMENT_BYTES,
     ompi_allgather_algorithm,
     ompi_allreduce_algorithm,
     ompi_allreduce_time,
 )
+from simfog.errors import ConfigError
 
 A, B, G = 5e-6, 2.5e-10, 1e-10          # uniform link: α (s), β (s/B); γ (s/B)
 LINK = Link(A, 1 / B)
@@ -302,8 +302,8 @@ def test_fitted_switch_point_through_cost_model_and_experiment(tmp_path):
     from simfog import experiment as experiment_module
     from simfog.cluster import Cluster, Link
     from simfog.collectives import CostModel
+    from simfog.collectives.ompi import ompi_allreduce_time
     from simfog.errors import ConfigError as _ConfigError
-    from simfog.mpi_collectives import ompi_allreduce_time
 
     cluster = Cluster(8, 1, Link(1e-6, 1e10), Link(50e-6, 1.25e9))
     cm = CostModel(cluster, "ompi", mpi_switch_bytes=10000)

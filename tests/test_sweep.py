@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from simfog import sweep
+from simfog import sweeps as sweep
 from simfog.dask_backend import execute
 from simfog.errors import ConfigError, SimfogError
 
@@ -45,18 +45,20 @@ def test_dask_cluster_gives_the_local_results(tmp_path):
 def test_missing_dask_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the dist extra were not installed
     with pytest.raises(SimfogError, match=r"pip install -e '\.\[dist\]'"):
-        next(execute(sampled_experiment(), sweep.grid([2], ["wfbp"], ["ring"]), "tcp://127.0.0.1:8786"))
+        next(execute(sampled_experiment(), sweep.grid([2], ["wfbp"], ["ring"]), "tcp://127.0.0.1:8786",
+                             sweep.run_point))
 
 
 def test_unreachable_scheduler_is_a_config_error():
     pytest.importorskip("distributed", reason="the dist extra (dask distributed) is not installed")
     with pytest.raises(ConfigError) as e:
-        next(execute(sampled_experiment(), sweep.grid([2], ["wfbp"], ["ring"]), "tcp://127.0.0.1:1", timeout_s=1))
+        next(execute(sampled_experiment(), sweep.grid([2], ["wfbp"], ["ring"]), "tcp://127.0.0.1:1", sweep.run_point,
+                     timeout_s=1))
     assert e.value.field == "--scheduler"
 
 
 def test_no_points_needs_no_scheduler():
-    assert list(execute(sampled_experiment(), [], "tcp://nowhere:1")) == []
+    assert list(execute(sampled_experiment(), [], "tcp://nowhere:1", sweep.run_point)) == []
 
 
 EXP = """
@@ -119,7 +121,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_rows(tmp_path):
 
 
 def test_resume_cuts_a_partial_last_line(tmp_path):
-    from simfog.sweep import KEY_COLUMNS, SUMMARY_COLUMNS, _drop_partial_last_line
+    from simfog.sweeps import KEY_COLUMNS, SUMMARY_COLUMNS, _drop_partial_last_line
 
     path = tmp_path / "s.csv"
     header = ",".join(KEY_COLUMNS + SUMMARY_COLUMNS) + "\n"
@@ -162,7 +164,7 @@ def test_resume_refuses_rows_of_another_experiment(tmp_path, capsys):
 def test_a_torn_last_row_is_run_again_never_lost(tmp_path, cut):
     """Cut the last row at 9 positions (a kill in the middle of its write): the resumed file holds every point
     exactly once, with the same numbers as an uninterrupted run."""
-    from simfog import sweep as sw
+    from simfog import sweeps as sw
     from simfog.experiment import load
 
     exp = load(_exp_file(tmp_path, "a.toml", 1))
@@ -179,7 +181,7 @@ def test_a_torn_last_row_is_run_again_never_lost(tmp_path, cut):
 
 
 def test_a_garbage_line_is_one_clean_error(tmp_path):
-    from simfog import sweep as sw
+    from simfog import sweeps as sw
     from simfog.errors import ConfigError
     from simfog.experiment import load
 

@@ -9,15 +9,14 @@ An algorithm is a class registered here, built with the Simulation, with:
   (records its own intervals; sharded algorithms, whose communication gates compute), and `memory() -> Memory`.
 """
 
-from simfog.registry import Registry
-
-REGISTRY = Registry("algorithm")
-
-from simfog.algorithms import (  # noqa: E402  (each module registers its entries)
+from simfog.algorithms import (  # each module registers its entries
     allreduce,  # noqa: F401
     asynchronous,  # noqa: F401
     compressed,  # noqa: F401
     decentralized,  # noqa: F401
-    sharded,  # noqa: F401
+    sharded_plans,  # noqa: F401  (fsdp, hsdp, zero1-3 on simfog.algorithms.sharded's machinery)
     wagma,  # noqa: F401
 )
+from simfog.algorithms.registry import REGISTRY
+
+__all__ = ["REGISTRY"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfog import merge
-from simfog.algorithms import REGISTRY
+from simfog.algorithms.registry import REGISTRY
 from simfog.events import Collective, SharedChannel
 from simfog.overheads import CommOverheads, stretch_after
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from simfog.algorithms import REGISTRY
 from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, Plan, mixing_of, split_by_iteration
 from simfog.algorithms.decentralized import TopologyAlgorithm, bluefog_fused_buffers
+from simfog.algorithms.registry import REGISTRY
 from simfog.errors import ConfigError
 
 BAGUA_ASYNC_PERIOD_S = 0.5  # AsyncModelAverageAlgorithm(sync_interval_ms=500)

@@ -18,24 +18,13 @@ import math
 import numpy as np
 
 from simfog import merge
-from simfog.algorithms import REGISTRY
 from simfog.algorithms.allreduce import AllreduceSGD, _settings, _tensor_ready_offsets
-from simfog.algorithms.decentralized import minmax_uint8_bytes
+from simfog.algorithms.codecs import codec_bandwidth, minmax_uint8_bytes
+from simfog.algorithms.registry import REGISTRY
 from simfog.errors import ConfigError
 from simfog.trace import DTYPE_BYTES, Tensor
 
-# Codec throughput in bytes of uncompressed data per second per pass over them. Measured on this project's machine
-# (AMD EPYC, 2 cores shared, torch 2.13 CPU, 1 thread; 64 MiB of float32, median of 7 runs, the least contended of
-# three runs): MinMaxUInt8 quantise 0.54 GB/s and dequantise 1.28 GB/s (0.76 GB/s per pass); fp16 cast 2.1 GB/s
-# and back 1.46 GB/s (1.73 GB/s per pass); PowerSGD rank 1 on a 4096×4096 matrix 4.6 GB/s per pass. They suit the
-# CPU-measured traces; set comm.encode_bandwidth for GPUs (hundreds of GB/s).
-CODEC_BANDWIDTH_Bps = {"minmax_uint8": 0.75e9, "fp16": 1.7e9, "powersgd": 4.5e9}
 POWERSGD_MIN_COMPRESSION_RATE = 2  # PowerSGDState(min_compression_rate=2)
-
-
-def codec_bandwidth(comm, kind: str) -> float:
-    """comm.encode_bandwidth, else the measured default of codec `kind` (bytes/s per pass)."""
-    return comm.encode_bandwidth_Bps or CODEC_BANDWIDTH_Bps[kind]
 
 
 def powersgd_sizes(elements: int, rank: int, *, vector: bool = False) -> tuple[int, int, bool]:

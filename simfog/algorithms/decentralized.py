@@ -37,8 +37,9 @@ Ranks are never assumed identical here (`symmetric = False`): placement makes so
 from __future__ import annotations
 
 from simfog import merge
-from simfog.algorithms import REGISTRY
+from simfog.algorithms.codecs import codec_bandwidth, minmax_uint8_bytes
 from simfog.algorithms.dataflow import DataflowAlgorithm, Plan, mixing_of
+from simfog.algorithms.registry import REGISTRY
 from simfog.errors import ConfigError
 from simfog.topology import Topology, topology
 
@@ -200,14 +201,6 @@ class BaguaDecentralized(TopologyAlgorithm):
         return mixing_of(self.topo, self.eps)
 
 
-def minmax_uint8_bytes(elements: int, chunks: int) -> int:
-    """Wire bytes of BAGUA's MinMaxUInt8 compression of `elements` float values in `chunks` chunks: per chunk its
-    uint8 values and its (min, max) pair, each padded to 32 bytes (bagua-core datatypes
-    MinMaxUInt8CompressionParameters::get_compressed_buffer_size)."""
-    chunk = -(-elements // chunks)
-    return chunks * (-(-chunk // 32) * 32 + 32)
-
-
 @REGISTRY.register("low_precision_decentralized")
 class BaguaLowPrecisionDecentralized(DataflowAlgorithm):
     """BAGUA low-precision decentralized: 8-bit weight differences with ring neighbours ±1 after the update."""
@@ -215,7 +208,6 @@ class BaguaLowPrecisionDecentralized(DataflowAlgorithm):
     name = "low_precision_decentralized"
 
     def __init__(self, sim):
-        from simfog.algorithms.compressed import codec_bandwidth
 
         super().__init__(sim)
         cluster = sim.experiment.cluster

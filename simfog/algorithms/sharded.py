@@ -334,6 +334,3 @@ def _dtype_bytes(dtype: str | None, trace) -> float:
     if dtype is not None:
         return float(DTYPE_BYTES[dtype])
     return trace.nbytes / trace.parameters if trace.parameters else float(DTYPE_BYTES[trace.dtype])
-
-
-from simfog.algorithms import sharded_plans  # noqa: E402, F401  (the algorithms, registered on import)

@@ -3,7 +3,7 @@ simfog.algorithms.sharded's docstring."""
 
 from __future__ import annotations
 
-from simfog.algorithms import REGISTRY
+from simfog.algorithms.registry import REGISTRY
 from simfog.algorithms.sharded import (
     MAX_LIVE_PARAMETERS,
     MAX_REUSE_DISTANCE,

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simfog.algorithms import REGISTRY
 from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, split_by_iteration
+from simfog.algorithms.registry import REGISTRY
 from simfog.errors import ConfigError, Infeasible
 from simfog.events import Collective
 from simfog.p2p import Message, exchange_times

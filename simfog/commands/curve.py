@@ -1,7 +1,7 @@
 """`simfog curve FILE.toml --ranks 4,8,...,2048 --merge ddp,wfbp,mgwfbp -o PREFIX`: throughput and scaling
 efficiency against ranks for several merge policies or collectives: PREFIX.png, PREFIX.svg and PREFIX.csv.
 
-The runs go through simfog.sweep, so PREFIX.csv is a sweep CSV: an interrupted curve resumes where it stopped.
+The runs go through simfog.sweeps, so PREFIX.csv is a sweep CSV: an interrupted curve resumes where it stopped.
 Each row records the experiment, trace (path and content hash), compute mode and seed it came from. Without -o
 every run gets a new folder simfog-out/curve-<UTC time>/.
 """
@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simfog.commands.sweep import _list
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS
 
@@ -26,7 +25,7 @@ MAX_POINTS = 1000  # rank counts one curve may have: each is a simulation
 def parse_ranks(text: str) -> list[int]:
     """"4,8,16" as given; "4,8,...,2048" expands geometrically (ratio 8/4) or arithmetically ("8,16,...,64") when
     the second step is not a whole ratio. Raises ConfigError for anything else."""
-    parts = _list(text)
+    parts = [x.strip() for x in text.split(",") if x.strip()]
     bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
     if not parts:
         raise bad
@@ -80,7 +79,7 @@ def add_arguments(parser) -> None:
 
 def curve_frame(rows: list[dict], points) -> pd.DataFrame:
     """The sweep rows of `points` (a CSV may hold others from earlier runs) with numeric columns as numbers."""
-    from simfog.sweep import key_of_row
+    from simfog.sweeps import key_of_row
 
     wanted = {p.key() for p in points}
     import pandas as pd  # here, not at the top: every command's start-up would pay for it
@@ -95,8 +94,9 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import check_jobs, checked_grid, report
+    from simfog.commands.sweep import check_jobs, report
     from simfog.files import check_output, new_run_dir, refuse_existing
+    from simfog.sweeps import checked_grid
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
@@ -126,9 +126,9 @@ def run(args) -> int:
 
 def _run(exp, points, args, prefix) -> pd.DataFrame:
     """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg; the curve's rows."""
-    from simfog import plot, sweep
+    from simfog import plot, sweeps
 
-    rows = sweep.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
+    rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress)
     df = curve_frame(rows, points)
     c = exp.cluster

@@ -7,19 +7,7 @@ import os
 from simfog import units
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
-
-
-def _list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _option_list(text: str, option: str) -> list[str]:
-    """The comma-separated values of `option`; an option given with nothing in it (`--ranks ''`) is an error
-    rather than a silent fall back to the file's value."""
-    values = _list(text)
-    if not values:
-        raise ConfigError(option, text, "one or more comma-separated values")
-    return values
+from simfog.sweeps import checked_grid, option_list
 
 
 def add_arguments(parser) -> None:
@@ -39,7 +27,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from simfog import experiment, sweep
+    from simfog import experiment, sweeps
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.errors import ConfigError
 
@@ -48,13 +36,13 @@ def run(args) -> int:
     check_jobs(args.jobs)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     try:
-        ranks = [int(r) for r in _option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
+        ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
     except ValueError:
         raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
-    thresholds = ([units.nbytes(t, field="--threshold") for t in _option_list(args.threshold, "--threshold")]
+    thresholds = ([units.nbytes(t, field="--threshold") for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
-    run_sweep = lambda csv: sweep.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
+    run_sweep = lambda csv: sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
                                       progress=not args.no_progress)
     if args.output is not None:
         csv = args.output
@@ -114,26 +102,6 @@ def typed_row(row: dict) -> dict:
 
 def _true(v) -> bool:
     return v is True or v == "True"
-
-
-def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
-                 thresholds: list) -> list:
-    """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
-    validated before anything runs (ConfigError naming the option)."""
-    from simfog import collectives, merge, sweep
-
-    merges = _option_list(merge_text, "--merge") if merge_text is not None else [exp.comm.merge]
-    colls = _option_list(collective_text, "--collective") if collective_text is not None else [exp.comm.collective]
-    for m in merges:
-        merge.POLICIES.get(m, field="--merge")
-    for c in colls:
-        collectives.ALGORITHMS.get(c, field="--collective")
-    for r in ranks:
-        try:
-            exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
-        except ConfigError as e:
-            raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
-    return sweep.grid(ranks, merges, colls, thresholds)
 
 
 def format_table(rows: list[dict]) -> str:

@@ -21,6 +21,7 @@ from simfog import files
 from simfog.errors import ConfigError
 from simfog.importers.imb import import_imb
 from simfog.importers.kineto import import_kineto, import_kineto_comm
+from simfog.importers.kineto_ranks import import_folder, import_folder_comm
 from simfog.importers.logs import ImporterWarning
 from simfog.importers.mgwfbp import import_mgwfbp
 from simfog.importers.nccl_tests import import_nccl_tests
@@ -29,13 +30,15 @@ from simfog.registry import Registry
 from simfog.trace import ModelTrace, NetworkTrace, Provenance, model_trace_from_dict, network_trace_from_dict
 
 IMPORTERS: Registry = Registry("importer")
-import_kineto.reads_folders = import_kineto_comm.reads_folders = True   # one trace per rank (kineto_ranks)
 IMPORTERS.register("kineto")(import_kineto)
 IMPORTERS.register("kineto-comm")(import_kineto_comm)
 IMPORTERS.register("nccl-tests")(import_nccl_tests)
 IMPORTERS.register("osu")(import_osu)
 IMPORTERS.register("mgwfbp")(import_mgwfbp)
 IMPORTERS.register("imb")(import_imb)
+# Importers that also read a folder (one trace per rank, as HTA reads it): kind -> the folder's importer, with the
+# same options.
+FOLDER_IMPORTERS = {"kineto": import_folder, "kineto-comm": import_folder_comm}
 
 
 def options_of(kind: str) -> dict[str, inspect.Parameter]:
@@ -57,7 +60,9 @@ def import_file(kind: str, path: str | Path, **options) -> ModelTrace | NetworkT
         if name not in allowed:
             raise ConfigError("option", name, f"an option of importer {kind}: {', '.join(allowed) or 'none'}",
                               source=str(path))
-    if not (getattr(fn, "reads_folders", False) and Path(path).is_dir()):   # kineto: a folder of rank traces
+    if kind in FOLDER_IMPORTERS and Path(path).is_dir():  # kineto: a folder of rank traces
+        fn = FOLDER_IMPORTERS[kind]
+    else:
         files.check_input(path)  # a missing file, a directory, a FIFO or /dev/zero: refused before any importer reads
     trace = fn(path, **options)
     check = model_trace_from_dict if isinstance(trace, ModelTrace) else network_trace_from_dict

@@ -1,4 +1,6 @@
-"""PyTorch profiler (Kineto) trace of data-parallel training -> ModelTrace (layers, buckets, comm summary).
+"""PyTorch profiler (Kineto) trace of data-parallel training -> ModelTrace (layers, buckets, comm summary). Over 400
+lines because the attribution below is one pass over the trace's events (forward ops, backward nodes, DDP buckets,
+host time); the event reading itself is in kineto_events and the per-rank folders in kineto_ranks.
 
 How a trace becomes layers (the attribution, in order of preference):
 1. Forward ops are the top-level operators of the training thread between an iteration's start and its first
@@ -175,10 +177,19 @@ def _tensor_names(layer: str, grads: list) -> list[str]:
     return [f"{layer}.param{k}" for k in range(len(grads))]
 
 
+def check_options(path: str, *, clock: str = "auto", skip: int = 0) -> None:
+    """Raise ConfigError naming `path` for a clock not in CLOCKS or a skip that is not an integer >= 0."""
+    if clock not in CLOCKS:
+        raise _bad(path, "clock", clock, f"one of {', '.join(CLOCKS)}")
+    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+        raise _bad(path, "skip", skip, "an integer >= 0")
+
+
 def import_kineto(path, *, model: str | None = None, batch_size: int | None = None, clock: str = "auto",
                   skip: int = 0) -> ModelTrace:
     """PyTorch profiler (Kineto) JSON of DDP training -> ModelTrace, one sample per iteration; comm in extra.
-    A folder of traces, one per rank (as HTA's TraceAnalysis reads it), imports every rank: see kineto_ranks.
+    A folder of traces, one per rank (as HTA's TraceAnalysis reads it), imports every rank (simfog.importers.import_file
+    hands a folder to kineto_ranks.import_folder).
 
     Iterations: ProfilerStep#N spans, else spans ending at each Optimizer.step; the first `skip` are dropped.
     `clock`: "gpu" sums the GPU work each op launched, "cpu" the op durations, "auto" picks gpu when the trace
@@ -188,14 +199,7 @@ def import_kineto(path, *, model: str | None = None, batch_size: int | None = No
     truncated or non-Kineto file, a trace without iterations/backward, or bad options.
     """
     path = str(path)
-    if clock not in CLOCKS:
-        raise _bad(path, "clock", clock, f"one of {', '.join(CLOCKS)}")
-    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
-        raise _bad(path, "skip", skip, "an integer >= 0")
-    if Path(path).is_dir():
-        from simfog.importers.kineto_ranks import import_folder
-
-        return import_folder(path, model=model, batch_size=batch_size, clock=clock, skip=skip)
+    check_options(path, clock=clock, skip=skip)
     data = ke.load(path)
     return import_loaded(path, data, ke.Trace(data, path), model=model, batch_size=batch_size, clock=clock,
                          skip=skip)
@@ -372,7 +376,8 @@ def _assemble(path, data, trace, its, layers, ready, shapes, use_gpu, model, bat
 
 def import_kineto_comm(path, *, nodes: int | None = None, skip: int = 0) -> NetworkTrace:
     """The collectives of a PyTorch profiler (Kineto) trace -> NetworkTrace (for `simfog calibrate`). A folder of
-    traces, one per rank, gives transfer times measured across ranks, without the waits (kineto_ranks).
+    traces, one per rank, gives transfer times measured across ranks, without the waits
+    (kineto_ranks.import_folder_comm, through simfog.importers.import_file).
 
     One measurement per (collective, bytes, ranks), its samples the execution times of every such collective in
     the iterations kept (the first `skip` dropped): NCCL kernel durations, or gloo worker annotations. On a
@@ -380,12 +385,7 @@ def import_kineto_comm(path, *, nodes: int | None = None, skip: int = 0) -> Netw
     host shows at least as many GPUs as there are ranks (inferred, said in the notes), else it must be given.
     Raises ConfigError naming the file for a bad file or option, or a trace without timed collectives."""
     path = str(path)
-    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
-        raise _bad(path, "skip", skip, "an integer >= 0")
-    if Path(path).is_dir():
-        from simfog.importers.kineto_ranks import import_folder_comm
-
-        return import_folder_comm(path, nodes=nodes, skip=skip)
+    check_options(path, skip=skip)
     data = ke.load(path)
     trace = ke.Trace(data, path)
     windows = trace.windows(trace.main_thread())

@@ -91,6 +91,7 @@ def import_folder(folder, *, model=None, batch_size=None, clock="auto", skip=0) 
     timed across ranks. Options as import_kineto. Raises ConfigError naming the file or folder for a bad file,
     two files of one rank, or ranks that disagree (layers, parameters, batch size, iterations, collectives)."""
     folder = str(folder)
+    kt.check_options(folder, clock=clock, skip=skip)
     ranks = _ranks(folder)
     name = Path(folder).name
     mts = [kt.import_loaded(r.path, r.data, r.trace, model=model or name, batch_size=batch_size, clock=clock,
@@ -153,6 +154,7 @@ def import_folder_comm(folder, *, nodes=None, skip=0) -> NetworkTrace:
     """The collectives of every rank's trace in `folder` -> NetworkTrace, each sample a transfer time across ranks.
     `nodes`: by default the number of distinct host names in the traces. Raises ConfigError as import_folder."""
     folder = str(folder)
+    kt.check_options(folder, skip=skip)
     ranks = _ranks(folder)
     rows = _matched(folder, ranks, skip)
     first = ranks[0]

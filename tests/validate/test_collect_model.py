@@ -10,9 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="collecting a model trace needs torch (pip install -e .[validate])")
 
+from simfog.commands import collect_model as collect_model_cli  # noqa: E402
 from simfog.errors import ConfigError  # noqa: E402
 from simfog.trace import load_model_trace, model_trace_from_dict  # noqa: E402
-from validate import collect_model_cli, models  # noqa: E402
+from validate import models  # noqa: E402
 from validate.collect_model import _charge, collect_model  # noqa: E402
 from validate.timing import HostClock  # noqa: E402
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from simfog.commands import collect_network as collect_network_cli
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import load_network_trace, network_trace_from_dict
-from validate import collect_network_cli
 from validate.collect_network import (
     COLLECTIVES,
     FIRST_WARMUP,

@@ -22,7 +22,7 @@ import numbers
 from collections.abc import Sequence
 
 from simfog.cluster import Cluster, Group
-from simfog.collectives import ALGORITHMS, CostModel, _clog2, _reduce_s, _rhd_pass, _ring, _ring_step
+from simfog.collectives.core import ALGORITHMS, CostModel, _clog2, _reduce_s, _rhd_pass, _ring, _ring_step
 from simfog.errors import ConfigError
 
 ELEMENT_BYTES = 4

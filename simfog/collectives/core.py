@@ -365,7 +365,3 @@ def p2p_time(cluster: Cluster, src: int, dst: int, nbytes: float, flows: int = 1
     if src == dst:
         return 0.0
     return cluster.link_between(src, dst).time(nbytes, flows=flows)
-
-
-# Open MPI's tuned decision (collective "ompi") lives in its own module, which registers into ALGORITHMS on import.
-from simfog import mpi_collectives as _mpi_collectives  # noqa: E402, F401

@@ -9,20 +9,18 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-import sys
-import types
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from simfog import api as _api
 from simfog.errors import ConfigError, SimfogError
 from simfog.experiment import Experiment
 
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
-                   "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "memory_peak_B", "memory_complete", "estimated", "error"]
+                   "comm_exposed_s", "idle_s", "overlap_fraction", "buckets", "memory_peak_B", "memory_complete",
+                   "estimated", "error"]
 # What produced a row, the same in every row of one run, so a CSV read on its own says where its numbers came
 # from: the experiment file, the trace (path, and a hash of its content so an edited trace shows), the
 # layer-time mode and the seed.
@@ -162,7 +160,7 @@ def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | Non
     if scheduler:
         from simfog.dask_backend import execute
 
-        yield from execute(exp, todo, scheduler)
+        yield from execute(exp, todo, scheduler, run_point)
     elif jobs <= 1 or len(todo) <= 1:
         for p in todo:
             yield run_point(exp, p)
@@ -178,15 +176,30 @@ def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | Non
                     yield fut.result()
 
 
-class _CallableModule(types.ModuleType):
-    """`simfog.sweep(exp, ranks=...)` is the Python API's sweep (simfog.api.sweep, a DataFrame), and `simfog.sweep`
-    is also this module: a package attribute cannot be a function and a submodule at once (importing the submodule
-    would replace the function), so the module itself is callable."""
-
-    def __call__(self, *args, **kwargs):
-        return _api.sweep(*args, **kwargs)
-
-    __call__.__doc__ = _api.sweep.__doc__
+def option_list(text: str, option: str) -> list[str]:
+    """The comma-separated values of `option`; an option given with nothing in it (`--ranks ''`) is an error
+    rather than a silent fall back to the file's value."""
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise ConfigError(option, text, "one or more comma-separated values")
+    return values
 
 
-sys.modules[__name__].__class__ = _CallableModule
+def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
+                 thresholds: list) -> list:
+    """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
+    validated before anything runs (ConfigError naming the option)."""
+    from simfog import collectives, merge
+
+    merges = option_list(merge_text, "--merge") if merge_text is not None else [exp.comm.merge]
+    colls = option_list(collective_text, "--collective") if collective_text is not None else [exp.comm.collective]
+    for m in merges:
+        merge.POLICIES.get(m, field="--merge")
+    for c in colls:
+        collectives.ALGORITHMS.get(c, field="--collective")
+    for r in ranks:
+        try:
+            exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
+        except ConfigError as e:
+            raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
+    return grid(ranks, merges, colls, thresholds)
