@@ -107,7 +107,7 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
     """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None), on
     `device`."""
     if cfg["mode"] == "replay":
-        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device)
+        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device, units=cfg.get("units"))
         x = torch.zeros(1, requires_grad=True, device=device)
         return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
     from validate import models
@@ -130,6 +130,12 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
     model, named, loss_of, optimizer, replay = _build(cfg, trace, rank, clock.device)
+    sharded = None
+    if cfg.get("algorithm") == "fsdp":
+        from validate import fsdp
+
+        sharded = fsdp.make(model, cfg, clock)
+        named = {}  # FSDP2 swaps the parameters; backward_end comes from the replay clock
     times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
     slow = float(cfg["slowdown"][rank])
     last_ready = [float("nan")]
@@ -139,7 +145,9 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
 
     handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
     buckets = timer = averaging = None
-    if cfg.get("algorithm", "allreduce") != "allreduce":
+    if sharded is not None:
+        net = model
+    elif cfg.get("algorithm", "allreduce") != "allreduce":
         from validate import decentralized
 
         net = model
@@ -155,7 +163,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     else:
         net = model
         buckets = BucketedAllreduce(named, cfg["buckets"], clock=clock)
-    comm = buckets or timer or averaging
+    comm = buckets or timer or averaging or sharded
+    memory = None
     raise_priority(priority)  # gloo threads of process groups created above
     out = []
     warmup, iterations = cfg["warmup"], cfg["iterations"]
@@ -164,10 +173,13 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     gc.collect()
     gc.disable()
     try:
-        for i in range(warmup + iterations):
+        for i in range(warmup + iterations + (sharded is not None)):
             it = i - warmup
+            profiler = None
+            if it == iterations:  # one more, unmeasured, with torch's CPU allocator events: the memory peak
+                profiler = fsdp.MemoryProfile(model)
             note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: compute")  # before the clock starts
-            s = cfg["samples"][max(it, 0)][rank]
+            s = cfg["samples"][min(max(it, 0), iterations - 1)][rank]
             if it == 0:
                 dist.barrier()
             comm.start_iteration()
@@ -177,7 +189,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 replay.set_iteration(times.forward_s[s] * slow, times.backward_s[s] * slow,  # host waits
                                      start_s=t0 if isinstance(t0, float) else time.perf_counter())
             loss = loss_of(net)
-            delay = float(cfg["delays"][it][rank]) if it >= 0 else 0.0
+            delay = float(cfg["delays"][it][rank]) if 0 <= it < iterations else 0.0
             if delay > 0:  # a straggler: the host waits (on a GPU, after its queued forward has run)
                 clock.settle()
                 wait_until(time.perf_counter() + delay)
@@ -186,6 +198,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 replay.start_backward(t_f)
             if averaging is not None:
                 averaging.launch(i)
+            if sharded is not None:
+                sharded.backward_started()
             loss.backward()
             # while the buckets are in flight; a rank stuck in its compute has not got this far (with ddp the wait
             # is inside backward, so a hang there cannot be told from one in the compute)
@@ -194,6 +208,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 buckets.finish()
             if averaging is not None:
                 averaging.finish()
+            if sharded is not None:
+                sharded.finish()
             t_o = clock.stamp()
             if replay is not None:
                 clock.settle()
@@ -204,16 +220,19 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             clock.settle()  # every stamp of this iteration can be read now
             t_b = clock.seconds(last_ready[0])
             if replay is not None and replay.clock.backward_done_s is not None:
-                t_b = max(t_b, replay.clock.backward_done_s)
-            for p in named.values():
+                t_b = replay.clock.backward_done_s if t_b != t_b else max(t_b, replay.clock.backward_done_s)
+            for p in (model.parameters() if sharded is not None else named.values()):
                 p.grad = None
-            if it < 0:
+            if profiler is not None:
+                memory = profiler.stop()
+            if it < 0 or it >= iterations:
                 continue
             out.append({"start": clock.seconds(t0), "forward_end": clock.seconds(t_f), "backward_end": t_b,
                         "optimizer_start": clock.seconds(t_o), "end": clock.seconds(t_e),
                         "launch": to_seconds(clock, comm.launch_s), "done": to_seconds(clock, comm.done_s),
                         "launch_order": list(comm.launch_order),
-                        **(averaging.record() if averaging is not None else {})})
+                        **(averaging.record() if averaging is not None else {}),
+                        **(sharded.record() if sharded is not None else {})})
     finally:
         gc.enable()
         for h in handles:
@@ -224,6 +243,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             averaging.close()
     if averaging is not None:
         return {"id": cfg["id"], "iterations": out, "buckets": [list(named)], "values": averaging.values}
+    if sharded is not None:
+        return {"id": cfg["id"], "iterations": out, "buckets": [[n] for n in sharded.names], "memory": memory}
     plan = cfg["buckets"] if buckets is not None else [timer.buckets[b] for b in sorted(timer.buckets)]
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 
