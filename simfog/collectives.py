@@ -96,7 +96,8 @@ def _gloo_ring(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
       reduce_scatter as allreduce: torch's gloo backend (torch 2.13, reduce_scatter_tensor) allreduces the whole
       buffer and keeps its slice. Measured on the emulated cluster at 200 Mbit/s, 2 and 4 nodes, 1 kB to 3 MB:
       reduce_scatter within 10 % of allreduce from 100 kB to 3 MB (3 MB on 2 nodes 127.9 ms vs 127.6 ms), twice the
-      ring reduce-scatter's (n−1)·p(c); allgather within 10 % of (n−1)·p(c) from 100 kB up.
+      ring reduce-scatter's (n−1)·p(c); allgather within 10 % of (n−1)·p(c) from 100 kB up except 1 MB on 2
+      and 2x2 ranks (~30 % slower, an outlier of this host's TCP).
     Measured on the emulated cluster (8 nodes, 1 Gbit/s): 256 KiB allreduce 5.3 ms, where the summed ring gives
     8.6 ms and this form 5.3 ms.
     """
