@@ -162,7 +162,10 @@ def algorithm_label(exp) -> str:
                 f"every{comm.global_every or WAGMA_GLOBAL_EVERY}")
     if comm.algorithm == "fsdp":
         unit = comm.fsdp_unit
-        unit = "-".join(map(str, unit)) if isinstance(unit, tuple) else unit
+        if isinstance(unit, tuple):
+            unit = "-".join(map(str, unit))
+        elif isinstance(unit, float):
+            unit = f"{unit / 1e3:g}kB"
         return f"fsdp:{unit}:{'reshard' if comm.reshard_after_forward else 'keep'}:k{comm.prefetch}"
     return comm.algorithm
 
