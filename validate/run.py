@@ -27,6 +27,13 @@ negotiate). wagma is run as a blocking group allreduce, which waits for the grou
 (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is refused for it (see
 validate.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
+
+fsdp (replay mode, gloo) runs FSDP2 itself (`validate.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
+reshard_after_forward as given, the prefetch depth as FSDP2's explicit prefetch lists, all-gathers and
+reduce-scatters asynchronous so that they overlap the replayed compute as FSDP2's streams do on GPUs). Its links
+use the allreduce fit: gloo's all-gather follows the ring, and its reduce-scatter IS an allreduce of the whole
+buffer, which simfog's gloo_ring costs as such (simfog.collectives). Its rows add the measured memory peak per rank
+beside simfog's (`memory_keys`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
     delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
     ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
-    `validate.decentralized.worker_fields`, replay mode only).
+    `validate.decentralized.worker_fields`; "fsdp" with those of `validate.fsdp.worker_fields`: the replay model
+    is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; replay only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
 hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
