@@ -160,11 +160,12 @@ class FSDPComm:
                 box[i] = time.perf_counter()
             except BaseException:  # the rank's own wait raises it
                 pass
+            del work, box  # a Work holds its buffers: not until the next one comes
             self._queue.task_done()
 
     def finish(self) -> None:
-        for work in self.reduce_scatters:
-            work.wait()
+        while self.reduce_scatters:  # the last one in flight (each waits for the one before)
+            self.reduce_scatters.pop().wait()
         if getattr(self, "_queue", None) is not None:
             self._queue.join()  # every completion stamped
 
@@ -197,7 +198,7 @@ def _comms(unit_name: str, recorder: FSDPComm):
 
         def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
             if recorder.reduce_scatters:  # post_backward waits for the unit before's reduce-scatter
-                recorder.reduce_scatters[-1].wait()
+                recorder.reduce_scatters.pop().wait()  # and lets it go: a Work holds its buffers
             t = time.perf_counter()
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
             recorder.launched(f"reduce_scatter.{unit_name}", work, t)
@@ -246,11 +247,18 @@ def local_bytes(model) -> int:
 
 class MemoryProfile:
     """The memory of one iteration of `model`, from torch's CPU allocator events (torch.profiler with
-    profile_memory: every allocation and free the allocator reports, with its address). Created at the iteration's
-    start; `stop()` returns {"resident_B": the local shards held at the start, "peak_delta_B": the highest sum of
-    the blocks allocated during the iteration and not yet freed, "peak_B": their sum}. Frees of blocks allocated
-    before are not counted (the blocks were not counted either); a block whose address is handed out again
-    without a reported free (freed where the profiler did not see it) counts as freed then."""
+    profile_memory: every allocation and free the allocator reports, with its address and the op that made it).
+    Created at the iteration's start; `stop()` returns (bytes):
+
+    - "resident_B": the local shards held at the start;
+    - "peak_delta_B": the highest sum of the blocks allocated during the iteration and not yet freed;
+    - "backend_peak_delta_B": the same without the blocks that the process group's own ops allocate (an op named
+      c10d::* or gloo:* among the allocation's callers): gloo's temporaries, e.g. the copy of the whole input that
+      its reduce_scatter_tensor allreduces, which NCCL does not make and simfog does not model;
+    - "peak_B" = resident_B + peak_delta_B and "framework_peak_B" = resident_B + backend_peak_delta_B.
+
+    Frees of blocks allocated before are not counted (the blocks were not counted either); a block whose address is
+    handed out again without a reported free counts as freed then."""
 
     def __init__(self, model):
         from torch.profiler import ProfilerActivity, profile
@@ -264,20 +272,31 @@ class MemoryProfile:
 
         self._prof.stop()
         events = []
-        stack = list(self._prof.profiler.kineto_results.experimental_event_tree())
+        stack = [(e, False) for e in self._prof.profiler.kineto_results.experimental_event_tree()]
         while stack:
-            e = stack.pop()
-            stack.extend(e.children)
+            e, in_backend = stack.pop()
+            in_backend = in_backend or e.name.startswith(("c10d::", "gloo:"))
+            stack.extend((c, in_backend) for c in e.children)
             if e.typed[0] == _EventType.Allocation:
                 f = e.typed[1]
-                events.append((e.start_time_ns, f.alloc_size, f.ptr))
-        live: dict[int, int] = {}
-        total = peak = 0
-        for _, size, ptr in sorted(events):
-            if size > 0:
-                total += size - live.get(ptr, 0)
+                events.append((e.start_time_ns, f.alloc_size, f.ptr, in_backend))
+        peaks = [_peak(events, lambda b: True), _peak(events, lambda b: not b)]
+        return {"resident_B": self.resident_B, "peak_delta_B": peaks[0], "peak_B": self.resident_B + peaks[0],
+                "framework_peak_delta_B": peaks[1], "framework_peak_B": self.resident_B + peaks[1]}
+
+
+def _peak(events, keep) -> int:
+    """The highest sum of live blocks over (time, size (+ allocated, - freed), address, in_backend) events,
+    counting the blocks allocated where keep(in_backend)."""
+    live: dict[int, int] = {}
+    total = peak = 0
+    for _, size, ptr, in_backend in sorted(events):
+        if size > 0:
+            total -= live.pop(ptr, 0)
+            if keep(in_backend):
                 live[ptr] = size
-            elif ptr in live:
-                total -= live.pop(ptr)
-            peak = max(peak, total)
-        return {"resident_B": self.resident_B, "peak_delta_B": peak, "peak_B": self.resident_B + peak}
+                total += size
+        elif ptr in live:
+            total -= live.pop(ptr)
+        peak = max(peak, total)
+    return peak

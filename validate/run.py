@@ -521,9 +521,11 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
 
 def memory_keys(predicted: Result, per_rank: Sequence[dict]) -> dict:
     """Measured and predicted memory per rank (bytes) of a replayed sharded run: measured, the most over the ranks
-    of the local shards plus the iteration's allocation peak (validate.fsdp.MemoryProfile); predicted, simfog's
-    parameters + gradients + buffers (the replay runs no optimizer, a wait, and keeps no activations)."""
-    measured = [r["memory"]["peak_B"] for r in per_rank if r.get("memory")]
+    of the local shards plus the iteration's allocation peak without gloo's own temporaries
+    (validate.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
+    models none); predicted, simfog's parameters + gradients + buffers (the replay runs no optimizer, a wait, and
+    keeps no activations)."""
+    measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
     mem = predicted.memory
     if not measured or mem is None:
         return {}
