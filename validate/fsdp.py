@@ -22,6 +22,11 @@ own extension points (torch 2.13, _fully_shard/_fully_shard.py):
   (finalize_backward's wait on the post-reduce events). FSDP2 divides the reduce-scatter output in place right
   after the call (_div_if_needed), i.e. before gloo has written it: harmless in replay (the gradients are
   constants whose values nobody reads), and the reason model mode is not offered.
+- Waits in the rank's thread for a collective (an all-gather FSDP2 needs before a unit, the previous
+  reduce-scatter) are timed and move the replay's remaining deadlines of the pass by as much
+  (`ReplayModel.blocked`): the replay waits to absolute deadlines, which would otherwise absorb an exposed
+  all-gather into the next layer's wait. FSDP2's own CPU work (copy-in, copy-out, hooks) is not shifted: it is
+  absorbed where it fits in a layer's replayed time (simfog does not model it either).
 
 Prefetch depth k (`comm.prefetch`, simfog: when the compute reaches unit u, the all-gathers of units u..u+k are
 issued) mapped onto FSDP2's explicit prefetching (`prefetch_lists`):
@@ -119,10 +124,10 @@ class FSDPComm:
     NaN when not run), `launch_order` (plan indices); `phase` ("fwd" | "bwd") names the all-gathers; `finish()` waits
     for the reduce-scatters in flight."""
 
-    def __init__(self, names: Sequence[str], clock=None):
+    def __init__(self, names: Sequence[str], clock=None, blocked=lambda seconds: None):
         from validate.timing import HostClock
 
-        self.names, self.clock = list(names), clock or HostClock()
+        self.names, self.clock, self.blocked = list(names), clock or HostClock(), blocked
         self.index = {n: i for i, n in enumerate(self.names)}
         self.start_iteration()
 
@@ -163,6 +168,12 @@ class FSDPComm:
             del work, box  # a Work holds its buffers: not until the next one comes
             self._queue.task_done()
 
+    def wait(self, work) -> None:
+        """Wait for `work` in the rank's thread, telling `blocked` how long that took."""
+        t = time.perf_counter()
+        work.wait()
+        self.blocked(time.perf_counter() - t)
+
     def finish(self) -> None:
         while self.reduce_scatters:  # the last one in flight (each waits for the one before)
             self.reduce_scatters.pop().wait()
@@ -179,6 +190,21 @@ def _comms(unit_name: str, recorder: FSDPComm):
     import torch.distributed as dist
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
+    class BlockTimedWork(dist.Work):  # FSDP2 tests isinstance(work, Work) before waiting on it
+        def __init__(self, work):
+            super().__init__()
+            self._work = work
+
+        def wait(self, timeout=None):
+            recorder.wait(self._work)
+            return True
+
+        def is_completed(self):
+            return self._work.is_completed()
+
+        def get_future(self):
+            return self._work.get_future()
+
     class TimedAllGather(AllGather):
         def allocate(self, size, *, dtype, device):
             return torch.empty(*size, dtype=dtype, device=device)
@@ -188,8 +214,8 @@ def _comms(unit_name: str, recorder: FSDPComm):
             work = dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
             recorder.launched(f"allgather.{recorder.phase}.{unit_name}", work, t)
             if async_op:
-                return work
-            work.wait()
+                return BlockTimedWork(work)
+            recorder.wait(work)
             return None
 
     class TimedReduceScatter(ReduceScatter):
@@ -198,7 +224,7 @@ def _comms(unit_name: str, recorder: FSDPComm):
 
         def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
             if recorder.reduce_scatters:  # post_backward waits for the unit before's reduce-scatter
-                recorder.reduce_scatters.pop().wait()  # and lets it go: a Work holds its buffers
+                recorder.wait(recorder.reduce_scatters.pop())  # and lets it go: a Work holds its buffers
             t = time.perf_counter()
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
             recorder.launched(f"reduce_scatter.{unit_name}", work, t)
@@ -213,7 +239,7 @@ def make(model, cfg: Mapping, clock=None) -> FSDPComm:
     FSDPComm that records its collectives."""
     from torch.distributed.fsdp import fully_shard
 
-    recorder = FSDPComm(cfg["collectives"], clock)
+    recorder = FSDPComm(cfg["collectives"], clock, model.blocked)
     reshard = bool(cfg["reshard_after_forward"])
     units = list(model.units)
     for unit, name in zip(units, cfg["unit_names"], strict=True):

@@ -223,6 +223,16 @@ class ReplayModel(nn.Module):
         c.fwd_origin, c.bwd_origin, c.backward_done_s = start_s, None, None
         c.events = [] if record else None
 
+    def blocked(self, seconds: float) -> None:
+        """The rank was blocked `seconds` inside the current pass (waiting for communication it needs before its
+        next layer, e.g. an FSDP all-gather): the pass's remaining deadlines move by as much, so that the wait
+        delays the replayed compute instead of being absorbed by the next layer's deadline."""
+        c = self.clock
+        if c.bwd_origin is not None:
+            c.bwd_origin += seconds
+        elif c.fwd_origin is not None:
+            c.fwd_origin += seconds
+
     def start_backward(self, when_s: float | None = None) -> None:
         """Anchor the backward deadlines at `when_s` (perf_counter; default now) instead of at the first node."""
         self.clock.bwd_origin = time.perf_counter() if when_s is None else when_s
