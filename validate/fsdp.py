@@ -97,11 +97,13 @@ def check_experiment(exp, mode: str, backend: str) -> None:
 def worker_fields(sim) -> dict:
     """The worker configuration fields of an fsdp experiment from `sim` (a simfog.engine.Simulation of it):
     "algorithm", "units" (layer indices per unit), "reshard_after_forward", "prefetch", "collectives" (the simulated
-    plan's collective names, in plan order: the worker records under these indices)."""
+    plan's collective names, in plan order: the worker records under these indices), "unit_names" and
+    "optimizer_shards" (the replayed optimizer step is divided by it, as simfog divides the trace's)."""
     alg, comm = sim.algorithm, sim.experiment.comm
     return {"algorithm": "fsdp", "units": [list(u) for u in alg.units],
             "reshard_after_forward": bool(comm.reshard_after_forward), "prefetch": int(comm.prefetch),
-            "collectives": [c.name for c in alg.plan.colls], "unit_names": _unit_names(sim)}
+            "collectives": [c.name for c in alg.plan.colls], "unit_names": _unit_names(sim),
+            "optimizer_shards": alg.shards}
 
 
 def _unit_names(sim) -> list[str]:

@@ -214,7 +214,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             t_o = clock.stamp()
             if replay is not None:
                 clock.settle()
-                replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
+                # a sharded optimizer steps 1/shards of the parameters (simfog scales its time so)
+                replay.wait_optimizer(float(times.optimizer_s[s]) * slow / cfg.get("optimizer_shards", 1))
             else:
                 optimizer.step()
             t_e = clock.stamp()

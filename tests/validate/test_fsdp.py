@@ -48,7 +48,7 @@ def test_worker_fields_follow_the_simulated_units_and_plan():
     sim = Simulation(_fsdp_experiment(fsdp_unit=(2, 2), reshard_after_forward=False, prefetch=2))
     f = worker_fields(sim)
     assert f["units"] == [[0, 1], [2, 3]] and f["unit_names"] == ["l0..l1", "l2..l3"]
-    assert f["reshard_after_forward"] is False and f["prefetch"] == 2
+    assert f["reshard_after_forward"] is False and f["prefetch"] == 2 and f["optimizer_shards"] == 2
     assert f["collectives"] == ["allgather.fwd.l0..l1", "allgather.fwd.l2..l3", "reduce_scatter.l2..l3",
                                 "reduce_scatter.l0..l1"]
     cfg = {**f, "iterations": 1}
@@ -87,6 +87,19 @@ def test_replay_units_group_the_layers_and_keep_gradients():
     assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters())
     with pytest.raises(ConfigError, match="units"):
         ReplayModel(trace, units=[(0,), (2, 3)])
+
+
+def test_blocked_time_moves_the_pass_deadlines():
+    pytest.importorskip("torch")
+    from validate.replay import ReplayModel
+
+    model = ReplayModel(make_trace([1e-3] * 2, [1e-3] * 2, [10, 10]), spin_s=0.0)
+    model.set_iteration([1e-3] * 2, [2e-3] * 2, start_s=100.0)
+    model.blocked(0.5)  # forward: an all-gather waited for before a layer
+    assert model.clock.fwd_origin == 100.5
+    model.start_backward(200.0)
+    model.blocked(0.25)  # backward now
+    assert (model.clock.fwd_origin, model.clock.bwd_origin) == (100.5, 200.25)
 
 
 def test_fully_shard_per_unit_with_the_prefetch_lists():
