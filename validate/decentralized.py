@@ -167,6 +167,8 @@ def algorithm_label(exp) -> str:
         elif isinstance(unit, float):
             unit = f"{unit / 1e3:g}kB"
         return f"fsdp:{unit}:{'reshard' if comm.reshard_after_forward else 'keep'}:k{comm.prefetch}"
+    if comm.algorithm == "zero2":
+        return f"zero2:{comm.reduce_bucket_size:g}el:{'overlap' if comm.overlap_comm else 'blocking'}"
     return comm.algorithm
 
 

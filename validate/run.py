@@ -33,7 +33,8 @@ reshard_after_forward as given, the prefetch depth as FSDP2's explicit prefetch 
 reduce-scatters asynchronous so that they overlap the replayed compute as FSDP2's streams do on GPUs). Its links
 use the allreduce fit: gloo's all-gather follows the ring, and its reduce-scatter IS an allreduce of the whole
 buffer, which simfog's gloo_ring costs as such (simfog.collectives). Its rows add the measured memory peak per rank
-beside simfog's (`memory_keys`).
+beside simfog's (`memory_keys`). zero2 (replay, gloo) runs DeepSpeed stage 2's schedule written by hand
+(`validate.zero`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 MODES = ("replay", "model")
 BACKENDS = ("gloo", "nccl")  # validate.worker.BACKENDS (kept here too: this module does not import torch)
 DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
+SHARDED = ("fsdp", "zero2")  # validate.fsdp (FSDP2 itself), validate.zero (a hand-written DeepSpeed stage 2)
 REPO = Path(__file__).resolve().parents[1]
 # Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
 # bench models lie in between. Decimal, not powers of two: gloo's ring cuts a buffer into at least 2n segments,
@@ -161,9 +163,13 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
     if backend == "nccl" and launcher == "local" and exp.cluster.nodes > 1:
         raise ConfigError("cluster.nodes", exp.cluster.nodes, "1 with --backend nccl and the local launcher (one "
                           "machine's GPUs; several nodes run through --launcher torchrun or slurm)", source=src)
-    if algorithm not in ("allreduce", *DECENTRALIZED, "fsdp"):
-        raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)}, fsdp (the "
-                          "algorithms validate runs)", source=src)
+    if algorithm not in ("allreduce", *DECENTRALIZED, *SHARDED):
+        raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)}, "
+                          f"{', '.join(SHARDED)} (the algorithms validate runs)", source=src)
+    if algorithm == "zero2":
+        from validate.zero import check_experiment as check_zero
+
+        check_zero(exp, mode, backend)
     if algorithm == "fsdp":
         from validate.fsdp import check_experiment as check_fsdp
 
@@ -405,22 +411,28 @@ def _config(vid: str, exp: Experiment, sim: Simulation, plan, options: Options, 
         from validate.fsdp import worker_fields as fsdp_fields
 
         config.update(fsdp_fields(sim))
+    if comm.algorithm == "zero2":
+        from validate.zero import worker_fields as zero_fields
+
+        config.update(zero_fields(sim))
     return config
 
 
 def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: Calibration | None) -> dict:
     from validate.decentralized import NEIGHBOR_NOTE, WAGMA_NOTE, algorithm_label
     from validate.fsdp import FSDP_NOTE
+    from validate.zero import ZERO2_NOTE
 
     c = exp.cluster
-    decentralized = exp.comm.algorithm in (*DECENTRALIZED, "fsdp")
+    decentralized = exp.comm.algorithm in (*DECENTRALIZED, *SHARDED)
     keys = {"id": vid, "model": exp.workload.trace.model, "mode": options.mode, "algorithm": algorithm_label(exp),
             "merge": "" if decentralized else exp.comm.merge,
             "ranks": c.ranks, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
             "nic_bandwidth_Bps": c.nic.bandwidth_Bps, "emulated": emulated, "iterations": exp.iterations,
             "warmup": options.warmup, "trace": exp.workload.trace_path,
             "calibration": "" if cal is None else f"{options.backend} {calibration_collective(exp)}",
-            "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE, "fsdp": FSDP_NOTE}.get(exp.comm.algorithm, "")}
+            "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE, "fsdp": FSDP_NOTE,
+                     "zero2": ZERO2_NOTE}.get(exp.comm.algorithm, "")}
     for cls in ("nic", "intra"):
         if cal is not None and cls in cal.fits:
             keys[f"{cls}_latency_s"] = cal.fits[cls].latency_s
@@ -592,7 +604,7 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace
         plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)
-    elif exp.comm.algorithm == "fsdp":  # the simulated plan's collectives, one "bucket" each
+    elif exp.comm.algorithm in SHARDED:  # the simulated plan's collectives, one "bucket" each
         plan = tuple(merge.Bucket((c.name,), int(c.nbytes)) for c in sim.algorithm.plan.colls)
     else:
         plan = bucket_plan(sim_exp)

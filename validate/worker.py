@@ -17,7 +17,8 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
     ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
     `validate.decentralized.worker_fields`; "fsdp" with those of `validate.fsdp.worker_fields`: the replay model
-    is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; replay only).
+    is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; "zero2" with
+    those of `validate.zero.worker_fields`; replay only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
 hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
@@ -145,9 +146,14 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
         last_ready[0] = clock.stamp()
 
     handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
-    buckets = timer = averaging = None
+    buckets = timer = averaging = zero2 = None
     if sharded is not None:
         net = model
+    elif cfg.get("algorithm") == "zero2":
+        from validate.zero import Zero2
+
+        net = model
+        zero2 = Zero2(named, cfg, rank, world, replay.blocked)
     elif cfg.get("algorithm", "allreduce") != "allreduce":
         from validate import decentralized
 
@@ -164,7 +170,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     else:
         net = model
         buckets = BucketedAllreduce(named, cfg["buckets"], clock=clock)
-    comm = buckets or timer or averaging or sharded
+    comm = buckets or timer or averaging or sharded or zero2
     memory = None
     raise_priority(priority)  # gloo threads of process groups created above
     out = []
@@ -211,6 +217,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 averaging.finish()
             if sharded is not None:
                 sharded.finish()
+            if zero2 is not None:
+                zero2.finish()
             t_o = clock.stamp()
             if replay is not None:
                 clock.settle()
@@ -219,6 +227,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             else:
                 optimizer.step()
             t_e = clock.stamp()
+            if zero2 is not None:
+                zero2.after_optimizer()
             clock.settle()  # every stamp of this iteration can be read now
             t_b = clock.seconds(last_ready[0])
             if replay is not None and replay.clock.backward_done_s is not None:
@@ -234,7 +244,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                         "launch": to_seconds(clock, comm.launch_s), "done": to_seconds(clock, comm.done_s),
                         "launch_order": list(comm.launch_order),
                         **(averaging.record() if averaging is not None else {}),
-                        **(sharded.record() if sharded is not None else {})})
+                        **(sharded.record() if sharded is not None else {}),
+                        **(zero2.record() if zero2 is not None else {})})
     finally:
         gc.enable()
         for h in handles:
@@ -243,10 +254,13 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             buckets.remove()
         if averaging is not None:
             averaging.close()
+        if zero2 is not None:
+            zero2.close()
     if averaging is not None:
         return {"id": cfg["id"], "iterations": out, "buckets": [list(named)], "values": averaging.values}
-    if sharded is not None:
-        return {"id": cfg["id"], "iterations": out, "buckets": [[n] for n in sharded.names], "memory": memory}
+    if sharded is not None or zero2 is not None:
+        names = (sharded or zero2).names
+        return {"id": cfg["id"], "iterations": out, "buckets": [[n] for n in names], "memory": memory}
     plan = cfg["buckets"] if buckets is not None else [timer.buckets[b] for b in sorted(timer.buckets)]
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 

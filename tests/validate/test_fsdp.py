@@ -139,3 +139,24 @@ def test_fully_shard_per_unit_with_the_prefetch_lists():
         assert memory.stop()["resident_B"] == 6000 * 4  # one rank: the whole model is its shard
     finally:
         dist.destroy_process_group()
+
+
+# ---- zero2 (validate.zero) ----
+
+def test_zero2_worker_fields_follow_the_simulated_buckets():
+    from validate.zero import check_experiment as check_zero
+    from validate.zero import worker_fields as zero_fields
+
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
+    exp = make_experiment(trace, nodes=2, gpus_per_node=1, collective="gloo_ring", algorithm="zero2",
+                          reduce_bucket_size=4000, allgather_bucket_size=3000)
+    f = zero_fields(Simulation(exp))
+    # ready order l3, l2, l0: l3 + l2 = 5000 > 4000 elements, so l3 alone, then l2 + l0 (4000)
+    assert f["zero_buckets"] == [["l3.weight"], ["l2.weight", "l0.weight"]]
+    assert f["collectives"] == ["reduce.bucket0", "reduce.bucket1", "allgather.params0", "allgather.params1"]
+    assert (f["overlap"], f["allgather_shards"], f["optimizer_shards"]) == (False, 2, 2)
+    check_zero(exp, "replay", "gloo")
+    with pytest.raises(ConfigError, match="zero_reduce"):
+        check_zero(replace(exp, comm=replace(exp.comm, zero_reduce="reduce")), "replay", "gloo")
+    with pytest.raises(ConfigError, match="mode"):
+        check_zero(exp, "model", "gloo")
