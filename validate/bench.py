@@ -1,6 +1,7 @@
 """`simfog validate --bench`: a fixed matrix of replayed runs on emulated clusters, ending with the error statistics.
 
-Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, and 2 x 2 x 2 x 2 x 2 = 32 decentralized):
+Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2 x 2 x 2 = 32 decentralized and
+2 x 3 x 2 x 2 = 24 fsdp):
 
 - models: CIFAR ResNet-20 at batch 32 (61 layers, 59 gradient tensors, 1.08 MB; compute ~0.3 s per iteration on
   one core here) and the MLP 784-256-128-10 at batch 1024 (5 layers, 6 tensors, 0.94 MB; ~13 ms), traces measured
@@ -21,6 +22,11 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, and 2 x 2
   group's members, where simfog's wagma (and real WAGMA) does not; under this homogeneous replay the members arrive
   together and the two coincide (see validate.decentralized). Groups of 2 keep gloo's ring equal to WAGMA's
   recursive doubling; the global step is gloo's ring over all ranks, which simfog costs as recursive doubling.
+- fsdp (validate.fsdp: FSDP2 fully_shard per unit, prefetch 1), both models on 2, 4 and 8 ranks of one rank per
+  node at 200 Mbit/s: units of one layer and of 300 kB (layers added until a unit holds 300 kB), each with and
+  without reshard_after_forward. Collectives are costed on the allreduce fit; gloo's reduce-scatter is an
+  allreduce of the whole buffer (simfog.collectives gloo_ring). Rows also compare the measured memory peak with
+  simfog's (measured_memory_B, predicted_memory_B).
 
 At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
@@ -54,6 +60,10 @@ RANKS_PER_NODE = (1, 2)
 DECENTRALIZED = (("neighbor", Comm(algorithm="neighbor", topology="one_peer_exp2", combine="awc")),
                  ("wagma", Comm(algorithm="wagma", group_size=2, global_every=5)))
 DECENTRALIZED_RANKS = (4, 8)
+# fsdp rows: (label, comm), on every rank count, one rank per node, the first bandwidth.
+FSDP = tuple((f"fsdp-{unit_label}-{'reshard' if reshard else 'keep'}",
+              Comm(algorithm="fsdp", fsdp_unit=unit, reshard_after_forward=reshard, prefetch=1))
+             for unit, unit_label in (("layer", "layer"), (300e3, "300kB")) for reshard in (True, False))
 ITERATIONS, WARMUP, SEED = 10, 3, 1
 TARGETS = ((0.05, 0.15), (0.03, 0.08))  # (median, worst) |relative error|, first and second goal
 REPO = Path(__file__).resolve().parents[1]
@@ -99,6 +109,11 @@ def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple,
                         exp = Experiment(SEED, ITERATIONS, Workload(trace, str(traces[model]), "samples"), cluster,
                                          Comm(merge=policy))
                         exps.append((f"{model}-{policy}-{n}r-{n // rpn}x{rpn}-{bw_text.replace('/s', '')}", exp))
+                    if rpn == 1 and bw_text == NIC_BANDWIDTHS[0] and not quick:
+                        for label, comm in FSDP:
+                            exp = Experiment(SEED, ITERATIONS, Workload(trace, str(traces[model]), "samples"),
+                                             cluster, comm)
+                            exps.append((f"{model}-{label}-{n}r-{n}x1-{bw_text.replace('/s', '')}", exp))
                     if n not in DECENTRALIZED_RANKS:
                         continue
                     for label, comm in DECENTRALIZED:

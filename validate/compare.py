@@ -36,7 +36,8 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "intra_latency_s", "intra_fit_bandwidth_Bps",
            "bucket_copy_Bps", "collective_overhead_s", "overlap_slowdown", "overheads_source",
            "load_average", "host_cpu_busy", "host_runnable", "host_oversubscribed", "host_limited",
-           "dropped_packets", "calibration", "trace", "note", "error"]
+           "dropped_packets", "measured_memory_B", "predicted_memory_B", "memory_rel_error", "calibration", "trace",
+           "note", "error"]
 
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",

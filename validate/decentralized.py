@@ -149,7 +149,7 @@ def check_experiment(exp, mode: str) -> None:
 
 def algorithm_label(exp) -> str:
     """"allreduce", or the decentralized algorithm with its knobs as simulated ("neighbor:one_peer_exp2",
-    "wagma:S2:every5")."""
+    "wagma:S2:every5"), or fsdp with its unit, reshard_after_forward and prefetch ("fsdp:layer:reshard:k1")."""
     comm = exp.comm
     if comm.algorithm == "neighbor":
         from simfog.algorithms.decentralized import NeighborAveraging
@@ -160,6 +160,15 @@ def algorithm_label(exp) -> str:
 
         return (f"wagma:S{comm.group_size or min(WAGMA_GROUP_SIZE, exp.cluster.ranks)}:"
                 f"every{comm.global_every or WAGMA_GLOBAL_EVERY}")
+    if comm.algorithm == "fsdp":
+        unit = comm.fsdp_unit
+        if isinstance(unit, tuple):
+            unit = "-".join(map(str, unit))
+        elif isinstance(unit, float):
+            unit = f"{unit / 1e3:g}kB"
+        return f"fsdp:{unit}:{'reshard' if comm.reshard_after_forward else 'keep'}:k{comm.prefetch}"
+    if comm.algorithm == "zero2":
+        return f"zero2:{comm.reduce_bucket_size:g}el:{'overlap' if comm.overlap_comm else 'blocking'}"
     return comm.algorithm
 
 

@@ -144,31 +144,62 @@ class ReplayLayer(nn.Module):
         self.params = nn.ParameterList(params)
 
 
+class ReplayUnit(nn.Module):
+    """Consecutive traced layers called as one module (an FSDP unit: `validate.fsdp` applies `fully_shard` to it).
+    `forward(x)` runs `run(i, x)` for each of its layer indices `index`, in order."""
+
+    def __init__(self, layers: Sequence[ReplayLayer], index: Sequence[int], run):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.index = tuple(index)
+        self._run = run
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i in self.index:
+            x = self._run(i, x)
+        return x
+
+
 class ReplayModel(nn.Module):
     """The trace's layers as waits, with the trace's parameter tensors (see the module docstring).
 
     `tensor_names[p]` is the trace name of parameter p (`named_tensors()` gives name -> parameter). Call
     `set_iteration(forward_s, backward_s)` (seconds per layer, forward order) before each forward. `forward(x)`
     takes a one-element tensor that requires grad and returns one. `device`: where the parameters and gradients
-    live (a GPU for NCCL runs; the waits stay on the host). Raises ConfigError for an unsupported dtype."""
+    live (a GPU for NCCL runs; the waits stay on the host). `units`: tuples of consecutive layer indices covering
+    every layer; the layers are then grouped under one `ReplayUnit` submodule each (`self.units`), called in turn,
+    so that a framework can wrap each unit (FSDP2's fully_shard); without, the layers are `self.layers` directly.
+    Parameters are found by position, not identity, so a wrapper may swap them (FSDP2's sharded and unsharded
+    parameters). Raises ConfigError for an unsupported dtype or units that do not cover the layers in order."""
 
-    def __init__(self, trace: ModelTrace, *, spin_s: float = SPIN_S, device: torch.device | str = "cpu"):
+    def __init__(self, trace: ModelTrace, *, spin_s: float = SPIN_S, device: torch.device | str = "cpu",
+                 units: Sequence[Sequence[int]] | None = None):
         super().__init__()
         self.trace = trace
         ready_pos = {n: i for i, n in enumerate(trace.grad_ready_order)}
-        layers, self._grads, self._names = [], {}, {}
-        for layer in trace.layers:
-            params = []
-            for t in layer.params:
+        layers, self._grads, self._where = [], [], {}  # _where: trace name -> (layer, position): no references
+        for i, layer in enumerate(trace.layers):
+            params, grads = [], []
+            for k, t in enumerate(layer.params):
                 dtype = getattr(torch, t.dtype, None)
                 if not isinstance(dtype, torch.dtype):
                     raise ConfigError(f"tensor {t.name}.dtype", t.dtype, "a torch dtype")
                 p = nn.Parameter(torch.zeros(t.elements, dtype=dtype, device=device))
-                self._names[p] = t.name
-                self._grads[t.name] = torch.zeros(t.elements, dtype=dtype, device=device)
+                self._where[t.name] = (i, k)
+                grads.append(torch.zeros(t.elements, dtype=dtype, device=device))
                 params.append(p)
             layers.append(ReplayLayer(params))
-        self.layers = nn.ModuleList(layers)
+            self._grads.append(grads)
+        self._layer_list = layers  # a plain list: the modules are registered once, under layers or units
+        if units is None:
+            self.layers = nn.ModuleList(layers)
+            self.units = None
+        else:
+            units = [tuple(u) for u in units]
+            if [i for u in units for i in u] != list(range(len(layers))) or not all(units):
+                raise ConfigError("units", units, f"non-empty tuples of consecutive layer indices covering "
+                                  f"0..{len(layers) - 1} in order")
+            self.units = nn.ModuleList(ReplayUnit([layers[i] for i in u], u, self._layer_forward) for u in units)
         # _Attach nodes in reverse ready order: backward meets them, and hands out gradients, in ready order.
         self._attach_order = [sorted(range(len(traced.params)), key=lambda k, ts=traced.params: ready_pos[ts[k].name],
                                      reverse=True) for traced in trace.layers]
@@ -176,11 +207,11 @@ class ReplayModel(nn.Module):
 
     @property
     def tensor_names(self) -> dict[nn.Parameter, str]:
-        return dict(self._names)
+        return {p: n for n, p in self.named_tensors().items()}
 
     def named_tensors(self) -> dict[str, nn.Parameter]:
         """Trace tensor name -> parameter."""
-        return {n: p for p, n in self._names.items()}
+        return {n: self._layer_list[i].params[k] for n, (i, k) in self._where.items()}
 
     def set_iteration(self, forward_s: Sequence[float], backward_s: Sequence[float], *,
                       start_s: float | None = None, record: bool = False) -> None:
@@ -188,24 +219,42 @@ class ReplayModel(nn.Module):
         from `start_s` (perf_counter; default: when the first layer runs). `record` keeps per-layer
         (layer, phase, start, end) perf_counter intervals in `clock.events`."""
         fwd, bwd = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
-        if fwd.shape != (len(self.layers),) or bwd.shape != fwd.shape:
-            raise ConfigError("layer times", fwd.shape, f"one time per layer ({len(self.layers)})")
+        n = len(self._layer_list)
+        if fwd.shape != (n,) or bwd.shape != fwd.shape:
+            raise ConfigError("layer times", fwd.shape, f"one time per layer ({n})")
         c = self.clock
         c.fwd_end = np.cumsum(fwd)
         c.bwd_end = np.cumsum(bwd[::-1])[::-1]  # layer l's backward ends after all layers >= l (engine's rule)
         c.fwd_origin, c.bwd_origin, c.backward_done_s = start_s, None, None
         c.events = [] if record else None
 
+    def blocked(self, seconds: float) -> None:
+        """The rank was blocked `seconds` inside the current pass (waiting for communication it needs before its
+        next layer, e.g. an FSDP all-gather): the pass's remaining deadlines move by as much, so that the wait
+        delays the replayed compute instead of being absorbed by the next layer's deadline."""
+        c = self.clock
+        if c.bwd_origin is not None:
+            c.bwd_origin += seconds
+        elif c.fwd_origin is not None:
+            c.fwd_origin += seconds
+
     def start_backward(self, when_s: float | None = None) -> None:
         """Anchor the backward deadlines at `when_s` (perf_counter; default now) instead of at the first node."""
         self.clock.bwd_origin = time.perf_counter() if when_s is None else when_s
 
+    def _layer_forward(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        params = self._layer_list[i].params  # whatever parameter objects the layer holds now
+        for k in self._attach_order[i]:
+            x = _Attach.apply(x, params[k], self._grads[i][k])
+        return _Wait.apply(x, self.clock, i)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for i, layer in enumerate(self.layers):
-            for k in self._attach_order[i]:
-                p = layer.params[k]
-                x = _Attach.apply(x, p, self._grads[self._names[p]])
-            x = _Wait.apply(x, self.clock, i)
+        if self.units is not None:
+            for unit in self.units:
+                x = unit(x)
+            return x
+        for i in range(len(self._layer_list)):
+            x = self._layer_forward(i, x)
         return x
 
     def wait_optimizer(self, seconds: float) -> float:

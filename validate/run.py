@@ -27,6 +27,14 @@ negotiate). wagma is run as a blocking group allreduce, which waits for the grou
 (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is refused for it (see
 validate.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
+
+fsdp (replay mode, gloo) runs FSDP2 itself (`validate.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
+reshard_after_forward as given, the prefetch depth as FSDP2's explicit prefetch lists, all-gathers and
+reduce-scatters asynchronous so that they overlap the replayed compute as FSDP2's streams do on GPUs). Its links
+use the allreduce fit: gloo's all-gather follows the ring, and its reduce-scatter IS an allreduce of the whole
+buffer, which simfog's gloo_ring costs as such (simfog.collectives). Its rows add the measured memory peak per rank
+beside simfog's (`memory_keys`). zero2 (replay, gloo) runs DeepSpeed stage 2's schedule written by hand
+(`validate.zero`).
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 MODES = ("replay", "model")
 BACKENDS = ("gloo", "nccl")  # validate.worker.BACKENDS (kept here too: this module does not import torch)
 DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
+SHARDED = ("fsdp", "zero2")  # validate.fsdp (FSDP2 itself), validate.zero (a hand-written DeepSpeed stage 2)
 REPO = Path(__file__).resolve().parents[1]
 # Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
 # bench models lie in between. Decimal, not powers of two: gloo's ring cuts a buffer into at least 2n segments,
@@ -159,15 +168,23 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
     """Raise ConfigError for what the emulated cluster or the worker cannot reproduce."""
     src = exp.source
     algorithm = exp.comm.algorithm
-    if backend == "nccl" and algorithm != "allreduce":
+    if backend == "nccl" and algorithm not in ("allreduce", "fsdp"):
         raise ConfigError("comm.algorithm", algorithm, "allreduce with --backend nccl (the decentralized algorithms "
                           "are validated on gloo)", source=src)
     if backend == "nccl" and launcher == "local" and exp.cluster.nodes > 1:
         raise ConfigError("cluster.nodes", exp.cluster.nodes, "1 with --backend nccl and the local launcher (one "
                           "machine's GPUs; several nodes run through --launcher torchrun or slurm)", source=src)
-    if algorithm not in ("allreduce", *DECENTRALIZED):
-        raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)} (the "
-                          "algorithms validate runs)", source=src)
+    if algorithm not in ("allreduce", *DECENTRALIZED, *SHARDED):
+        raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)}, "
+                          f"{', '.join(SHARDED)} (the algorithms validate runs)", source=src)
+    if algorithm == "zero2":
+        from validate.zero import check_experiment as check_zero
+
+        check_zero(exp, mode, backend)
+    if algorithm == "fsdp":
+        from validate.fsdp import check_experiment as check_fsdp
+
+        check_fsdp(exp, mode, backend)
     if algorithm in DECENTRALIZED:
         from validate.decentralized import check_experiment as check_decentralized
 
@@ -401,21 +418,32 @@ def _config(vid: str, exp: Experiment, sim: Simulation, plan, options: Options, 
         from validate.decentralized import worker_fields
 
         config.update(worker_fields(sim, options.warmup))
+    if comm.algorithm == "fsdp":
+        from validate.fsdp import worker_fields as fsdp_fields
+
+        config.update(fsdp_fields(sim))
+    if comm.algorithm == "zero2":
+        from validate.zero import worker_fields as zero_fields
+
+        config.update(zero_fields(sim))
     return config
 
 
 def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: Calibration | None) -> dict:
     from validate.decentralized import NEIGHBOR_NOTE, WAGMA_NOTE, algorithm_label
+    from validate.fsdp import FSDP_NOTE
+    from validate.zero import ZERO2_NOTE
 
     c = exp.cluster
-    decentralized = exp.comm.algorithm in DECENTRALIZED
+    decentralized = exp.comm.algorithm in (*DECENTRALIZED, *SHARDED)
     keys = {"id": vid, "model": exp.workload.trace.model, "mode": options.mode, "algorithm": algorithm_label(exp),
             "merge": "" if decentralized else exp.comm.merge,
             "ranks": c.ranks, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
             "nic_bandwidth_Bps": c.nic.bandwidth_Bps, "emulated": emulated, "iterations": exp.iterations,
             "warmup": options.warmup, "trace": exp.workload.trace_path,
             "calibration": "" if cal is None else f"{options.backend} {calibration_collective(exp)}",
-            "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE}.get(exp.comm.algorithm, "")}
+            "note": {"neighbor": NEIGHBOR_NOTE, "wagma": WAGMA_NOTE, "fsdp": FSDP_NOTE,
+                     "zero2": ZERO2_NOTE}.get(exp.comm.algorithm, "")}
     for cls in ("nic", "intra"):
         if cal is not None and cls in cal.fits:
             keys[f"{cls}_latency_s"] = cal.fits[cls].latency_s
@@ -501,6 +529,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         per_rank = [r["configs"][k] for r in ranks]
         keys.update(_host_keys(host, per_rank))
         measured = measured_result(sim_exp, per_rank, plan)
+        if exp.comm.algorithm == "fsdp":
+            keys.update(memory_keys(predicted, per_rank))
         if exp.comm.algorithm in DECENTRALIZED:
             from validate.decentralized import communication_matches
 
@@ -510,6 +540,20 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         validations.append(Validation(vid, exp, sim_exp, predicted, measured,
                                       compare.compare(keys, measured, predicted)))
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
+
+
+def memory_keys(predicted: Result, per_rank: Sequence[dict]) -> dict:
+    """Measured and predicted memory per rank (bytes) of a replayed sharded run: measured, the most over the ranks
+    of the local shards plus the iteration's allocation peak without gloo's own temporaries
+    (validate.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
+    models none); predicted, simfog's parameters + gradients + buffers (the replay runs no optimizer, a wait, and
+    keeps no activations)."""
+    measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
+    mem = predicted.memory
+    if not measured or mem is None:
+        return {}
+    m, p = float(max(measured)), float(mem.parameters_B + mem.gradients_B + mem.buffers_B)
+    return {"measured_memory_B": m, "predicted_memory_B": p, "memory_rel_error": (p - m) / m if m else float("nan")}
 
 
 def _check_gpus(ranks: int) -> None:
@@ -567,12 +611,14 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
     algorithm's plan is one bucket, the whole model (its flat parameters)."""
     sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode,
                                                                     options.backend))
+    sim = new_simulation(sim_exp)
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace
         plan = (merge.Bucket(tuple(trace.tensors), int(trace.nbytes)),)
+    elif exp.comm.algorithm in SHARDED:  # the simulated plan's collectives, one "bucket" each
+        plan = tuple(merge.Bucket((c.name,), int(c.nbytes)) for c in sim.algorithm.plan.colls)
     else:
         plan = bucket_plan(sim_exp)
-    sim = new_simulation(sim_exp)
     trace_path = exp.workload.trace_path
     if not Path(trace_path).is_file():  # an in-memory trace: the ranks read it from a file
         trace_path = str(work / f"{vid}-trace.json")

@@ -16,7 +16,9 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
     delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
     ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
-    `validate.decentralized.worker_fields`, replay mode only).
+    `validate.decentralized.worker_fields`; "fsdp" with those of `validate.fsdp.worker_fields`: the replay model
+    is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; "zero2" with
+    those of `validate.zero.worker_fields`; replay only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
 hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
@@ -107,7 +109,7 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
     """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None), on
     `device`."""
     if cfg["mode"] == "replay":
-        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device)
+        model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device, units=cfg.get("units"))
         x = torch.zeros(1, requires_grad=True, device=device)
         return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
     from validate import models
@@ -130,6 +132,12 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
     model, named, loss_of, optimizer, replay = _build(cfg, trace, rank, clock.device)
+    sharded = None
+    if cfg.get("algorithm") == "fsdp":
+        from validate import fsdp
+
+        sharded = fsdp.make(model, cfg, clock)
+        named = {}  # FSDP2 swaps the parameters; backward_end comes from the replay clock
     times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
     slow = float(cfg["slowdown"][rank])
     last_ready = [float("nan")]
@@ -138,8 +146,15 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
         last_ready[0] = clock.stamp()
 
     handles = [p.register_post_accumulate_grad_hook(ready) for p in named.values()]  # first: fires before others
-    buckets = timer = averaging = None
-    if cfg.get("algorithm", "allreduce") != "allreduce":
+    buckets = timer = averaging = zero2 = None
+    if sharded is not None:
+        net = model
+    elif cfg.get("algorithm") == "zero2":
+        from validate.zero import Zero2
+
+        net = model
+        zero2 = Zero2(named, cfg, rank, world, replay.blocked)
+    elif cfg.get("algorithm", "allreduce") != "allreduce":
         from validate import decentralized
 
         net = model
@@ -155,7 +170,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     else:
         net = model
         buckets = BucketedAllreduce(named, cfg["buckets"], clock=clock)
-    comm = buckets or timer or averaging
+    comm = buckets or timer or averaging or sharded or zero2
+    memory = None
     raise_priority(priority)  # gloo threads of process groups created above
     out = []
     warmup, iterations = cfg["warmup"], cfg["iterations"]
@@ -164,10 +180,13 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     gc.collect()
     gc.disable()
     try:
-        for i in range(warmup + iterations):
+        for i in range(warmup + iterations + (sharded is not None)):
             it = i - warmup
+            profiler = None
+            if it == iterations:  # one more, unmeasured, with torch's CPU allocator events: the memory peak
+                profiler = fsdp.MemoryProfile(model)
             note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: compute")  # before the clock starts
-            s = cfg["samples"][max(it, 0)][rank]
+            s = cfg["samples"][min(max(it, 0), iterations - 1)][rank]
             if it == 0:
                 dist.barrier()
             comm.start_iteration()
@@ -177,7 +196,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 replay.set_iteration(times.forward_s[s] * slow, times.backward_s[s] * slow,  # host waits
                                      start_s=t0 if isinstance(t0, float) else time.perf_counter())
             loss = loss_of(net)
-            delay = float(cfg["delays"][it][rank]) if it >= 0 else 0.0
+            delay = float(cfg["delays"][it][rank]) if 0 <= it < iterations else 0.0
             if delay > 0:  # a straggler: the host waits (on a GPU, after its queued forward has run)
                 clock.settle()
                 wait_until(time.perf_counter() + delay)
@@ -186,6 +205,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 replay.start_backward(t_f)
             if averaging is not None:
                 averaging.launch(i)
+            if sharded is not None:
+                sharded.backward_started()
             loss.backward()
             # while the buckets are in flight; a rank stuck in its compute has not got this far (with ddp the wait
             # is inside backward, so a hang there cannot be told from one in the compute)
@@ -194,26 +215,37 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 buckets.finish()
             if averaging is not None:
                 averaging.finish()
+            if sharded is not None:
+                sharded.finish()
+            if zero2 is not None:
+                zero2.finish()
             t_o = clock.stamp()
             if replay is not None:
                 clock.settle()
-                replay.wait_optimizer(float(times.optimizer_s[s]) * slow)
+                # a sharded optimizer steps 1/shards of the parameters (simfog scales its time so)
+                replay.wait_optimizer(float(times.optimizer_s[s]) * slow / cfg.get("optimizer_shards", 1))
             else:
                 optimizer.step()
             t_e = clock.stamp()
+            if zero2 is not None:
+                zero2.after_optimizer()
             clock.settle()  # every stamp of this iteration can be read now
             t_b = clock.seconds(last_ready[0])
             if replay is not None and replay.clock.backward_done_s is not None:
-                t_b = max(t_b, replay.clock.backward_done_s)
-            for p in named.values():
+                t_b = replay.clock.backward_done_s if t_b != t_b else max(t_b, replay.clock.backward_done_s)
+            for p in (model.parameters() if sharded is not None else named.values()):
                 p.grad = None
-            if it < 0:
+            if profiler is not None:
+                memory = profiler.stop()
+            if it < 0 or it >= iterations:
                 continue
             out.append({"start": clock.seconds(t0), "forward_end": clock.seconds(t_f), "backward_end": t_b,
                         "optimizer_start": clock.seconds(t_o), "end": clock.seconds(t_e),
                         "launch": to_seconds(clock, comm.launch_s), "done": to_seconds(clock, comm.done_s),
                         "launch_order": list(comm.launch_order),
-                        **(averaging.record() if averaging is not None else {})})
+                        **(averaging.record() if averaging is not None else {}),
+                        **(sharded.record() if sharded is not None else {}),
+                        **(zero2.record() if zero2 is not None else {})})
     finally:
         gc.enable()
         for h in handles:
@@ -222,8 +254,13 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             buckets.remove()
         if averaging is not None:
             averaging.close()
+        if zero2 is not None:
+            zero2.close()
     if averaging is not None:
         return {"id": cfg["id"], "iterations": out, "buckets": [list(named)], "values": averaging.values}
+    if sharded is not None or zero2 is not None:
+        names = (sharded or zero2).names
+        return {"id": cfg["id"], "iterations": out, "buckets": [[n] for n in names], "memory": memory}
     plan = cfg["buckets"] if buckets is not None else [timer.buckets[b] for b in sorted(timer.buckets)]
     return {"id": cfg["id"], "iterations": out, "buckets": plan}
 

@@ -4,6 +4,8 @@ Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `
 loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
 allreduce microbenchmarks on that same network and collective "gloo_ring" (for the decentralized
 algorithms "neighbor" and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run).
+Sharded algorithms, replay mode only: "fsdp" runs FSDP2 itself per unit (validate.fsdp), "zero2" a hand-written
+DeepSpeed stage 2 (validate.zero); fsdp rows also compare the measured memory peak with simfog's.
 Prints measured and predicted iteration time and the relative error per configuration, writes a CSV, optionally
 both timelines. torch is imported only when the command runs.
 """
@@ -21,7 +23,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bench", action="store_true",
                         help="run the fixed validation matrix (replay; 2 models x 5 policies x 2/4/8 ranks x "
                              "2 NIC rates x 2 layouts, plus one-peer exp2 neighbour averaging and WAGMA on 4/8 "
-                             "ranks) and print the median and worst error")
+                             "ranks, and FSDP2 with 2 unit sizes, with and without reshard_after_forward, on "
+                             "2/4/8 ranks) and print the median and worst error")
     parser.add_argument("--quick", action="store_true", help="with --bench: a small matrix (smoke test)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="with --bench: run the matrix this many times (CSV per run) and report each "

@@ -1,0 +1,162 @@
+"""validate.fsdp: simfog's prefetch depth mapped onto FSDP2's explicit prefetch lists, the replay model grouped in the
+experiment's units, fully_shard applied per unit (one-rank process group), what cannot be run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simfog.simulation import new_simulation
+from simfog.errors import ConfigError
+from validate.fsdp import check_experiment, communication_matches, prefetch_lists, worker_fields
+
+from ..conftest import make_experiment, make_trace
+
+
+def test_prefetch_lists_by_hand():
+    # k = 1: the root gathers units 0 and 1 before unit 0 waits; unit u prefetches u+1 (forward) and u-1 (backward,
+    # FSDP2's own default)
+    assert prefetch_lists(4, 1) == {"root_forward": [0, 1], "forward": [[1], [2], [3], []],
+                                    "backward": [[], [0], [1], [2]]}
+    # k = 2: windows of two
+    assert prefetch_lists(4, 2) == {"root_forward": [0, 1, 2], "forward": [[1, 2], [2, 3], [3], []],
+                                    "backward": [[], [0], [1, 0], [2, 1]]}
+    # k = 0: nothing ahead; backward lists hold the unit itself, since an empty list means FSDP2's default prefetch
+    assert prefetch_lists(3, 0) == {"root_forward": [], "forward": [[], [], []], "backward": [[0], [1], [2]]}
+    with pytest.raises(ConfigError, match="prefetch"):
+        prefetch_lists(3, -1)
+
+
+def test_prefetch_windows_match_the_simulated_plan():
+    """The all-gathers issued by the time unit u computes are those of simfog's plan: units up to u + k."""
+    for k in (0, 1, 2, 3):
+        lists = prefetch_lists(5, k)
+        issued = set(lists["root_forward"])
+        for u in range(5):
+            issued |= {u, *lists["forward"][u]}  # its own unshard, then its prefetch list
+            assert issued == set(range(min(5, u + k + 1)))
+
+
+def _fsdp_experiment(**comm):
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
+    exp = make_experiment(trace, nodes=2, gpus_per_node=1, collective="gloo_ring", algorithm="fsdp", **comm)
+    return exp
+
+
+def test_worker_fields_follow_the_simulated_units_and_plan():
+    sim = new_simulation(_fsdp_experiment(fsdp_unit=(2, 2), reshard_after_forward=False, prefetch=2))
+    f = worker_fields(sim)
+    assert f["units"] == [[0, 1], [2, 3]] and f["unit_names"] == ["l0..l1", "l2..l3"]
+    assert f["reshard_after_forward"] is False and f["prefetch"] == 2 and f["optimizer_shards"] == 2
+    assert f["collectives"] == ["allgather.fwd.l0..l1", "allgather.fwd.l2..l3", "reduce_scatter.l2..l3",
+                                "reduce_scatter.l0..l1"]
+    cfg = {**f, "iterations": 1}
+    rec = {"iterations": [{"launch_order": [0, 1, 2, 3]}]}
+    assert communication_matches(cfg, [rec, rec])
+    assert not communication_matches(cfg, [rec, {"iterations": [{"launch_order": [0, 1, 3, 2]}]}])
+
+
+def test_what_fsdp_cannot_run_is_refused():
+    exp = _fsdp_experiment()
+    check_experiment(exp, "replay", "gloo")
+    with pytest.raises(ConfigError, match="mode"):
+        check_experiment(exp, "model", "gloo")
+    with pytest.raises(ConfigError, match="backend"):
+        check_experiment(exp, "replay", "nccl")
+    with pytest.raises(ConfigError, match="param_dtype"):
+        check_experiment(replace(exp, comm=replace(exp.comm, param_dtype="bfloat16")), "replay", "gloo")
+    with pytest.raises(ConfigError, match="at least 2"):
+        check_experiment(replace(exp, cluster=replace(exp.cluster, nodes=1)), "replay", "gloo")
+
+
+def test_replay_units_group_the_layers_and_keep_gradients():
+    torch = pytest.importorskip("torch")
+    from validate.replay import ReplayModel, ReplayUnit
+
+    trace = make_trace([1e-4] * 4, [1e-4] * 4, [10, 0, 30, 20])
+    model = ReplayModel(trace, units=[(0, 1), (2,), (3,)], spin_s=0.0)
+    assert [type(u) for u in model.units] == [ReplayUnit] * 3 and [u.index for u in model.units] == [(0, 1), (2,),
+                                                                                                      (3,)]
+    # parameters registered once, under the units
+    assert [n for n, _ in model.named_parameters()] == ["units.0.layers.0.params.0", "units.1.layers.0.params.0",
+                                                        "units.2.layers.0.params.0"]
+    assert list(model.named_tensors()) == ["l0.weight", "l2.weight", "l3.weight"]
+    model.set_iteration([1e-4] * 4, [1e-4] * 4)
+    model(torch.zeros(1, requires_grad=True)).sum().backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters())
+    with pytest.raises(ConfigError, match="units"):
+        ReplayModel(trace, units=[(0,), (2, 3)])
+
+
+def test_blocked_time_moves_the_pass_deadlines():
+    pytest.importorskip("torch")
+    from validate.replay import ReplayModel
+
+    model = ReplayModel(make_trace([1e-3] * 2, [1e-3] * 2, [10, 10]), spin_s=0.0)
+    model.set_iteration([1e-3] * 2, [2e-3] * 2, start_s=100.0)
+    model.blocked(0.5)  # forward: an all-gather waited for before a layer
+    assert model.clock.fwd_origin == 100.5
+    model.start_backward(200.0)
+    model.blocked(0.25)  # backward now
+    assert (model.clock.fwd_origin, model.clock.bwd_origin) == (100.5, 200.25)
+
+
+def test_fully_shard_per_unit_with_the_prefetch_lists():
+    """On a one-rank gloo group (no peers needed): one FSDP2 state per unit and the root, the lists set as mapped."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from validate import fsdp
+    from validate.replay import ReplayModel
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sim = new_simulation(_fsdp_experiment(fsdp_unit=(1, 1, 2), prefetch=1))
+        cfg = worker_fields(sim)
+        model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
+        recorder = fsdp.make(model, cfg)
+        from torch.distributed.fsdp import FSDPModule
+
+        assert all(isinstance(m, FSDPModule) for m in (model, *model.units))
+        states = [u._get_fsdp_state() for u in model.units]
+        root = model._get_fsdp_state()
+        assert root._states_to_forward_prefetch == states[:2]
+        assert [s._states_to_forward_prefetch for s in states] == [[states[1]], [states[2]], []]
+        assert [s._states_to_backward_prefetch for s in states] == [[], [states[0]], [states[1]]]
+        # unit 1 (layer 1) has no parameters: no param group, hence no collectives
+        assert [len(s._fsdp_param_groups) for s in states] == [1, 0, 1]
+        assert all(g.unshard_async_op for s in states for g in s._fsdp_param_groups)
+        model.set_iteration([1e-4] * 4, [1e-4] * 4)
+        recorder.start_iteration()
+        loss = model(torch.zeros(1, requires_grad=True)).sum()
+        recorder.backward_started()
+        loss.backward()
+        recorder.finish()
+        memory = fsdp.MemoryProfile(model)
+        assert memory.stop()["resident_B"] == 6000 * 4  # one rank: the whole model is its shard
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- zero2 (validate.zero) ----
+
+def test_zero2_worker_fields_follow_the_simulated_buckets():
+    from validate.zero import check_experiment as check_zero
+    from validate.zero import worker_fields as zero_fields
+
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
+    exp = make_experiment(trace, nodes=2, gpus_per_node=1, collective="gloo_ring", algorithm="zero2",
+                          reduce_bucket_size=4000, allgather_bucket_size=3000)
+    f = zero_fields(new_simulation(exp))
+    # ready order l3, l2, l0: l3 + l2 = 5000 > 4000 elements, so l3 alone, then l2 + l0 (4000)
+    assert f["zero_buckets"] == [["l3.weight"], ["l2.weight", "l0.weight"]]
+    assert f["collectives"] == ["reduce.bucket0", "reduce.bucket1", "allgather.params0", "allgather.params1"]
+    assert (f["overlap"], f["allgather_shards"], f["optimizer_shards"]) == (False, 2, 2)
+    check_zero(exp, "replay", "gloo")
+    with pytest.raises(ConfigError, match="zero_reduce"):
+        check_zero(replace(exp, comm=replace(exp.comm, zero_reduce="reduce")), "replay", "gloo")
+    with pytest.raises(ConfigError, match="mode"):
+        check_zero(exp, "model", "gloo")

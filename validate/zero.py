@@ -1,0 +1,154 @@
+"""Real runs of ZeRO stage 2 for the validator, replay mode, gloo on CPU: DeepSpeed's schedule as simfog models it
+(simfog.algorithms.sharded, "zero1, zero2"), written by hand around the replay model (DeepSpeed itself is not
+installed here, and its CPU path would not use gloo).
+
+- Gradient buckets: the simulator's own (`zero_buckets` of the trace's ready order, `reduce_bucket_size`
+  elements). Bucket b is reduced when the first gradient of bucket b+1 is ready (a post-accumulate-grad hook on
+  that parameter: DeepSpeed's reduce_independent_p_g_buckets_and_remove_grads), the last one after backward
+  (independent_gradient_partition_epilogue). The gradients are copied into the bucket's flat buffer (DeepSpeed's
+  ipg buffer), which is allreduced (zero_reduce = "allreduce", DeepSpeed's default path).
+- overlap_comm false (stage 2's default): the reduction blocks the rank's thread, i.e. backward stops while it
+  runs; its time moves the replay's backward deadlines (`ReplayModel.blocked`). overlap_comm true: the allreduce
+  is asynchronous and the rank first waits for the previous bucket's (average_tensor's wait_stream).
+- The optimizer step (a replayed wait) is divided by the ranks (simfog: 1/N of the parameters), then the updated
+  parameters are all-gathered in `allgather_bucket_size` shards (all_gather_dp_groups), blocking: a flat buffer of
+  the model's elements, each rank contributing its 1/N slice.
+
+Collectives are recorded under the simulated plan's names ("reduce.bucket<b>", "allgather.params<s>"). Not run:
+zero1, zero3, zero_reduce = "reduce", mixed precision, model mode. torch is imported inside the functions that
+need it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from simfog.errors import ConfigError
+
+ZERO2_NOTE = ("zero2: hand-written DeepSpeed stage-2 schedule on gloo (bucket allreduce when the next bucket's first "
+              "gradient is ready, blocking unless overlap_comm; 1/N optimizer; parameter all-gather)")
+
+
+def check_experiment(exp, mode: str, backend: str) -> None:
+    """Raise ConfigError for a zero2 experiment the validator cannot run (see the module docstring)."""
+    src, comm = exp.source, exp.comm
+    if mode != "replay":
+        raise ConfigError("mode", mode, "replay for algorithm zero2", source=src)
+    if backend != "gloo":
+        raise ConfigError("--backend", backend, "gloo for algorithm zero2", source=src)
+    if exp.cluster.ranks < 2:
+        raise ConfigError("cluster", f"{exp.cluster.ranks} rank", "at least 2 ranks for algorithm zero2", source=src)
+    if comm.param_dtype is not None or comm.reduce_dtype is not None:
+        raise ConfigError("comm.param_dtype", comm.param_dtype or comm.reduce_dtype, "unset for algorithm zero2 "
+                          "(the validator runs no mixed precision)", source=src)
+    if comm.zero_reduce != "allreduce":
+        raise ConfigError("comm.zero_reduce", comm.zero_reduce, "allreduce for the validator", source=src)
+    dtypes = {t.dtype for t in exp.workload.trace.tensors.values()}
+    if len(dtypes) > 1:
+        raise ConfigError("workload.trace", sorted(dtypes), "parameters of one dtype", source=src)
+
+
+def worker_fields(sim) -> dict:
+    """The worker configuration fields of a zero2 experiment from `sim` (a simfog.engine.Simulation of it):
+    "algorithm", "zero_buckets" (tensor names per bucket, ready order), "overlap", "allgather_shards",
+    "collectives" (the plan's names, in plan order) and "optimizer_shards"."""
+    from simfog.algorithms.sharded import zero_buckets
+
+    alg, exp = sim.algorithm, sim.experiment
+    buckets = zero_buckets(exp.workload.trace.ready_tensors(), exp.comm.reduce_bucket_size)
+    names = [c.name for c in alg.plan.colls]
+    return {"algorithm": "zero2", "zero_buckets": [[t.name for t in b] for b in buckets],
+            "overlap": bool(alg.overlap), "allgather_shards": sum(n.startswith("allgather.") for n in names),
+            "collectives": names, "optimizer_shards": alg.shards}
+
+
+class Zero2:
+    """The real communication of one rank (see the module docstring): `start_iteration`, hooks during backward,
+    `finish()` before the optimizer, `after_optimizer()` after it; `launch_s`, `done_s`, `launch_order` by the
+    plan's collective index."""
+
+    def __init__(self, params: Mapping, cfg: Mapping, rank: int, world: int, blocked=lambda seconds: None):
+        import torch
+
+        self.params, self.cfg, self.rank, self.world, self.blocked = params, cfg, rank, world, blocked
+        self.names = list(cfg["collectives"])
+        self.buckets = [list(b) for b in cfg["zero_buckets"]]
+        dtype = next(iter(params.values())).dtype
+        self.flat = [torch.zeros(sum(params[n].numel() for n in b), dtype=dtype) for b in self.buckets]
+        elements = sum(p.numel() for p in params.values())
+        shards = int(cfg["allgather_shards"])
+        per = -(-elements // (shards * world)) * world  # each shard divisible among the ranks
+        self.gathered = [torch.zeros(per, dtype=dtype) for _ in range(shards)]
+        closes = {b[0]: k for k, b in enumerate(self.buckets[1:])}  # bucket k closes when bucket k+1 starts
+        self._handles = [params[n].register_post_accumulate_grad_hook(lambda _p, k=k: self._reduce(k))
+                         for n, k in closes.items()]
+        self.overlap = bool(cfg["overlap"])
+        self.start_iteration()
+
+    def start_iteration(self) -> None:
+        n = len(self.names)
+        self.launch_s, self.done_s = [float("nan")] * n, [float("nan")] * n
+        self.launch_order: list[int] = []
+        self._pending = None  # (work, index) of the reduction in flight (overlap_comm)
+
+    def _wait(self, work, i: int) -> None:
+        t = time.perf_counter()
+        work.wait()
+        now = time.perf_counter()
+        self.done_s[i] = now
+        self.blocked(now - t)
+
+    def _reduce(self, k: int) -> None:
+        import torch.distributed as dist
+
+        if self._pending is not None:  # the previous reduction first (overlap_comm's wait_stream)
+            self._wait(*self._pending)
+            self._pending = None
+        flat, offset = self.flat[k], 0
+        for name in self.buckets[k]:  # into the bucket's flat buffer (DeepSpeed's ipg buffer)
+            g = self.params[name].grad
+            flat[offset:offset + g.numel()].copy_(g.reshape(-1))
+            offset += g.numel()
+        i = self.names.index(f"reduce.bucket{k}")
+        self.launch_s[i] = time.perf_counter()
+        self.launch_order.append(i)
+        work = dist.all_reduce(flat, async_op=True)
+        if self.overlap:
+            self._pending = (work, i)
+        else:
+            self._wait(work, i)
+
+    def finish(self) -> None:
+        """The last bucket (the epilogue), then every reduction done."""
+        self._reduce(len(self.buckets) - 1)
+        if self._pending is not None:
+            self._wait(*self._pending)
+            self._pending = None
+
+    def after_optimizer(self) -> None:
+        """The updated parameters all-gathered, shard by shard, blocking."""
+        import torch.distributed as dist
+
+        for s, out in enumerate(self.gathered):
+            part = out.numel() // self.world
+            mine = out[self.rank * part:(self.rank + 1) * part]
+            i = self.names.index(f"allgather.params{s}")
+            self.launch_s[i] = time.perf_counter()
+            self.launch_order.append(i)
+            dist.all_gather_into_tensor(out, mine.clone())
+            self.done_s[i] = time.perf_counter()
+
+    def record(self) -> dict:
+        return {"names": list(self.names)}
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def communication_matches(cfg: Mapping, per_rank: Sequence[Mapping]) -> bool:
+    """True when every rank launched exactly the plan's collectives, in plan order, every iteration."""
+    want = list(range(len(cfg["collectives"])))
+    return all(len(r["iterations"]) == cfg["iterations"] and all(d["launch_order"] == want for d in r["iterations"])
+               for r in per_rank)
