@@ -131,3 +131,17 @@ def test_a_long_module_says_why(name):
     doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
     assert LONG_REASON in doc, f"{path.relative_to(REPO)} has {lines} lines: split it, or say at its top why not " \
                                f"(a docstring sentence starting {LONG_REASON!r})"
+
+
+def test_the_simulator_never_imports_the_validator_or_torch():
+    """simfog (but its commands, which run real things on request) stays pure Python: no validate, no torch."""
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith("simfog") and not name.startswith("simfog.commands"):
+            assert not {d for d in deps if d.startswith("validate")}, name
+    for path in (REPO / "simfog").rglob("*.py"):
+        if "commands" in path.parts:
+            continue
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not any(n == "torch" or n.startswith("torch.") for n in names), path

@@ -1,4 +1,6 @@
 """Measure a zoo model's per-layer training compute on this machine: the ModelTrace (format 1) simfog replays.
+Over 400 lines because the four measurements a trace needs (per-layer times, the bucket copy bandwidth, the
+overlap slowdown, activation bytes) share one set of hooks and one provenance record; each is a function here.
 
 One process (or `concurrent` processes at once) runs SGD-with-momentum training steps on fixed random inputs.
 Module hooks on every leaf module time each layer's forward and backward; `Tensor.register_post_accumulate_grad_hook`

@@ -1,4 +1,6 @@
 """Start the ranks of one real run on an emulated (or loopback) cluster, bounded in time, and never leave one behind.
+Over 400 lines because every way a rank can be lost (a hang, a crash, SIGKILL of the validator, a stuck process
+group) is handled here, beside the launch it guards, with the reason for each.
 
 Rank r runs on node r // ranks_per_node, inside that node's namespace, in a process group of its own. Its
 environment says who it is (RANK, WORLD_SIZE, LOCAL_RANK, ...) and where to talk: torch.distributed's env://

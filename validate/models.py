@@ -1,4 +1,6 @@
 """The model zoo: the networks simfog traces and validates, in plain torch.nn (no torchvision, no transformers).
+Over 400 lines because it holds seven whole networks (ResNet-50, VGG-16, DenseNet-121, BERT-base, GPT-2, ResNet-20,
+an MLP), each checked against its reference parameter count.
 
 Parameter names and counts follow the reference implementations, so a trace's tensor names and sizes are the ones
 a real DDP/Horovod run of that model communicates:

@@ -1,4 +1,6 @@
 """An emulated cluster on one Linux machine: one network namespace per node, shaped links into a bridge.
+Over 400 lines because building, checking and always tearing down the namespaces, veth pairs and tbf shapers, with
+why each tbf setting is what it is, belong together.
 
 Layout for a run with owner pid P, sequence number S and prefix "sf" (names are unique per process and run):
 

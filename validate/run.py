@@ -1,4 +1,6 @@
 """Run experiments for real and simulate them with a calibrated cluster: the heart of `simfog validate`.
+Over 400 lines because it is the one place the steps of a validation meet (cluster, calibration, prediction, real
+run, comparison); each step's machinery lives in its own module.
 
 For a group of experiments that share one cluster shape (nodes, ranks per node, NIC bandwidth):
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from simfog.simulation import new_simulation
 from simfog.errors import ConfigError
+from simfog.simulation import new_simulation
 from validate.fsdp import check_experiment, communication_matches, prefetch_lists, worker_fields
 
 from ..conftest import make_experiment, make_trace
