@@ -7,7 +7,10 @@ child's wall seconds and peak RSS (its own ru_maxrss, from os.wait4) and prints 
 
     seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>
 
-Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1]
+and the line before it times the 1000-configuration sweep of the default experiment (8-1024 ranks x 5 merges x 5
+collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (skip it with --no-sweep).
+
+Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
 """
 
 from __future__ import annotations
@@ -84,12 +87,38 @@ def run_one(spec: dict) -> dict:
     return result
 
 
+SWEEP_RANKS = "8,16,32,64,128,256,512,1024"
+SWEEP_MERGES = "wfbp,ddp,mgwfbp,threshold,optimal"
+SWEEP_COLLECTIVES = "ring,tree,rhd,hierarchical,nccl"
+SWEEP_THRESHOLDS = "1MiB,4MiB,16MiB,25MiB,64MiB"
+
+
+def sweep_1000(jobs: int = 2) -> tuple[float, int, int]:
+    """The 1000-configuration sweep of the shipped default experiment (8 rank counts x 5 merges x 5 collectives x 5
+    thresholds) through `simfog sweep --jobs 2`, a fresh process: (wall seconds, rows, rows with an error)."""
+    import csv
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="simfog-scale-sweep-") as tmp:
+        out = Path(tmp) / "sweep.csv"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "simfog", "sweep", "--ranks", SWEEP_RANKS, "--merge", SWEEP_MERGES,
+                        "--collective", SWEEP_COLLECTIVES, "--threshold", SWEEP_THRESHOLDS, "--jobs", str(jobs),
+                        "-o", str(out), "--no-progress"], check=True, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+        wall = time.perf_counter() - start
+        with open(out, newline="") as f:
+            rows = list(csv.DictReader(f))
+    return wall, len(rows), sum(1 for r in rows if r["error"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="fewer configurations")
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma-separated")
     p.add_argument("--iterations", type=int, default=1)
+    p.add_argument("--no-sweep", action="store_true", help="skip the 1000-configuration sweep")
     args = p.parse_args()
     if args.child:
         child(json.loads(args.child))
@@ -114,6 +143,10 @@ def main() -> int:
                 worst["rss_131072_MiB"] = max(worst["rss_131072_MiB"], r["rss_MiB"])
     if failed:
         print(f"{failed} run(s) failed")
+    if not args.no_sweep:
+        wall, rows, errors = sweep_1000()
+        print(f"sweep of the default experiment, {rows} configurations ({errors} with an error row), 2 workers: "
+              f"sweep_1000_seconds={wall:.2f}")
     print(" ".join(f"{k}={v:.2f}" if "seconds" in k else f"{k}={v:.0f}" for k, v in worst.items()))
     return 1 if failed else 0
 
