@@ -18,7 +18,7 @@ import numpy as np
 from simfog.cluster import Link
 from simfog.simulation import new_simulation
 from validate import bench
-from validate.compare import steady_iteration_s
+from validate.comparison.compare import steady_iteration_s
 
 VARIANTS = {"ring": ("ring", 1), "gloo_ring": ("gloo_ring", 1), "gloo_ring+2streams": ("gloo_ring", 2),
             "ring+2streams": ("ring", 2)}

@@ -145,3 +145,12 @@ def test_the_simulator_never_imports_the_validator_or_torch():
         for node in _runtime_imports(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             assert not any(n == "torch" or n.startswith("torch.") for n in names), path
+
+
+def test_validate_is_split_into_its_parts():
+    """The validator's top level holds only the orchestration and the bench; every other module sits in the
+    subpackage that names its part."""
+    top = {p.stem for p in (REPO / "validate").glob("*.py")} - {"__init__"}
+    assert top <= {"run", "bench", "nccl_calibration"}, top
+    parts = {p.name for p in (REPO / "validate").iterdir() if (p / "__init__.py").is_file()}
+    assert parts == {"cluster", "launch", "ranks", "collect", "comparison"}

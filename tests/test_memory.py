@@ -109,7 +109,7 @@ def test_mlp_activations_by_hand():
     (8,192), Linear 4 again the same; the loss (charged to the last layer) log_softmax's output (16x10x4 = 640), the
     int64 targets (128) and nll_loss's total weight (a float32 scalar, 4): 772."""
     pytest.importorskip("torch")
-    from validate.collect_model import measure_activations
+    from validate.collect.collect_model import measure_activations
 
     got = measure_activations("mlp", 16)["layers"]
     assert got == {"layers.0": 50_176, "layers.1": 16_384, "layers.2": 0, "layers.3": 8_192, "layers.4": 772}

@@ -14,15 +14,15 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2
 - ranks: 2, 4, 8; NIC bandwidth: 200 Mbit/s and 1 Gbit/s per node and direction (tbf); layouts: 1 and 2 ranks per
   node (2 ranks on 2 per node is a single node: no NIC, unshaped loopback; both bandwidth rows of it are then the
   same configuration measured twice, which shows the run-to-run noise).
-- decentralized algorithms (validate.decentralized), on 4 and 8 ranks of the same clusters, both models: one-peer
+- decentralized algorithms (validate.ranks.decentralized), on 4 and 8 ranks of the same clusters, both models: one-peer
   exp2 neighbour averaging (BlueFog awc: isend/irecv of the whole model to i + 2^(k mod D), ½/½) and WAGMA with
   groups of 2 and a global average every 5 iterations (twice among the 10 measured ones). Their links are
   calibrated from a gloo sendrecv microbenchmark (point-to-point), measured in the same launch as the allreduce
   one. WAGMA is run as a BLOCKING group allreduce (gloo has no wait-avoiding collective): it waits for the
   group's members, where simfog's wagma (and real WAGMA) does not; under this homogeneous replay the members arrive
-  together and the two coincide (see validate.decentralized). Groups of 2 keep gloo's ring equal to WAGMA's
+  together and the two coincide (see validate.ranks.decentralized). Groups of 2 keep gloo's ring equal to WAGMA's
   recursive doubling; the global step is gloo's ring over all ranks, which simfog costs as recursive doubling.
-- fsdp (validate.fsdp: FSDP2 fully_shard per unit, prefetch 1), both models on 2, 4 and 8 ranks of one rank per
+- fsdp (validate.ranks.fsdp: FSDP2 fully_shard per unit, prefetch 1), both models on 2, 4 and 8 ranks of one rank per
   node at 200 Mbit/s: units of one layer and of 300 kB (layers added until a unit holds 300 kB), each with and
   without reshard_after_forward. Collectives are costed on the allreduce fit; gloo's reduce-scatter is an
   allreduce of the whole buffer (simfog.collectives gloo_ring). Rows also compare the measured memory peak with
@@ -32,7 +32,7 @@ At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparab
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
 intra measurements are reused across groups with the same process count and rate) and one launch running all 10
 configurations, 3 warm-up and 10 measured iterations each; errors compare steady-state iteration times (after the
-first measured iteration, see validate.compare.steady_iteration_s).
+first measured iteration, see validate.comparison.compare.steady_iteration_s).
 
 Targets for the absolute relative error of the iteration time: median <= 5 % and worst <= 15 %, then 3 % and 8 %.
 """
@@ -48,7 +48,7 @@ from simfog import units
 from simfog.cluster import Cluster, Link
 from simfog.experiment import Comm, Experiment, Workload
 from simfog.trace import load_model_trace
-from validate import compare
+from validate.comparison import compare
 from validate.run import Options, run_group
 
 MODELS = (("resnet20", 32), ("mlp", 1024))
@@ -78,7 +78,7 @@ def trace_path(model: str, batch: int, out_dir: Path, log: Callable[[str], None]
         for ext in (".json.gz", ".json"):
             if (d / f"{name}{ext}").is_file():
                 return d / f"{name}{ext}"
-    from validate.collect_model import collect_model
+    from validate.collect.collect_model import collect_model
 
     path = out_dir / "traces" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +129,7 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
               runs: list | None = None) -> list[dict]:
     """Run the matrix; write the CSV (default out_dir/bench-validation.csv) after every group, so an interrupted
     bench keeps what it measured. Returns the rows; `runs`, when given, receives every group's GroupRun (for
-    validate.report)."""
+    validate.comparison.report)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = Path(csv_path) if csv_path else out / "bench-validation.csv"
@@ -155,7 +155,7 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
 
 
 def verdict(rows: list[dict]) -> str:
-    """The error statistics of the rows the rig can emulate (not host-limited: validate.hostload) against both
+    """The error statistics of the rows the rig can emulate (not host-limited: validate.cluster.hostload) against both
     targets, one line each, then the host-limited rows' own statistics."""
     limited = [r for r in rows if compare.host_limited(r)]
     s = compare.error_stats([r for r in rows if not compare.host_limited(r)])

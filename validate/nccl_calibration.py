@@ -32,7 +32,7 @@ class NcclFit:
     """A fitted NCCL network with its residuals; what validate.run keeps as a group's calibration."""
 
     calibration: nccl_fit.NcclCalibration
-    fits: dict = field(default_factory=dict)  # no link classes (validate.report lists those of a gloo fit)
+    fits: dict = field(default_factory=dict)  # no link classes (validate.comparison.report lists those of a gloo fit)
 
     @property
     def network(self):

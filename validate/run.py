@@ -4,39 +4,39 @@ run, comparison); each step's machinery lives in its own module.
 
 For a group of experiments that share one cluster shape (nodes, ranks per node, NIC bandwidth):
 
-1. build the emulated cluster (`validate.netemu.open_cluster`: namespaces + tbf; plain loopback where that is not
+1. build the emulated cluster (`validate.cluster.netemu.open_cluster`: namespaces + tbf; plain loopback where that is not
    possible, and every row says so);
 2. calibrate it from microbenchmarks on that same network, never from the validation runs: gloo allreduce at a few
    sizes on one rank per node (the NIC class; on as many such nodes as the run has ranks, so that as many
-   processes share the cores) and on the ranks of one node (the intra class), timed by `validate.worker
+   processes share the cores) and on the ranks of one node (the intra class), timed by `validate.ranks.worker
    --calibrate` as `simfog collect network` times, under the runs' scheduling, fitted by `simfog.calibrate.fit`
    with ring coefficients;
 3. simulate each experiment with the calibrated cluster and collective "gloo_ring" (gloo's segmented ring); the
    bucket plan comes from `simfog.merge.plan` with the same `CostModel`
    the simulator uses, and the compute draws from the very `Simulation` that predicts, so both sides replay the
    same recorded iterations;
-4. run all of them in one launch (`validate.worker` on every rank) and compare (`validate.compare`).
+4. run all of them in one launch (`validate.ranks.worker` on every rank) and compare (`validate.comparison.compare`).
 
 Horovod is run with `merge.plan("horovod", ...)`'s static plan (the fusion its cycles produce on identical ranks),
 launched as soon as each bucket is ready; the simulator models its cycles.
 
 Decentralized algorithms (replay mode): "neighbor" (combine "awc", a non-hierarchical topology such as
-one_peer_exp2) and "wagma" run `validate.decentralized` with the simulator's own schedule of messages or groups.
+one_peer_exp2) and "wagma" run `validate.ranks.decentralized` with the simulator's own schedule of messages or groups.
 Their simulated costs are point-to-point messages, so their links are calibrated from a gloo "sendrecv"
 microbenchmark (every rank sends M to its ring neighbour and receives M, both at once; T = α + M·β) on the same
 network instead of the allreduce ring fit. neighbor is simulated with comm.negotiate = false (the real run does not
 negotiate). wagma is run as a blocking group allreduce, which waits for the group's members where simfog's model
 (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is refused for it (see
-validate.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
+validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
 
-fsdp (replay mode, gloo) runs FSDP2 itself (`validate.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
+fsdp (replay mode, gloo) runs FSDP2 itself (`validate.ranks.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
 reshard_after_forward as given, the prefetch depth as FSDP2's explicit prefetch lists, all-gathers and
 reduce-scatters asynchronous so that they overlap the replayed compute as FSDP2's streams do on GPUs). Its links
 use the allreduce fit: gloo's all-gather follows the ring, and its reduce-scatter IS an allreduce of the whole
 buffer, which simfog's gloo_ring costs as such (simfog.collectives). Its rows add the measured memory peak per rank
 beside simfog's (`memory_keys`). zero2 (replay, gloo) runs DeepSpeed stage 2's schedule written by hand
-(`validate.zero`).
+(`validate.ranks.zero`).
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ from simfog.processes import pid_alive
 from simfog.results import Result
 from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace, Provenance
-from validate import compare
-from validate.hostload import HostSampler
-from validate.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
+from validate.cluster.hostload import HostSampler
+from validate.cluster.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
+from validate.comparison import compare
 
 MODES = ("replay", "model")
-BACKENDS = ("gloo", "nccl")  # validate.worker.BACKENDS (kept here too: this module does not import torch)
-DECENTRALIZED = ("neighbor", "wagma")  # validate.decentralized runs these
-SHARDED = ("fsdp", "zero2")  # validate.fsdp (FSDP2 itself), validate.zero (a hand-written DeepSpeed stage 2)
+BACKENDS = ("gloo", "nccl")  # validate.ranks.worker.BACKENDS (kept here too: this module does not import torch)
+DECENTRALIZED = ("neighbor", "wagma")  # validate.ranks.decentralized runs these
+SHARDED = ("fsdp", "zero2")  # validate.ranks.fsdp (FSDP2 itself), validate.ranks.zero (a hand-written DeepSpeed stage 2)
 REPO = Path(__file__).resolve().parents[1]
 # Microbenchmark sizes (bytes): 1 kB pins the per-step latency, 3 MB the bandwidth; gradients and buckets of the
 # bench models lie in between. Decimal, not powers of two: gloo's ring cuts a buffer into at least 2n segments,
@@ -86,7 +86,7 @@ STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores)
 # remove the folder of a validator killed with SIGKILL (the only exit that cannot remove its own).
 WORKSPACE_PREFIX = "simfog-validate-"
 _WORKSPACE = re.compile(rf"{re.escape(WORKSPACE_PREFIX)}(?P<pid>\d+)-[a-z0-9_]{{8}}")
-# Scheduling of the ranks (calibration and runs alike), see validate.scheduling: "rt" (SCHED_RR, every thread, with
+# Scheduling of the ranks (calibration and runs alike), see validate.cluster.scheduling: "rt" (SCHED_RR, every thread, with
 # a 1 ms round-robin slice while the ranks run), "nice" (nice -20) or "none". "rt" needs root.
 
 
@@ -105,7 +105,7 @@ class Options:
     spin_s: float = 2e-4
     calibration_timeout_s: float = 300.0
     workdir: str | None = None
-    launcher: str = "local"       # validate.torchrun.LAUNCHERS: local (simfog starts each rank), torchrun, slurm
+    launcher: str = "local"       # validate.launch.torchrun.LAUNCHERS: local (simfog starts each rank), torchrun, slurm
     srun: str = "srun"            # the srun program (tests give a stub)
     priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
     #                              at real-time priority would starve the rest of the machine)
@@ -118,7 +118,7 @@ class Options:
             raise ConfigError("warmup", self.warmup, "an integer >= 1 (DDP rebuilds its buckets after iteration 1)")
         if self.priority is not None and self.priority not in PRIORITIES:
             raise ConfigError("priority", self.priority, f"one of {', '.join(PRIORITIES)}")
-        from validate.torchrun import LAUNCHERS
+        from validate.launch.torchrun import LAUNCHERS
 
         if self.launcher not in LAUNCHERS:
             raise ConfigError("launcher", self.launcher, f"one of {', '.join(LAUNCHERS)}")
@@ -144,7 +144,7 @@ class Options:
 @dataclass
 class Validation:
     """One configuration: the experiment as given, the one simulated (calibrated cluster, ring), both Results
-    (None when the run failed) and its comparison row (validate.compare.COLUMNS)."""
+    (None when the run failed) and its comparison row (validate.comparison.compare.COLUMNS)."""
 
     id: str
     experiment: Experiment
@@ -180,15 +180,15 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
         raise ConfigError("comm.algorithm", algorithm, f"one of allreduce, {', '.join(DECENTRALIZED)}, "
                           f"{', '.join(SHARDED)} (the algorithms validate runs)", source=src)
     if algorithm == "zero2":
-        from validate.zero import check_experiment as check_zero
+        from validate.ranks.zero import check_experiment as check_zero
 
         check_zero(exp, mode, backend)
     if algorithm == "fsdp":
-        from validate.fsdp import check_experiment as check_fsdp
+        from validate.ranks.fsdp import check_experiment as check_fsdp
 
         check_fsdp(exp, mode, backend)
     if algorithm in DECENTRALIZED:
-        from validate.decentralized import check_experiment as check_decentralized
+        from validate.ranks.decentralized import check_experiment as check_decentralized
 
         check_decentralized(exp, mode)
     if exp.cluster.oversubscription != 1.0:
@@ -198,7 +198,7 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
         raise ConfigError("heterogeneity.degraded_nics", dict(exp.cluster.degraded_nics),
                           "none (every emulated NIC has the same rate)", source=src)
     if mode == "model":
-        from validate import models
+        from validate.collect import models
 
         h = exp.heterogeneity
         if h.rank_slowdown or h.node_slowdown:
@@ -239,7 +239,7 @@ def host_overheads(trace, mode: str, backend: str = "gloo") -> dict:
     to the trace or the experiment file (measuring it needs a second process: `simfog collect model --overlap`)."""
     import torch
 
-    from validate.collect_model import _cpu_name, measure_copy
+    from validate.collect.collect_model import _cpu_name, measure_copy
 
     if backend == "nccl":  # buckets are packed on the GPU: measured there, or said to be unmeasured
         if not torch.cuda.is_available():
@@ -316,10 +316,10 @@ class _Nodes:
 def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, work: Path,
                     collectives: tuple[str, ...] = ("allreduce",)) -> NetworkTrace:
     """`collectives` (options.backend) at options.sizes on `cluster`'s nodes, timed as `simfog collect network` times
-    (validate.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
-    validate.worker --calibrate so that the scheduling is the runs' own."""
-    from validate.collect_network import TIMING, make_plan, merge_ranks
-    from validate.launcher import python_rank_argv
+    (validate.collect.collect_network.time_plan: barrier, then each call on every rank; sample = max over ranks), by
+    validate.ranks.worker --calibrate so that the scheduling is the runs' own."""
+    from validate.collect.collect_network import TIMING, make_plan, merge_ranks
+    from validate.launch.launcher import python_rank_argv
 
     n_nodes = len(cluster.nodes)
     ranks = n_nodes * ranks_per_node
@@ -327,7 +327,7 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     out = work / f"calibration-{link}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))
-    argv = python_rank_argv("validate.worker", out / "plan.json", out, "--calibrate", "--priority",
+    argv = python_rank_argv("validate.ranks.worker", out / "plan.json", out, "--calibrate", "--priority",
                             options.scheduling, "--timeout", options.calibration_timeout_s,
                             "--backend", options.backend)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -344,11 +344,11 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
 
 
 def launch_ranks(cluster, ranks_per_node: int, argv: list[str], options: Options, timeout_s: float) -> None:
-    """Run `argv` (a `python -m validate.worker ...` command) on every rank with the chosen launcher: simfog itself
+    """Run `argv` (a `python -m validate.ranks.worker ...` command) on every rank with the chosen launcher: simfog itself
     ("local"), one torchrun agent per node ("torchrun") or srun inside a Slurm allocation ("slurm"); see
-    validate.torchrun. Raises LaunchError."""
-    from validate.launcher import launch
-    from validate.torchrun import launch_slurm, launch_torchrun
+    validate.launch.torchrun. Raises LaunchError."""
+    from validate.launch.launcher import launch
+    from validate.launch.torchrun import launch_slurm, launch_torchrun
 
     if options.launcher == "torchrun":
         launch_torchrun(cluster, ranks_per_node, argv, env=_rank_env(), timeout_s=timeout_s)
@@ -417,24 +417,24 @@ def _config(vid: str, exp: Experiment, sim: Simulation, plan, options: Options, 
               "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
               "spin_s": options.spin_s}
     if comm.algorithm in DECENTRALIZED:
-        from validate.decentralized import worker_fields
+        from validate.ranks.decentralized import worker_fields
 
         config.update(worker_fields(sim, options.warmup))
     if comm.algorithm == "fsdp":
-        from validate.fsdp import worker_fields as fsdp_fields
+        from validate.ranks.fsdp import worker_fields as fsdp_fields
 
         config.update(fsdp_fields(sim))
     if comm.algorithm == "zero2":
-        from validate.zero import worker_fields as zero_fields
+        from validate.ranks.zero import worker_fields as zero_fields
 
         config.update(zero_fields(sim))
     return config
 
 
 def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: Calibration | None) -> dict:
-    from validate.decentralized import NEIGHBOR_NOTE, WAGMA_NOTE, algorithm_label
-    from validate.fsdp import FSDP_NOTE
-    from validate.zero import ZERO2_NOTE
+    from validate.ranks.decentralized import NEIGHBOR_NOTE, WAGMA_NOTE, algorithm_label
+    from validate.ranks.fsdp import FSDP_NOTE
+    from validate.ranks.zero import ZERO2_NOTE
 
     c = exp.cluster
     decentralized = exp.comm.algorithm in (*DECENTRALIZED, *SHARDED)
@@ -454,7 +454,7 @@ def _row_keys(vid: str, exp: Experiment, options: Options, emulated: bool, cal: 
 
 
 def _host_keys(host: HostSampler, per_rank: Sequence[dict]) -> dict:
-    """The host's CPU load while this configuration's measured iterations ran (validate.hostload)."""
+    """The host's CPU load while this configuration's measured iterations ran (validate.cluster.hostload)."""
     its = [it for r in per_rank for it in r["iterations"]]
     if not its:
         return {}
@@ -475,7 +475,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     Result) rather than raising. Raises ConfigError for experiments that differ in shape or that cannot be
     emulated (`check_experiment`), NetemuError when `options.emulate` is True and no emulated network can be
     built."""
-    from validate.launcher import LaunchError
+    from validate.launch.launcher import LaunchError
 
     if not experiments:
         return GroupRun([], None, None, False)
@@ -534,7 +534,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         if exp.comm.algorithm == "fsdp":
             keys.update(memory_keys(predicted, per_rank))
         if exp.comm.algorithm in DECENTRALIZED:
-            from validate.decentralized import communication_matches
+            from validate.ranks.decentralized import communication_matches
 
             keys["buckets_match"] = communication_matches(config, per_rank, int(exp.workload.trace.nbytes))
         else:
@@ -547,7 +547,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
 def memory_keys(predicted: Result, per_rank: Sequence[dict]) -> dict:
     """Measured and predicted memory per rank (bytes) of a replayed sharded run: measured, the most over the ranks
     of the local shards plus the iteration's allocation peak without gloo's own temporaries
-    (validate.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
+    (validate.ranks.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
     models none); predicted, simfog's parameters + gradients + buffers (the replay runs no optimizer, a wait, and
     keeps no activations)."""
     measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
@@ -570,8 +570,8 @@ def _check_gpus(ranks: int) -> None:
 
 def _open(shape: Cluster, options: Options):
     """The nodes to run on: an emulated (or loopback) cluster of shape.nodes, or a Slurm allocation's nodes."""
-    from validate.netemu import open_cluster
-    from validate.torchrun import SlurmNodes
+    from validate.cluster.netemu import open_cluster
+    from validate.launch.torchrun import SlurmNodes
 
     if options.launcher == "slurm":
         return SlurmNodes(shape.nodes, shape.nic.bandwidth_Bps)
@@ -584,7 +584,7 @@ def _open(shape: Cluster, options: Options):
 def _workspace() -> Iterator[Path]:
     """The run's temporary folder, removed on leaving the block (success, error, KeyboardInterrupt; SIGTERM too, as
     it raises SystemExit meanwhile). Folders that SIGKILLed validators left are removed first."""
-    from validate.launcher import signals_raise
+    from validate.launch.launcher import signals_raise
 
     _remove_dead_workspaces()
     with signals_raise(), tempfile.TemporaryDirectory(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-") as tmp:
@@ -630,8 +630,8 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
 
 
 def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, log) -> tuple[list | None, str]:
-    """Launch validate.worker on every rank for all configurations: (per-rank records, "") or (None, error)."""
-    from validate.launcher import LaunchError, python_rank_argv
+    """Launch validate.ranks.worker on every rank for all configurations: (per-rank records, "") or (None, error)."""
+    from validate.launch.launcher import LaunchError, python_rank_argv
 
     budget = STARTUP_S + sum((options.warmup + e.iterations) * (3 * p.summary()["iteration_time_s"] + 1.0)
                              for e, _, p, _ in prepared)
@@ -642,7 +642,7 @@ def _run_ranks(cluster, shape: Cluster, prepared, options: Options, work: Path, 
     out.mkdir(exist_ok=True)
     log(f"running {len(prepared)} configuration(s) on {shape.ranks} rank(s), time bound {budget:.0f} s")
     try:
-        launch_ranks(cluster, shape.ranks_per_node, python_rank_argv("validate.worker", spec, out), options, budget)
+        launch_ranks(cluster, shape.ranks_per_node, python_rank_argv("validate.ranks.worker", spec, out), options, budget)
     except LaunchError as e:
         return None, f"launch failed: {e}"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(shape.ranks)], ""

@@ -21,7 +21,7 @@ A late member's share of a group operation is recorded on it when it arrives, sp
 ran (the operation may have run during its previous iteration).
 
 Options for implementations that are not wait-avoiding (e.g. a blocking group allreduce over gloo or NCCL
-subgroups, which validate.decentralized runs): comm.wait_for_group = true starts a group operation when its last
+subgroups, which validate.ranks.decentralized runs): comm.wait_for_group = true starts a group operation when its last
 member arrives and makes every member wait for it, as the global step does; comm.global_collective = true costs the
 global step as comm.collective's allreduce among all ranks (a ring for gloo) instead of recursive doubling.
 """

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from simfog.trace import load_model_trace
     from simfog.units import format_bytes
-    from validate.collect_model import add_activations
+    from validate.collect.collect_model import add_activations
 
     trace = add_activations(load_model_trace(args.trace))
     trace.save(args.output)

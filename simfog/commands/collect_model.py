@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simfog.errors import ConfigError
 
-# validate.models.names(), written out so that building the parser does not import torch (a test keeps them equal).
+# validate.collect.models.names(), written out so that building the parser does not import torch (a test keeps them equal).
 MODEL_NAMES = ("bert-base", "densenet121", "gpt2", "mlp", "resnet20", "resnet50", "vgg16")
 
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_existing([out], force=args.force)  # before minutes of measuring, not after
     from simfog.units import format_time
-    from validate.collect_model import collect_model
+    from validate.collect.collect_model import collect_model
 
     command = ["simfog", "collect", "model", args.name, "--batch-size", args.batch_size, "--iterations",
                args.iterations, "--warmup", args.warmup, "--concurrent", args.concurrent, "--seed", args.seed]

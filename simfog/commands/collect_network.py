@@ -1,4 +1,4 @@
-"""`simfog collect network`: the command-line edge of validate.collect_network.
+"""`simfog collect network`: the command-line edge of validate.collect.collect_network.
 
     simfog collect network --backend gloo --ranks 2 --max-size 256MiB --repeats 5 -o traces/net-gloo.json.gz
 """
@@ -10,7 +10,7 @@ import shlex
 
 from simfog import units
 from simfog.errors import ConfigError
-from validate.collect_network import BACKENDS, COLLECTIVES, collect_network, default_sizes
+from validate.collect.collect_network import BACKENDS, COLLECTIVES, collect_network, default_sizes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,8 +4,8 @@ Real runs use an emulated cluster (network namespaces, tbf-shaped links; root, `
 loopback and every row says `emulated = False`); the simulated side uses the cluster calibrated from gloo
 allreduce microbenchmarks on that same network and collective "gloo_ring" (for the decentralized
 algorithms "neighbor" and "wagma", replay mode only: from gloo sendrecv microbenchmarks; see validate.run).
-Sharded algorithms, replay mode only: "fsdp" runs FSDP2 itself per unit (validate.fsdp), "zero2" a hand-written
-DeepSpeed stage 2 (validate.zero); fsdp rows also compare the measured memory peak with simfog's.
+Sharded algorithms, replay mode only: "fsdp" runs FSDP2 itself per unit (validate.ranks.fsdp), "zero2" a hand-written
+DeepSpeed stage 2 (validate.ranks.zero); fsdp rows also compare the measured memory peak with simfog's.
 Prints measured and predicted iteration time and the relative error per configuration, writes a CSV, optionally
 both timelines. torch is imported only when the command runs.
 """
@@ -72,7 +72,7 @@ def run(args) -> int:
     from simfog import experiment
     from simfog.errors import ConfigError
     from simfog.files import new_run_dir, refuse_existing
-    from validate import compare
+    from validate.comparison import compare
     from validate.run import Options, export_timelines, validate_experiment
 
     refuse_existing([args.csv], force=args.force, option="--csv")  # before the real runs, not after
@@ -148,7 +148,7 @@ def run(args) -> int:
 
 
 def _report(path, groups, title: str, log) -> None:
-    from validate.report import write_report
+    from validate.comparison.report import write_report
 
     log(f"wrote {write_report(path, groups, title=title)}")
 
@@ -158,8 +158,8 @@ def _print_commands(args) -> int:
     on their nodes. The run spec must be written first (`--workdir` on a shared filesystem, then this)."""
     from simfog import experiment
     from simfog.errors import ConfigError
-    from validate.launcher import python_rank_argv
-    from validate.torchrun import torchrun_commands
+    from validate.launch.launcher import python_rank_argv
+    from validate.launch.torchrun import torchrun_commands
 
     if args.launcher != "torchrun" or not args.file:
         raise ConfigError("--print-commands", True, "with --launcher torchrun and an experiment file")
@@ -169,7 +169,7 @@ def _print_commands(args) -> int:
         raise ConfigError("--hosts", args.hosts or "", f"{exp.cluster.nodes} host names (cluster.nodes), the first "
                           "hosting the rendezvous")
     work = args.workdir or "SHARED_DIR"
-    argv = python_rank_argv("validate.worker", f"{work}/spec.json", f"{work}/ranks")
+    argv = python_rank_argv("validate.ranks.worker", f"{work}/spec.json", f"{work}/ranks")
     for host, command in zip(hosts, torchrun_commands(hosts, exp.cluster.ranks_per_node, argv), strict=True):
         print(f"# on {host}:\n{command}")
     print("note: these start the ranks of the training run; simfog does not yet write that run's spec (spec.json) "

@@ -9,6 +9,6 @@ def emulation_available() -> tuple[bool, str]:
         import torch  # noqa: F401
     except ImportError:
         return False, "torch is not installed"
-    from validate import netemu
+    from validate.cluster import netemu
 
     return netemu.available()

@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch", reason="collecting a model trace needs torc
 from simfog.commands import collect_model as collect_model_cli  # noqa: E402
 from simfog.errors import ConfigError  # noqa: E402
 from simfog.trace import load_model_trace, model_trace_from_dict  # noqa: E402
-from validate import models  # noqa: E402
-from validate.collect_model import _charge, collect_model  # noqa: E402
-from validate.timing import HostClock  # noqa: E402
+from validate.collect import models  # noqa: E402
+from validate.collect.collect_model import _charge, collect_model  # noqa: E402
+from validate.ranks.timing import HostClock  # noqa: E402
 
 ITERATIONS = 3
 

@@ -1,4 +1,4 @@
-"""validate.collect_network: real collectives on loopback (gloo, MPI) -> valid NetworkTraces; process hygiene."""
+"""validate.collect.collect_network: real collectives on loopback (gloo, MPI) -> valid NetworkTraces; process hygiene."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from simfog.commands import collect_network as collect_network_cli
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import load_network_trace, network_trace_from_dict
-from validate.collect_network import (
+from validate.collect.collect_network import (
     COLLECTIVES,
     FIRST_WARMUP,
     CollectionFailed,

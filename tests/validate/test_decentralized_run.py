@@ -15,7 +15,8 @@ import pytest
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity
 from simfog.simulation import new_simulation
-from validate import compare, decentralized
+from validate.comparison import compare
+from validate.ranks import decentralized
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace

@@ -1,4 +1,4 @@
-"""validate.fsdp: simfog's prefetch depth mapped onto FSDP2's explicit prefetch lists, the replay model grouped in the
+"""validate.ranks.fsdp: simfog's prefetch depth mapped onto FSDP2's explicit prefetch lists, the replay model grouped in the
 experiment's units, fully_shard applied per unit (one-rank process group), what cannot be run."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from simfog.errors import ConfigError
 from simfog.simulation import new_simulation
-from validate.fsdp import check_experiment, communication_matches, prefetch_lists, worker_fields
+from validate.ranks.fsdp import check_experiment, communication_matches, prefetch_lists, worker_fields
 
 from ..conftest import make_experiment, make_trace
 
@@ -72,7 +72,7 @@ def test_what_fsdp_cannot_run_is_refused():
 
 def test_replay_units_group_the_layers_and_keep_gradients():
     torch = pytest.importorskip("torch")
-    from validate.replay import ReplayModel, ReplayUnit
+    from validate.ranks.replay import ReplayModel, ReplayUnit
 
     trace = make_trace([1e-4] * 4, [1e-4] * 4, [10, 0, 30, 20])
     model = ReplayModel(trace, units=[(0, 1), (2,), (3,)], spin_s=0.0)
@@ -91,7 +91,7 @@ def test_replay_units_group_the_layers_and_keep_gradients():
 
 def test_blocked_time_moves_the_pass_deadlines():
     pytest.importorskip("torch")
-    from validate.replay import ReplayModel
+    from validate.ranks.replay import ReplayModel
 
     model = ReplayModel(make_trace([1e-3] * 2, [1e-3] * 2, [10, 10]), spin_s=0.0)
     model.set_iteration([1e-3] * 2, [2e-3] * 2, start_s=100.0)
@@ -107,8 +107,8 @@ def test_fully_shard_per_unit_with_the_prefetch_lists():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    from validate import fsdp
-    from validate.replay import ReplayModel
+    from validate.ranks import fsdp
+    from validate.ranks.replay import ReplayModel
 
     if dist.is_initialized():
         pytest.skip("a process group is already initialised in this process")
@@ -141,11 +141,11 @@ def test_fully_shard_per_unit_with_the_prefetch_lists():
         dist.destroy_process_group()
 
 
-# ---- zero2 (validate.zero) ----
+# ---- zero2 (validate.ranks.zero) ----
 
 def test_zero2_worker_fields_follow_the_simulated_buckets():
-    from validate.zero import check_experiment as check_zero
-    from validate.zero import worker_fields as zero_fields
+    from validate.ranks.zero import check_experiment as check_zero
+    from validate.ranks.zero import worker_fields as zero_fields
 
     trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
     exp = make_experiment(trace, nodes=2, gpus_per_node=1, collective="gloo_ring", algorithm="zero2",

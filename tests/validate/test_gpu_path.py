@@ -17,9 +17,9 @@ from simfog import nccl  # noqa: E402
 from simfog.errors import ConfigError  # noqa: E402
 from simfog.importers import import_file  # noqa: E402
 from validate import nccl_calibration  # noqa: E402
+from validate.ranks.timing import CudaClock, HostClock, clock_for, to_seconds  # noqa: E402
+from validate.ranks.worker import rank_device  # noqa: E402
 from validate.run import Options, check_experiment, simulated_experiment  # noqa: E402
-from validate.timing import CudaClock, HostClock, clock_for, to_seconds  # noqa: E402
-from validate.worker import rank_device  # noqa: E402
 
 from ..conftest import make_experiment, make_trace  # noqa: E402
 

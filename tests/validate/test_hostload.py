@@ -1,13 +1,13 @@
-"""validate.hostload: a run where more tasks wanted a core than the machine has is flagged host-limited, from
+"""validate.cluster.hostload: a run where more tasks wanted a core than the machine has is flagged host-limited, from
 /proc/stat samples (written by hand here), per time window; and the bench's verdict reports such rows apart."""
 
 from __future__ import annotations
 
 import pytest
 
-from validate import compare
 from validate.bench import verdict
-from validate.hostload import HOST_BUSY_LIMIT, HOST_LIMITED_FRACTION, HostLoad, HostSampler, read_stat
+from validate.cluster.hostload import HOST_BUSY_LIMIT, HOST_LIMITED_FRACTION, HostLoad, HostSampler, read_stat
+from validate.comparison import compare
 
 
 def _stat(tmp_path, running: int, idle: int, total_busy: int):

@@ -19,8 +19,9 @@ import uuid
 import pytest
 
 from simfog.errors import ConfigError, SimfogError
-from validate import netemu
-from validate.launcher import (
+from validate.cluster import netemu
+from validate.cluster.netemu import EmulatedCluster, LoopbackCluster
+from validate.launch.launcher import (
     LaunchError,
     RankResult,
     find_mpiexec,
@@ -29,7 +30,6 @@ from validate.launcher import (
     python_mpi_argv,
     python_rank_argv,
 )
-from validate.netemu import EmulatedCluster, LoopbackCluster
 
 OK, WHY = netemu.available()
 PREFIX = "sfl"
@@ -78,9 +78,9 @@ def py(code: str, marker: str) -> list[str]:
 
 
 def test_python_rank_argv_uses_this_interpreter():
-    assert python_rank_argv("validate.worker", "--size", 4) == [sys.executable, "-m", "validate.worker", "--size",
+    assert python_rank_argv("validate.ranks.worker", "--size", 4) == [sys.executable, "-m", "validate.ranks.worker", "--size",
                                                                 "4"]
-    assert python_mpi_argv("validate.worker", 4) == [sys.executable, "-m", "mpi4py", "-m", "validate.worker", "4"]
+    assert python_mpi_argv("validate.ranks.worker", 4) == [sys.executable, "-m", "mpi4py", "-m", "validate.ranks.worker", "4"]
 
 
 def test_bad_arguments_are_config_errors():
@@ -208,7 +208,7 @@ def test_a_hung_rank_hits_the_time_bound_and_is_named(kind):
 # Every rank notes its steps; rank 2 hangs in its compute, the others wait for it in the "allreduce".
 BEHIND = """
     import os, sys, time
-    from validate.launcher import note_step
+    from validate.launch.launcher import note_step
     rank = os.environ["RANK"]
     note_step("iteration 0: compute")
     print(f"rank {rank} computing", file=sys.stderr, flush=True)
@@ -241,7 +241,7 @@ def test_the_rank_behind_is_named_with_its_node_step_and_stderr(kind):
 def test_ranks_that_cannot_be_told_apart_are_all_named():
     code = """
         import time
-        from validate.launcher import note_step
+        from validate.launch.launcher import note_step
         note_step("joining the process group")
         time.sleep(60)
     """
@@ -280,8 +280,8 @@ def test_sigterm_to_the_launching_process_stops_its_ranks():
     marker = f"sf-term-{token}"
     driver = textwrap.dedent("""
         import sys
-        from validate.launcher import launch
-        from validate.netemu import LoopbackCluster
+        from validate.launch.launcher import launch
+        from validate.cluster.netemu import LoopbackCluster
         marker = "sf-term-" + sys.argv[1]  # built here, so only the ranks' command lines hold it whole
         print("go", flush=True)
         launch(LoopbackCluster(2), 1, lambda r, n: [sys.executable, "-c", "import time; time.sleep(60)", marker],

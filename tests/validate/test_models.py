@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the model zoo needs torch (pip install -e .[validate])")
 
 from simfog.errors import ConfigError  # noqa: E402
-from validate import models  # noqa: E402
+from validate.collect import models  # noqa: E402
 
-# Published counts (see validate/models.py for sources), written out by hand.
+# Published counts (see validate/collect/models.py for sources), written out by hand.
 PUBLISHED = {
     "resnet50": 25_557_032,      # torchvision resnet50
     "vgg16": 138_357_544,        # torchvision vgg16

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from simfog.errors import ConfigError
-from validate import netemu
-from validate.netemu import (
+from validate.cluster import netemu
+from validate.cluster.netemu import (
     ALLOWED_CONGESTION_CONTROL,
     EmulatedCluster,
     LoopbackCluster,
@@ -125,7 +125,7 @@ def test_exception_in_block_tears_down_and_kills_processes_inside():
 # Builds a cluster without a with-block, starts a sleeper in node 0, says what it made, then sleeps or exits.
 CHILD = textwrap.dedent("""
     import sys, time
-    from validate.netemu import EmulatedCluster
+    from validate.cluster.netemu import EmulatedCluster
     c = EmulatedCluster(2, 1e6, prefix="sft").__enter__()
     p = c.run_in(0, ["sleep", "60"])
     print(p.pid, c.switch, *(n.namespace for n in c.nodes), flush=True)
@@ -266,7 +266,7 @@ def test_allowed_list_is_widened_for_the_block_and_restored(allowed, tmp_path):
 WIDENER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from validate.netemu import allowed_congestion_control
+    from validate.cluster.netemu import allowed_congestion_control
     with allowed_congestion_control("cubic", sysctl=Path(sys.argv[1]), state=Path(sys.argv[2])):
         print("widened", flush=True)
         time.sleep(60)

@@ -15,8 +15,8 @@ import pytest
 from simfog.calibrate import fit
 from simfog.simulation import simulate
 from simfog.trace import Measurement, NetworkTrace, Provenance
-from validate import compare
-from validate.report import write_report
+from validate.comparison import compare
+from validate.comparison.report import write_report
 
 from ..conftest import make_experiment, make_trace
 from .test_validate_run import RANKS

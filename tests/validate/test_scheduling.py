@@ -3,7 +3,7 @@ sysctl the run goes on with the default slice."""
 
 import pytest
 
-from validate.scheduling import raise_priority, rr_time_slice
+from validate.cluster.scheduling import raise_priority, rr_time_slice
 
 
 @pytest.fixture

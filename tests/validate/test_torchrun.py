@@ -13,12 +13,12 @@ import textwrap
 
 import pytest
 
-from validate.torchrun import module_of, srun_argv, torchrun_argv, torchrun_commands
+from validate.launch.torchrun import module_of, srun_argv, torchrun_argv, torchrun_commands
 
 from ..conftest import make_trace
 from .conftest import emulation_available
 
-RANK = [sys.executable, "-m", "validate.worker", "/shared/spec.json", "/shared/ranks"]
+RANK = [sys.executable, "-m", "validate.ranks.worker", "/shared/spec.json", "/shared/ranks"]
 
 
 def test_torchrun_agent_command():
@@ -26,7 +26,7 @@ def test_torchrun_agent_command():
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     text = shlex.join(argv[3:])
     assert text == ("--nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id job7 "
-                    "--rdzv-conf is_host=false --local-addr 10.0.0.2 --max-restarts 0 -m validate.worker "
+                    "--rdzv-conf is_host=false --local-addr 10.0.0.2 --max-restarts 0 -m validate.ranks.worker "
                     "/shared/spec.json /shared/ranks")
     with pytest.raises(Exception, match="argv"):
         module_of(["python", "script.py"])

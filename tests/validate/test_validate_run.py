@@ -20,7 +20,7 @@ from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.experiment import Comm, Experiment, Workload
 from simfog.simulation import simulate
-from validate import compare
+from validate.comparison import compare
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
@@ -214,7 +214,7 @@ def tmpdir_(tmp_path, monkeypatch):
 
 
 def _failing_launch(*args, **kwargs):
-    from validate.launcher import LaunchError
+    from validate.launch.launcher import LaunchError
 
     raise LaunchError("rank 0 exited with code 1", (0,), [])
 
@@ -233,7 +233,7 @@ def test_temporary_folder_is_removed_after_a_run(tmpdir_):
 
 
 def test_temporary_folder_is_removed_after_an_error_and_ctrl_c(tmpdir_, monkeypatch):
-    from validate import launcher
+    from validate.launch import launcher
     from validate.run import run_group
 
     monkeypatch.setattr(launcher, "launch", _failing_launch)
@@ -251,7 +251,7 @@ STUCK_VALIDATOR = textwrap.dedent("""
     import sys, tempfile, time
     tempfile.tempdir = sys.argv[1]
     from tests.conftest import make_experiment, make_trace
-    from validate import launcher
+    from validate.launch import launcher
     from validate.run import Options, run_group
 
     def launch(*args, **kwargs):
@@ -284,7 +284,7 @@ def test_temporary_folder_is_removed_on_sigterm(tmpdir_):
 
 
 def test_temporary_folder_of_a_killed_run_is_removed_by_the_next(tmpdir_, monkeypatch):
-    from validate import launcher
+    from validate.launch import launcher
     from validate.run import run_group
 
     live = tmpdir_ / f"simfog-validate-{os.getpid()}-abcdefgh"  # a live run's folder (ours) stays

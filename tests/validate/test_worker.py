@@ -25,9 +25,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from validate.buckets import BucketedAllreduce  # noqa: E402
-from validate.replay import LayerTimes, ReplayModel  # noqa: E402
-from validate.worker import DDPTimer  # noqa: E402
+from validate.ranks.buckets import BucketedAllreduce  # noqa: E402
+from validate.ranks.replay import LayerTimes, ReplayModel  # noqa: E402
+from validate.ranks.worker import DDPTimer  # noqa: E402
 
 POLICIES = ("wfbp", "single", "threshold", "ddp", "bagua", "mgwfbp", "horovod")
 THRESHOLD = 1200  # bytes: small enough that every size-driven policy makes several buckets of the tiny model

@@ -10,7 +10,7 @@ How measured intervals are formed (per rank, perf_counter seconds from the earli
 forward = [start, forward_end]; backward = [forward_end, backward_end]; optimizer = [optimizer_start, end]; per
 bucket b, a collective cannot start before its last rank launched it: with S_b the latest launch over ranks, wait =
 [own launch, S_b] and comm = [S_b, own completion]. gloo may run two collectives at once (two threads), so measured
-comm intervals of one rank can overlap, which the simulator never does. Decentralized records (validate.decentralized)
+comm intervals of one rank can overlap, which the simulator never does. Decentralized records (validate.ranks.decentralized)
 name the ranks that gate a rank's exchange ("peers": its neighbours, or its group), so S_b is the latest launch among
 those, and the interval carries the simulator's name ("neighbor", "group", "global").
 """
@@ -42,7 +42,7 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",
                     bucket_bytes: Sequence[int] = (), single_rank_time_s: float = float("nan")) -> Result:
-    """A Result built from every rank's worker record of one configuration (`validate.worker.run_config`, in rank
+    """A Result built from every rank's worker record of one configuration (`validate.ranks.worker.run_config`, in rank
     order). Times are rebased so the earliest measured iteration start is 0. Buckets are named
     f"{bucket_prefix}{b}" as the engine names them; `bucket_bytes[b]` goes into `Result.buckets`."""
     origin = min(r["iterations"][0]["start"] for r in ranks)
@@ -190,10 +190,10 @@ def format_table(rows: Sequence[Mapping]) -> str:
 
 
 def host_limited(row: Mapping) -> bool:
-    """True when the host's CPU rather than the emulated network limited the row's run (validate.hostload's
+    """True when the host's CPU rather than the emulated network limited the row's run (validate.cluster.hostload's
     criterion on the row's host_cpu_busy and host_oversubscribed, so that a CSV is judged by today's criterion;
     its host_limited column where those are missing)."""
-    from validate.hostload import is_limited
+    from validate.cluster.hostload import is_limited
 
     try:
         return is_limited(float(row["host_cpu_busy"]), float(row["host_oversubscribed"]))

@@ -1,10 +1,10 @@
 """Launching the ranks with torchrun (one agent per node, c10d rendezvous) or under Slurm (srun starts the agents).
 
-The rank program is the same for every launcher (`validate.worker`: it reads RANK and WORLD_SIZE and joins with
+The rank program is the same for every launcher (`validate.ranks.worker`: it reads RANK and WORLD_SIZE and joins with
 env://, which torchrun's agents set up for their workers, MASTER_ADDR/MASTER_PORT pointing at the rendezvous
 store). What differs is who starts it:
 
-- "local" (validate.launcher.launch): simfog starts every rank itself, inside the emulated node namespaces. The
+- "local" (validate.launch.launcher.launch): simfog starts every rank itself, inside the emulated node namespaces. The
   default on one machine.
 - "torchrun": one `torchrun` agent per node, `--nnodes N --nproc-per-node G --rdzv-backend c10d
   --rdzv-endpoint HOST:PORT --rdzv-id ID --max-restarts 0`, the agents find each other through node 0's store. On
@@ -31,14 +31,14 @@ import time
 import uuid
 
 from simfog.errors import ConfigError
-from validate.launcher import LaunchError, RankResult, _free_port, launch
+from validate.launch.launcher import LaunchError, RankResult, _free_port, launch
 
 LAUNCHERS = ("local", "torchrun", "slurm")
 RDZV_PORT = 29400  # torchrun's documented example port; any free port of the host node
 
 
 def module_of(argv: list[str]) -> tuple[str, list[str]]:
-    """(module, arguments) of a `python -m module args...` argv (validate.launcher.python_rank_argv)."""
+    """(module, arguments) of a `python -m module args...` argv (validate.launch.launcher.python_rank_argv)."""
     if len(argv) < 3 or argv[1] != "-m":
         raise ConfigError("argv", argv[:3], "a `python -m module ...` command (torchrun runs modules with -m)")
     return argv[2], [str(a) for a in argv[3:]]
@@ -70,8 +70,8 @@ def torchrun_commands(hosts: list[str], nproc_per_node: int, rank_argv: list[str
 
 def launch_torchrun(cluster, ranks_per_node: int, rank_argv: list[str], *, env: dict | None = None,
                     timeout_s: float) -> list[RankResult]:
-    """One torchrun agent per node of `cluster` (an emulated or loopback cluster of validate.netemu), each running
-    `ranks_per_node` workers of `rank_argv`; waits for all as validate.launcher.launch does (results per agent,
+    """One torchrun agent per node of `cluster` (an emulated or loopback cluster of validate.cluster.netemu), each running
+    `ranks_per_node` workers of `rank_argv`; waits for all as validate.launch.launcher.launch does (results per agent,
     node order; a failure names the node's agent and its workers' last stderr lines). Raises LaunchError."""
     nodes = cluster.nodes
     host = nodes[0].address if getattr(cluster, "shaped", False) else "127.0.0.1"
@@ -150,7 +150,7 @@ class SlurmNodes:
     shaped = False
 
     def __init__(self, nodes: int, nic_bandwidth_Bps: float):
-        from validate.netemu import NodeSpec
+        from validate.cluster.netemu import NodeSpec
 
         self.nodes = [NodeSpec(i, "", f"slurm-node{i}", "") for i in range(nodes)]
         self.nic_bandwidth_Bps = nic_bandwidth_Bps

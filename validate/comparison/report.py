@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simfog import units
-from validate.compare import _finite
+from validate.comparison.compare import _finite
 
 MAX_TIMELINES = 12
 MAX_LANES = 8  # ranks drawn per timeline (the first ones)
@@ -55,7 +55,7 @@ def write_report(path, groups: Sequence, *, title: str = "simfog validation", no
     body = [f"<h1>{_e(title)}</h1>",
             f"<p class=note>Written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
             f"{_e(platform.node())}. Error = (predicted − measured) / measured of the steady-state iteration time "
-            f"(validate.compare). {_e(note)}</p>",
+            f"(validate.comparison.compare). {_e(note)}</p>",
             _summary(rows), "<h2>Configurations</h2>", _table(rows),
             "<h2>Measured against predicted</h2>", _figure(_error_figure(rows),
                                                             "Iteration time per configuration: measured (mean of the "
@@ -75,7 +75,7 @@ def _e(x) -> str:
 
 
 def _summary(rows) -> str:
-    from validate.compare import error_stats
+    from validate.comparison.compare import error_stats
 
     s = error_stats(rows)
     if not s["configurations"]:

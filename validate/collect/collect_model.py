@@ -29,8 +29,8 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from simfog.errors import ConfigError
 from simfog.progress import bar as progress_bar
 from simfog.trace import ModelTrace, model_trace_from_dict
-from validate import models
-from validate.timing import clock_for
+from validate.collect import models
+from validate.ranks.timing import clock_for
 
 _HOOK_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
 
@@ -466,9 +466,9 @@ def measure_overlap_slowdown(name: str, device: str = "cpu", *, batch_size: int 
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
     errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: a chatty peer must never block on it
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; from validate.collect_model import _overlap_peer; "
+    child = subprocess.Popen([sys.executable, "-c", "import sys; from validate.collect.collect_model import _overlap_peer; "
                               "_overlap_peer(*map(float, sys.argv[1:]))", str(store.port), str(numel),
                               str(timeout_s), device == "cuda" and "1" or "0"],
                              env=env, stdout=subprocess.DEVNULL, stderr=errors)

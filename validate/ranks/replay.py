@@ -145,7 +145,7 @@ class ReplayLayer(nn.Module):
 
 
 class ReplayUnit(nn.Module):
-    """Consecutive traced layers called as one module (an FSDP unit: `validate.fsdp` applies `fully_shard` to it).
+    """Consecutive traced layers called as one module (an FSDP unit: `validate.ranks.fsdp` applies `fully_shard` to it).
     `forward(x)` runs `run(i, x)` for each of its layer indices `index`, in order."""
 
     def __init__(self, layers: Sequence[ReplayLayer], index: Sequence[int], run):

@@ -1,6 +1,6 @@
 """Real runs of FSDP2 (`torch.distributed.fsdp.fully_shard`) for the validator, replay mode, gloo on CPU.
 
-The replay model (`validate.replay.ReplayModel` with `units`) has one `ReplayUnit` submodule per unit of the
+The replay model (`validate.ranks.replay.ReplayModel` with `units`) has one `ReplayUnit` submodule per unit of the
 experiment's `comm.fsdp_unit` (simfog.algorithms.sharded.fsdp_units, the same layer groups the simulator uses);
 `make` applies `fully_shard(unit, reshard_after_forward=...)` to each unit, in forward order, then to the root (the
 ReplayModel, which owns no parameters of its own: nothing of it is gathered).
@@ -138,7 +138,7 @@ class FSDPComm:
     for the reduce-scatters in flight."""
 
     def __init__(self, names: Sequence[str], clock=None, blocked=lambda seconds: None):
-        from validate.timing import HostClock
+        from validate.ranks.timing import HostClock
 
         self.names, self.clock, self.blocked = list(names), clock or HostClock(), blocked
         self.index = {n: i for i, n in enumerate(self.names)}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
-from validate.netemu import NodeSpec
+from validate.cluster.netemu import NodeSpec
 
 STDERR_TAIL_LINES = 12
 KILL_GRACE_S = 2.0  # SIGTERM first so ranks may flush; then SIGKILL
@@ -320,7 +320,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
     bypasses the shaped links. `env` is exported to every rank.
 
     On an emulated cluster mpiexec runs in node 0 and starts its daemons in the other nodes through an ssh-agent
-    stand-in (`python -m validate.launcher HOST CMD`); every node also gets a UTS namespace with host name
+    stand-in (`python -m validate.launch.launcher HOST CMD`); every node also gets a UTS namespace with host name
     "sfnode<i>", since PRRTE tells nodes apart by host name. Returns one RankResult per rank; raises LaunchError
     naming the failing or hung ranks (or quoting mpiexec when no rank is to blame) after stopping every process
     of the job; ConfigError for bad arguments. A rank that ends non-zero without MPI_Abort sits in MPI_Finalize
@@ -354,7 +354,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
         full_env[_HOSTS_VAR] = ",".join(f"{h}={n.namespace}" for h, n in zip(hosts, nodes, strict=True))
         cmd += ["--host", ",".join(f"{h}:{ranks_per_node}" for h in hosts),
                 "--map-by", f"ppr:{ranks_per_node}:node:oversubscribe",
-                "--prtemca", "plm_ssh_agent", f"{sys.executable} -m validate.launcher",
+                "--prtemca", "plm_ssh_agent", f"{sys.executable} -m validate.launch.launcher",
                 # the daemons' own wire-up: on the NIC too (PRRTE refuses "lo" here, so not on loopback)
                 "--prtemca", "oob_tcp_if_include", ifname, "--mca", "oob_tcp_if_include", ifname]
         cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hosts[0], *cmd]

@@ -44,7 +44,7 @@ ELEMENT_BYTES = 4  # float32 buffers
 DEFAULT_MIN_BYTES = 4
 FIRST_WARMUP = 5  # extra untimed calls before a collective's first size
 DEFAULT_MAX_BYTES = 256 * 2**20
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Open MPI 5: ob1 + tcp only and no shared-memory collectives (coll sm), so loopback really is TCP. coll han
 # (hierarchical) is off too: oversubscribed on 2 cores its small allreduce took ~28 ms, in 4 ms scheduler ticks,
 # against 12 us with the classic `tuned` algorithms (measured here, Open MPI 5.0.11).
@@ -195,7 +195,7 @@ def collect_network(backend: str, ranks: int, *, sizes: Iterable[int] | None = N
             if backend == "nccl":
                 _require_gpus(ranks // nodes)
             port = master_port or free_port(master_addr if loopback else "0.0.0.0")
-            cmds = [[*(rank_prefix(r) if rank_prefix else ()), sys.executable, "-m", "validate.collect_network_worker",
+            cmds = [[*(rank_prefix(r) if rank_prefix else ()), sys.executable, "-m", "validate.collect.collect_network_worker",
                      "--plan", str(Path(tmp) / "plan.json"), "--out", tmp, "--rank", str(r), "--world", str(ranks),
                      "--local-rank", str(r % (ranks // nodes)), "--backend", backend,
                      "--init", f"tcp://{master_addr}:{port}", "--timeout", str(int(timeout_s))]
@@ -245,7 +245,7 @@ def _mpi_command(ranks: int, nodes: int, hosts: Sequence[str] | None, loopback: 
     if hosts:
         cmd += ["--host", ",".join(f"{h}:{ranks // nodes}" for h in hosts), "--map-by", "slot"]
     cmd += [*mpi_args, "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
-            sys.executable, "-m", "validate.collect_network_mpi_worker", "--plan", str(Path(tmp) / "plan.json"),
+            sys.executable, "-m", "validate.collect.collect_network_mpi_worker", "--plan", str(Path(tmp) / "plan.json"),
             "--out", tmp]
     return cmd
 

@@ -4,7 +4,7 @@ Both average the model's *parameters* (not gradients), as one flat buffer of the
 model's parameters are made views into it, so nothing is copied to send). The communication is fixed by the
 simulator's own objects, so that both sides move the same messages: `worker_fields` turns the `Simulation`'s
 algorithm (simfog.algorithms.decentralized.NeighborAveraging / simfog.algorithms.wagma.WAGMA) into an explicit
-per-iteration schedule that `validate.worker` follows.
+per-iteration schedule that `validate.ranks.worker` follows.
 
 - `NeighborExchange` (algorithm "neighbor", combine "awc", a non-hierarchical topology such as one_peer_exp2): at
   the end of forward (backward start) the rank posts `dist.isend` of its flat parameters to every `send_to` of its
@@ -143,7 +143,7 @@ def check_experiment(exp, mode: str) -> None:
                               "the validator runs point-to-point exchanges only", source=src)
     if algorithm == "wagma" and not exp.homogeneous:
         raise ConfigError("heterogeneity", "stragglers or slowdowns", "none for algorithm wagma: the real run's "
-                          "group allreduce waits for its members, simfog's wagma does not (validate.decentralized)",
+                          "group allreduce waits for its members, simfog's wagma does not (validate.ranks.decentralized)",
                           source=src)
 
 

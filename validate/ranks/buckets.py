@@ -8,7 +8,7 @@ launch strictly in plan order, as DDP's reducer launches its buckets (a ready bu
 and as simfog's engine models them. `finish()` waits for all of them and copies the averages back into `.grad`:
 call it after `loss.backward()` and before the optimizer step.
 
-What happens when is stamped on a `validate.timing` clock: per bucket the launch (the `all_reduce` call; on a GPU,
+What happens when is stamped on a `validate.ranks.timing` clock: per bucket the launch (the `all_reduce` call; on a GPU,
 when the compute stream gets there) and completion (the work's future firing in gloo's thread; on a GPU, the
 NCCL kernel's end), and when the last gradient became ready. Buffers live on the parameters' device.
 
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from simfog.errors import ConfigError
-from validate.timing import HostClock
+from validate.ranks.timing import HostClock
 
 
 class BucketedAllreduce:

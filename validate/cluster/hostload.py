@@ -48,7 +48,7 @@ class HostLoad:
         return self.samples > 0 and is_limited(self.busy, self.oversubscribed)
 
     def row(self) -> dict:
-        """Columns of a comparison row (validate.compare.COLUMNS)."""
+        """Columns of a comparison row (validate.comparison.compare.COLUMNS)."""
         return {"host_cpu_busy": self.busy, "host_runnable": self.runnable,
                 "host_oversubscribed": self.oversubscribed, "host_limited": self.limited}
 

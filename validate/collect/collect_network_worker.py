@@ -1,7 +1,7 @@
 """One rank of `simfog collect network` for torch.distributed (gloo on CPU, NCCL on one GPU per rank).
 
-Started by validate.collect_network, never by hand:
-    python -m validate.collect_network_worker --plan PLAN.json --out DIR --rank R --world N --backend gloo
+Started by validate.collect.collect_network, never by hand:
+    python -m validate.collect.collect_network_worker --plan PLAN.json --out DIR --rank R --world N --backend gloo
         --init tcp://ADDR:PORT
 Writes DIR/rank<R>.json (see collect_network.write_rank_result). torch-only module.
 """
@@ -16,7 +16,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from validate.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
+from validate.collect.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
 
 # torch 2.13 renamed the single-tensor collectives and deprecates the old names; older torch has only those.
 _ALLGATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -1,7 +1,7 @@
 """One rank of `simfog collect network --backend mpi` (mpi4py on numpy float32 buffers).
 
-Started by validate.collect_network under mpiexec, never by hand:
-    mpiexec -n N python -m validate.collect_network_mpi_worker --plan PLAN.json --out DIR
+Started by validate.collect.collect_network under mpiexec, never by hand:
+    mpiexec -n N python -m validate.collect.collect_network_mpi_worker --plan PLAN.json --out DIR
 Writes DIR/rank<R>.json (see collect_network.write_rank_result).
 """
 
@@ -13,7 +13,7 @@ import json
 import numpy as np
 from mpi4py import MPI
 
-from validate.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
+from validate.collect.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
 
 
 def make_op(collective: str, nbytes: int, comm):

@@ -1,9 +1,9 @@
 """One rank of a validation run: train a replayed or real model under one merge policy, and time everything.
 
-Started by `validate.run` through `validate.launcher`, never by hand:
+Started by `validate.run` through `validate.launch.launcher`, never by hand:
 
-    python -m validate.worker SPEC.json OUT_DIR
-    python -m validate.worker --calibrate PLAN.json OUT_DIR --priority rt   (microbenchmarks for calibration)
+    python -m validate.ranks.worker SPEC.json OUT_DIR
+    python -m validate.ranks.worker --calibrate PLAN.json OUT_DIR --priority rt   (microbenchmarks for calibration)
 
 The launcher's environment says who this rank is (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME;
 LOCAL_RANK from torchrun or srun picks the GPU). SPEC.json lists configurations; every rank runs them all, one after
@@ -16,29 +16,29 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
     delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
     ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
-    `validate.decentralized.worker_fields`; "fsdp" with those of `validate.fsdp.worker_fields`: the replay model
+    `validate.ranks.decentralized.worker_fields`; "fsdp" with those of `validate.ranks.fsdp.worker_fields`: the replay model
     is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; "zero2" with
-    those of `validate.zero.worker_fields`; replay only).
+    those of `validate.ranks.zero.worker_fields`; replay only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
 hook equivalent to torch's default `allreduce_hook` that also notes when each bucket is launched and completes and
-which parameters DDP put in it; every other policy runs `validate.buckets.BucketedAllreduce` with the given plan.
-Decentralized algorithms average parameters instead (`validate.decentralized`): launched at backward start, waited
+which parameters DDP put in it; every other policy runs `validate.ranks.buckets.BucketedAllreduce` with the given plan.
+Decentralized algorithms average parameters instead (`validate.ranks.decentralized`): launched at backward start, waited
 for before the optimizer step, one "bucket" (the flat parameters) per iteration.
 
 Per measured iteration the rank records (perf_counter seconds, one clock for all processes of the machine):
 start, forward_end, backward_end (the last gradient ready, or in replay the first layer's backward end if later),
 optimizer_start (all communication done), end, and per bucket its launch and completion. With nccl these are
-CUDA events on the device (validate.timing.CudaClock: when the GPU got there, not when the host queued it),
+CUDA events on the device (validate.ranks.timing.CudaClock: when the GPU got there, not when the host queued it),
 mapped onto perf_counter through one synchronisation at each iteration's start and end. A barrier before the
 first measured iteration aligns the ranks; none follows (the simulator starts iteration k+1 at once, too).
 
-Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.scheduling)
+Scheduling: once the process group is up, SPEC's "priority" ("rt" | "nice" | "none", see validate.cluster.scheduling)
 moves every thread of the rank to real-time round-robin scheduling (or nice -20), so that other work on the
 machine does not delay the ranks' and gloo's wake-ups; again after a configuration created process groups;
 `--calibrate` runs the calibration microbenchmarks the same way. Torch-only module.
 
-Each rank notes its steps for the launcher (`validate.launcher.note_step`: joining the process group, per iteration
+Each rank notes its steps for the launcher (`validate.launch.launcher.note_step`: joining the process group, per iteration
 its compute and its wait for communication), so that a rank that hangs is named with what it was doing.
 """
 
@@ -58,11 +58,11 @@ import torch.distributed as dist
 
 from simfog.errors import ConfigError
 from simfog.trace import load_model_trace
-from validate.buckets import BucketedAllreduce
-from validate.launcher import note_step
-from validate.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
-from validate.scheduling import raise_priority
-from validate.timing import HostClock, clock_for, to_seconds
+from validate.cluster.scheduling import raise_priority
+from validate.launch.launcher import note_step
+from validate.ranks.buckets import BucketedAllreduce
+from validate.ranks.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
+from validate.ranks.timing import HostClock, clock_for, to_seconds
 
 BACKENDS = ("gloo", "nccl")
 
@@ -112,7 +112,7 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
         model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device, units=cfg.get("units"))
         x = torch.zeros(1, requires_grad=True, device=device)
         return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
-    from validate import models
+    from validate.collect import models
 
     torch.manual_seed(cfg["seed"])
     entry = models.get(trace.model)
@@ -121,20 +121,20 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
     _check_model(trace, named)
     inputs, targets = entry.make_inputs(trace.batch_size, torch.Generator().manual_seed(cfg["seed"] + 1 + rank))
     inputs, targets = tuple(t.to(device) for t in inputs), targets.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # as validate.collect_model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # as validate.collect.collect_model
     return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None
 
 
 def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=None) -> dict:
     """Run one configuration on this rank (all ranks must call it together); threads it starts (process groups)
-    get `priority` too (validate.scheduling.raise_priority). `clock`: validate.timing's clock of the rank's device
+    get `priority` too (validate.cluster.scheduling.raise_priority). `clock`: validate.ranks.timing's clock of the rank's device
     (default HostClock: CPU). Returns its JSON-ready record."""
     clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
     model, named, loss_of, optimizer, replay = _build(cfg, trace, rank, clock.device)
     sharded = None
     if cfg.get("algorithm") == "fsdp":
-        from validate import fsdp
+        from validate.ranks import fsdp
 
         sharded = fsdp.make(model, cfg, clock)
         named = {}  # FSDP2 swaps the parameters; backward_end comes from the replay clock
@@ -150,12 +150,12 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     if sharded is not None:
         net = model
     elif cfg.get("algorithm") == "zero2":
-        from validate.zero import Zero2
+        from validate.ranks.zero import Zero2
 
         net = model
         zero2 = Zero2(named, cfg, rank, world, replay.blocked)
     elif cfg.get("algorithm", "allreduce") != "allreduce":
-        from validate import decentralized
+        from validate.ranks import decentralized
 
         net = model
         averaging = decentralized.make(cfg, named, rank)
@@ -292,11 +292,11 @@ def _init(timeout_s: float, backend: str = "gloo") -> tuple[int, int, torch.devi
 
 
 def calibrate_main(plan_path: str, out_dir: str, priority: str, timeout_s: float, backend: str = "gloo") -> int:
-    """Time a `validate.collect_network` plan (barrier, then each call timed on every rank) on this rank and
+    """Time a `validate.collect.collect_network` plan (barrier, then each call timed on every rank) on this rank and
     write out_dir/rank<R>.json as collect_network's workers do; the same scheduling and backend as the validation
     runs (nccl: buffers on the rank's GPU, the device synchronised around each timed call)."""
-    from validate.collect_network import time_plan, write_rank_result
-    from validate.collect_network_worker import make_op
+    from validate.collect.collect_network import time_plan, write_rank_result
+    from validate.collect.collect_network_worker import make_op
 
     plan = json.loads(Path(plan_path).read_text())
     rank, world, device = _init(timeout_s, backend)
