@@ -86,23 +86,30 @@ def prefetch_lists(units: int, k: int) -> dict:
     return {"root_forward": root, "forward": forward, "backward": backward}
 
 
-def check_experiment(exp, mode: str, backend: str) -> None:
-    """Raise ConfigError for an fsdp experiment the validator cannot run (see the module docstring)."""
+def check_sharded(exp, mode: str, backend: str, algorithm: str, *, why_replay: str = "",
+                  why_one_dtype: str = "") -> None:
+    """Raise ConfigError for what the validator's sharded rank programs (fsdp, zero2) cannot run: another mode than
+    replay, another backend than gloo, one rank, mixed precision, parameters of several dtypes."""
     src, comm = exp.source, exp.comm
     if mode != "replay":
-        raise ConfigError("mode", mode, "replay for algorithm fsdp (FSDP2's in-place division of the asynchronous "
-                          "reduce-scatter output would corrupt real training)", source=src)
+        raise ConfigError("mode", mode, f"replay for algorithm {algorithm}{why_replay}", source=src)
     if backend != "gloo":
-        raise ConfigError("--backend", backend, "gloo for algorithm fsdp", source=src)
+        raise ConfigError("--backend", backend, f"gloo for algorithm {algorithm}", source=src)
     if exp.cluster.ranks < 2:
-        raise ConfigError("cluster", f"{exp.cluster.ranks} rank", "at least 2 ranks for algorithm fsdp", source=src)
+        raise ConfigError("cluster", f"{exp.cluster.ranks} rank", f"at least 2 ranks for algorithm {algorithm}",
+                          source=src)
     if comm.param_dtype is not None or comm.reduce_dtype is not None:
-        raise ConfigError("comm.param_dtype", comm.param_dtype or comm.reduce_dtype, "unset for algorithm fsdp "
-                          "(the validator runs no mixed precision)", source=src)
+        raise ConfigError("comm.param_dtype", comm.param_dtype or comm.reduce_dtype, f"unset for algorithm "
+                          f"{algorithm} (the validator runs no mixed precision)", source=src)
     dtypes = {t.dtype for t in exp.workload.trace.tensors.values()}
     if len(dtypes) > 1:
-        raise ConfigError("workload.trace", sorted(dtypes), "parameters of one dtype (FSDP2 needs one per unit)",
-                          source=src)
+        raise ConfigError("workload.trace", sorted(dtypes), f"parameters of one dtype{why_one_dtype}", source=src)
+
+
+def check_experiment(exp, mode: str, backend: str) -> None:
+    """Raise ConfigError for an fsdp experiment the validator cannot run (see the module docstring)."""
+    check_sharded(exp, mode, backend, "fsdp", why_replay=" (FSDP2's in-place division of the asynchronous "
+                  "reduce-scatter output would corrupt real training)", why_one_dtype=" (FSDP2 needs one per unit)")
 
 
 def worker_fields(sim) -> dict:

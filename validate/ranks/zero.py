@@ -32,21 +32,11 @@ ZERO2_NOTE = ("zero2: hand-written DeepSpeed stage-2 schedule on gloo (bucket al
 
 def check_experiment(exp, mode: str, backend: str) -> None:
     """Raise ConfigError for a zero2 experiment the validator cannot run (see the module docstring)."""
-    src, comm = exp.source, exp.comm
-    if mode != "replay":
-        raise ConfigError("mode", mode, "replay for algorithm zero2", source=src)
-    if backend != "gloo":
-        raise ConfigError("--backend", backend, "gloo for algorithm zero2", source=src)
-    if exp.cluster.ranks < 2:
-        raise ConfigError("cluster", f"{exp.cluster.ranks} rank", "at least 2 ranks for algorithm zero2", source=src)
-    if comm.param_dtype is not None or comm.reduce_dtype is not None:
-        raise ConfigError("comm.param_dtype", comm.param_dtype or comm.reduce_dtype, "unset for algorithm zero2 "
-                          "(the validator runs no mixed precision)", source=src)
-    if comm.zero_reduce != "allreduce":
-        raise ConfigError("comm.zero_reduce", comm.zero_reduce, "allreduce for the validator", source=src)
-    dtypes = {t.dtype for t in exp.workload.trace.tensors.values()}
-    if len(dtypes) > 1:
-        raise ConfigError("workload.trace", sorted(dtypes), "parameters of one dtype", source=src)
+    from validate.ranks.fsdp import check_sharded
+
+    check_sharded(exp, mode, backend, "zero2")
+    if exp.comm.zero_reduce != "allreduce":
+        raise ConfigError("comm.zero_reduce", exp.comm.zero_reduce, "allreduce for the validator", source=exp.source)
 
 
 def worker_fields(sim) -> dict:
