@@ -166,15 +166,38 @@ def _memory(algorithm, trace=THREE, **comm):
 
 
 def test_fsdp_memory_adam_fp32():
-    # P = 4 M float32 elements = 16 MB on N = 4 ranks. Units l0, l1, l2 (1, 1, 2 M); with prefetch 1 at most
-    # l1 + l2 (3 M elements, 12 MB) are unsharded at once (forward of l1, backward of l2).
+    # P = 4 M float32 elements = 16 MB on N = 4 ranks (4 MB resident shards). Units l0, l1, l2 (4, 4, 8 MB), prefetch
+    # 1, reshard_after_forward. FSDP2's allocations walked (MB): forward of l2 copies out while its all-gather output
+    # is alive (4 + 8 params, 8 buffer: 20). Backward of l2 re-gathers (20), prefetches l1 (buffer 4) and adds its
+    # gradients (8): 24; reshard and reduce-scatter (input 8, sharded gradient 2): 18. Backward of l1: copy-out
+    # (params 4 + 4), prefetch l0 (buffer 4), l1's gradients (4) beside l2's sharded gradient (2) and l2's
+    # reduce-scatter input still in flight (8): 8 + 6 + 12 = 26, the peak; l0's backward stays below.
     m = _memory("fsdp")
-    assert m.parameters_B == 16 * MB / 4 + 12 * MB
-    assert m.gradients_B == 16 * MB / 4 + 8 * MB      # shard + the largest unit's unsharded gradients
+    assert (m.parameters_B, m.gradients_B, m.buffers_B) == (8 * MB, 6 * MB, 12 * MB)
     assert m.optimizer_B == 2 * 16 * MB / 4           # Adam: 8P/N
-    assert m.buffers_B == 8 * MB                      # the largest unit's reduce-scatter input
-    # Without reshard_after_forward every unit is unsharded when backward starts.
-    assert _memory("fsdp", reshard_after_forward=False).parameters_B == 16 * MB / 4 + 16 * MB
+    assert m.peak_B == 26 * MB + 8 * MB
+    # Without reshard_after_forward: forward of l2 copies out with every unit unsharded and its all-gather output
+    # alive (4 + 16 params, 8 buffer = 28); backward of l2 reaches 28 again (20 params + 8 gradients), not higher.
+    keep = _memory("fsdp", reshard_after_forward=False)
+    assert (keep.parameters_B, keep.gradients_B, keep.buffers_B) == (20 * MB, 0, 8 * MB)
+
+
+def test_fsdp_memory_walk_sees_the_activations_leave_in_backward():
+    # Activations 3, 5, 7 MB per layer (15 MB), no prefetch, reshard: forward of l2 ends with all of them alive and
+    # l2 unsharded (4 + 8 params + 15 = 27); backward of l2 re-gathers and copies out (params 12, buffer 8: 35),
+    # frees the output (27) and adds l2's gradients (8: 35 again) before its 7 MB of activations leave. Peak 35 MB,
+    # its parts as first reached.
+    trace = make_trace([0.01] * 3, [0.02, 0.02, 0.04], [M, M, 2 * M])
+    layers = tuple(replace(layer, activation_bytes=a) for layer, a in zip(trace.layers, (3 * MB, 5 * MB, 7 * MB)))
+    m = _memory("fsdp", trace=replace(trace, layers=layers), prefetch=0)
+    assert (m.parameters_B, m.gradients_B, m.buffers_B, m.activations_B) == (12 * MB, 0, 8 * MB, 15 * MB)
+    exp = make_experiment(replace(trace, layers=layers), algorithm="fsdp", prefetch=0)
+    without = new_simulation(exp).algorithm.memory(activations=False)
+    # Without them the peak moves to l1's backward copy-out: params 4 + 4, l2's sharded gradient 2, l2's
+    # reduce-scatter input 8 (still in flight) and l1's all-gather output 4 = 22 MB (+ 4 MB momentum).
+    assert (without.parameters_B, without.gradients_B, without.buffers_B, without.activations_B) == \
+        (8 * MB, 2 * MB, 12 * MB, 0)
+    assert without.peak_B == 22 * MB + 4 * MB
 
 
 def test_zero_memory_adam_fp32():
@@ -253,5 +276,7 @@ def test_cli_simulate_fsdp(tmp_path):
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
     assert s["algorithm"] == "fsdp" and s["iteration_time_s"] == pytest.approx(0.087, rel=1e-12)
-    # The 1/4 shard of 3 MB, plus both units unsharded at once (l1 prefetched while l0 computes).
-    assert s["memory_parameters_B"] == pytest.approx(3 * MB / 4 + 3 * MB)
+    # The peak is l1's backward: the 1/4 shard of 3 MB and l1 unsharded (2 MB), l1's unsharded gradients (2 MB) and
+    # l0's all-gather output, prefetched when l1's backward began (1 MB).
+    assert s["memory_parameters_B"] == pytest.approx(3 * MB / 4 + 2 * MB)
+    assert (s["memory_gradients_B"], s["memory_buffers_B"]) == (pytest.approx(2 * MB), pytest.approx(1 * MB))

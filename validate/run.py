@@ -532,7 +532,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         keys.update(_host_keys(host, per_rank))
         measured = measured_result(sim_exp, per_rank, plan)
         if exp.comm.algorithm == "fsdp":
-            keys.update(memory_keys(predicted, per_rank))
+            keys.update(memory_keys(sim_exp, per_rank))
         if exp.comm.algorithm in DECENTRALIZED:
             from validate.ranks.decentralized import communication_matches
 
@@ -544,16 +544,16 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
-def memory_keys(predicted: Result, per_rank: Sequence[dict]) -> dict:
+def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict]) -> dict:
     """Measured and predicted memory per rank (bytes) of a replayed sharded run: measured, the most over the ranks
     of the local shards plus the iteration's allocation peak without gloo's own temporaries
     (validate.ranks.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
-    models none); predicted, simfog's parameters + gradients + buffers (the replay runs no optimizer, a wait, and
-    keeps no activations)."""
+    models none); predicted, simfog's walk of FSDP2's allocations without activations (the replay keeps none) and
+    without optimizer states (the replay's optimizer step is a wait)."""
     measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
-    mem = predicted.memory
-    if not measured or mem is None:
+    if not measured:
         return {}
+    mem = new_simulation(sim_exp).algorithm.memory(activations=False)
     m, p = float(max(measured)), float(mem.parameters_B + mem.gradients_B + mem.buffers_B)
     return {"measured_memory_B": m, "predicted_memory_B": p, "memory_rel_error": (p - m) / m if m else float("nan")}
 

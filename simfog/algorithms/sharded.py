@@ -82,12 +82,13 @@ stream). The optimizer waits for the all-reduces too; it updates 1/G of the mode
 ## Memory per rank (`memory()`)
 
 P elements, b_o the trace's dtype bytes, b_p param_dtype, b_r reduce_dtype, k optimizer states, N shards (hsdp G):
-fsdp/hsdp: parameters P·b_o/N + the largest set of unsharded units alive at once in b_p (from the plan: prefetched
-and not yet resharded; without reshard_after_forward, all of them at backward's start); gradients P·b_o/N + the
-largest unit in b_p (its unsharded gradients); optimizer k·P·b_o/N; buffers the largest unit in b_r (reduce-scatter
-input). zero*: parameters P·b_p (zero3: P·b_p/N + the live gathered modules), gradients P·b_p (zero1) or P·b_p/N,
+fsdp/hsdp: the highest point of FSDP2's allocations walked in order along the plan (simfog.algorithms.fsdp_memory:
+all-gather outputs until copied out, unsharded parameters until resharded, a unit's unsharded gradients until
+copied into its reduce-scatter input, that input until the next reduce-scatter is issued, sharded gradients until
+zero_grad, activations from forward to their layer's backward), with each part as it stands at that moment;
+optimizer k·P·b_o/N throughout. zero*: parameters P·b_p (zero3: P·b_p/N + the live gathered modules), gradients P·b_p (zero1) or P·b_p/N,
 optimizer (k + 1 if b_p != b_o: the fp32 master copy)·P·b_o/N, buffers reduce_bucket_size·b_p (twice with
-overlap_comm in zero1/2: the double buffer of setup_buckets). Activations: the trace's, all alive at backward's start.
+overlap_comm in zero1/2: the double buffer of setup_buckets); activations the trace's, all alive at backward's start.
 """
 
 from __future__ import annotations

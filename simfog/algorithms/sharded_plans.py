@@ -86,20 +86,35 @@ class FSDP(_Sharded):
             plan.steps.append(step)
         return plan
 
-    def memory(self) -> Memory:
+    def memory(self, activations: bool = True) -> Memory:
+        """Peak memory per rank by walking FSDP2's allocations along the plan (simfog.algorithms.fsdp_memory).
+        `activations` False: as if the model kept none (the validator's replay keeps none)."""
+        from simfog.algorithms.fsdp_memory import UnitBytes, walk
+
         optimizer, states, acts, params_B = self._base_memory()
-        N, trace = self.shards, self.trace
+        N, trace, units = self.shards, self.trace, self.units
         b_p, b_r = _dtype_bytes(self.param_dtype, trace), _dtype_bytes(self.reduce_dtype, trace)
-        unit_elems = [sum(self.elements[i] for i in layers) for layers in self.units]
-        largest = max(unit_elems, default=0)
-        live = self._live_peak_elements(self.units)
-        return Memory(params_B / N + live * b_p, params_B / N + largest * b_p, states * params_B / N, largest * b_r,
-                      acts, (f"parameters: 1/{N} shard ({trace.dtype}) + at most {live} elements unsharded at once",
-                             f"gradients: 1/{N} shard + the largest unit's unsharded gradients",
-                             f"optimizer {optimizer}: {states} state buffer(s) per parameter of the shard",
-                             "buffers: the largest unit's reduce-scatter input",
-                             "activations: the trace's per-layer activation_bytes, all alive when backward starts"
-                             if acts is not None else "activations: UNKNOWN (the trace does not record them)"))
+        b_o = _dtype_bytes(None, trace)
+        elems = [sum(self.elements[i] for i in layers) for layers in units]
+        layer_acts = [layer.activation_bytes for layer in trace.layers]
+        known = activations and acts is not None
+        unit_acts = (tuple(float(sum(layer_acts[i] for i in layers)) for layers in units) if known
+                     else None if activations else (0.0,) * len(units))
+        sizes = UnitBytes(tuple(e * b_p for e in elems), tuple(e * b_p if N > 1 else 0.0 for e in elems),
+                          tuple(e * b_r for e in elems),
+                          tuple(e * b_o / N for e in elems), unit_acts)
+        U = len(units)
+        unit_of_step = list(range(U)) + list(range(U - 1, -1, -1))
+        notes = (f"parameters: 1/{N} shard ({trace.dtype}) + the units unsharded at the peak",
+                 f"gradients: the sharded gradients reduced so far + the unit's unsharded ones at the peak",
+                 f"optimizer {optimizer}: {states} state buffer(s) per parameter of the shard",
+                 "buffers: all-gather outputs not yet copied out + reduce-scatter inputs in flight at the peak",
+                 "activations: the trace's per-layer activation_bytes alive at the peak (kept from forward, freed "
+                 "by each layer's backward)" if known else
+                 "activations: UNKNOWN (the trace does not record them)" if activations else
+                 "activations: none (asked without)",
+                 "peak: FSDP2's allocations walked in order (simfog.algorithms.fsdp_memory)")
+        return walk(self.plan, unit_of_step, sizes, params_B / N, states * params_B / N, notes)
 
 
 @REGISTRY.register("hsdp")

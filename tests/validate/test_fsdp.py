@@ -141,6 +141,47 @@ def test_fully_shard_per_unit_with_the_prefetch_lists():
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("comm", [{"fsdp_unit": (1, 1, 2), "prefetch": 1},
+                                  {"fsdp_unit": "layer", "prefetch": 1, "reshard_after_forward": False},
+                                  {"fsdp_unit": "layer", "prefetch": 2}])
+def test_memory_walk_matches_fsdp2s_own_allocations(comm):
+    """FSDP2 itself on a one-rank gloo group, steady state: the allocator's peak of an iteration (torch.profiler's
+    memory events, validate.ranks.fsdp.MemoryProfile) equals simfog's walk of FSDP2's allocations to the byte, but
+    for the one-element input and loss (12 B). One rank: FSDP2 gathers nothing (the walk's all-gather outputs are 0
+    there too); the 2-rank emulated test covers the all-gathers."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from validate.ranks import fsdp
+    from validate.ranks.replay import ReplayModel
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        trace = make_trace([1e-3] * 4, [2e-3] * 4, [100_000, 0, 300_000, 200_000])
+        sim = new_simulation(make_experiment(trace, nodes=1, gpus_per_node=1, collective="gloo_ring",
+                                             algorithm="fsdp", **comm))
+        cfg = worker_fields(sim)
+        model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
+        recorder = fsdp.make(model, cfg)
+        for it in range(3):  # the profiled third: FSDP2's lazy initialisation is done by then
+            memory = fsdp.MemoryProfile(model) if it == 2 else None
+            model.set_iteration([1e-4] * 4, [1e-4] * 4)
+            recorder.start_iteration()
+            loss = model(torch.zeros(1, requires_grad=True)).sum()
+            recorder.backward_started()
+            loss.backward()
+            recorder.finish()
+            for p in model.parameters():
+                p.grad = None
+        measured = memory.stop()["framework_peak_B"]
+        walk = sim.algorithm.memory(activations=False)
+        assert measured - (walk.parameters_B + walk.gradients_B + walk.buffers_B) == 12
+    finally:
+        dist.destroy_process_group()
+
+
 # ---- zero2 (validate.ranks.zero) ----
 
 def test_zero2_worker_fields_follow_the_simulated_buckets():

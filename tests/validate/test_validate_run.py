@@ -312,7 +312,8 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
     collectives in its order, and that the iteration error is bounded by 25 %: the first runs of these
     configurations came within 6 %, and the bench's fsdp rows that the rig can emulate (not host-limited) within
     11 %, so a larger error means something broke (the shaping, the FSDP2 hooks, the cost of a collective), not
-    noise. Memory (fsdp) is reported, not asserted: simfog's model is an upper bound (see the bench rows)."""
+    noise. Memory (fsdp): simfog's walk of FSDP2's allocations within 10 % of the allocator's peak (the bench's rows
+    on 2 ranks came within 6 %)."""
     ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
@@ -336,4 +337,4 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
     err = float(r["rel_error"])
     assert math.isfinite(err) and abs(err) < 0.25
     if algorithm == "fsdp":
-        assert float(r["measured_memory_B"]) > 0 and float(r["predicted_memory_B"]) > 0
+        assert float(r["measured_memory_B"]) > 0 and abs(float(r["memory_rel_error"])) <= 0.10

@@ -45,12 +45,11 @@ Measured (bench fsdp rows, 200 Mbit/s, 2/4/8 ranks, two runs that agreed within 
 rig can emulate (not host-limited) -0 to -19 %, median ~9 %; simfog is faster than the real run, more so with more
 ranks and collectives (ResNet-20 per layer: 117 collectives per iteration, -4 % on 2 ranks, -32 % on 4, -59 % on 8,
 all host-limited: per-collective CPU work of FSDP2 and gloo on 2 shared cores, which the microbenchmark-fitted
-latency does not hold). Memory: simfog's fsdp memory() exceeds the measured FSDP2 peak (without gloo's
-temporaries) by 14 to 53 %, as it adds the peaks of parameters (all units unsharded at backward's start without
-reshard_after_forward), unsharded gradients and the reduce-scatter input, which FSDP2 reaches at different moments
-(it reshards each unit after its backward and frees its unsharded gradients once copied into the reduce-scatter
-input); it also leaves out the flat all-gather output FSDP2 holds beside the unsharded parameters until the
-copy-out. The 10 % target is not met by that upper-bound model.
+latency does not hold). Memory: simfog's walk of FSDP2's allocations (simfog.algorithms.fsdp_memory) against
+the allocator's peak of one profiled iteration (`MemoryProfile`, gloo's own temporaries left out): 23 of the 24 bench
+rows within 6 % (most to the byte), ResNet-20 per layer on 8 ranks -3 % to -20 % from run to run (host-limited:
+which rank peaks when depends on when gloo's threads complete). The earlier model, the sum of each part's own
+peak, over-predicted by 14 to 53 %.
 
 Collectives are recorded under the simulator's names (simfog.algorithms.sharded_plans.FSDP: "allgather.fwd.<unit>",
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
