@@ -5,7 +5,11 @@ compute; each algorithm therefore runs whole iterations itself (`run_iteration`)
 (forward or backward of some layers), collectives issued when a step is reached (all-gathers, prefetches), collectives
 a step waits for, and gradient hooks after a step. Each rank has separate communication streams, each running its
 collectives in issue order (FIFO), beside the compute stream; a collective starts when every rank of its group has
-issued it and the stream is free, and lasts the cluster cost model's time (`CostModel.time(op, bytes, members)`, M the
+issued it, its stream is free and its process group's previous collective has ended (one communicator runs one
+collective at a time, in the order the rank issued them on any stream: NCCL serialises the kernels of a communicator,
+see NVIDIA/nccl#1262, and FSDP2 and DeepSpeed issue all-gathers and reduce-scatters on the same process group; gloo
+runs them on concurrent threads that share the link, which ends the last of them as late), and lasts the cluster
+cost model's time (`CostModel.time(op, bytes, members)`, M the
 full buffer: an all-gather's output, a reduce-scatter's input). Sources: torch 2.x FSDP2
 (torch/distributed/fsdp/_fully_shard/: _fsdp_param_group.py, _fsdp_state.py, _fsdp_collectives.py, _fsdp_param.py,
 _fully_shard.py) and DeepSpeed (deepspeed/runtime/zero/: config.py, stage_1_and_2.py, stage3.py,
@@ -30,7 +34,7 @@ partitioned_param_coordinator.py; runtime/utils.py), read in 2026.
   unit u's reduce-scatter on the reduce-scatter stream. The optimizer step waits for every reduce-scatter
   (finalize_backward -> _wait_for_post_backward).
 - Streams: all-gathers on the all-gather stream, reduce-scatters on the reduce-scatter stream (FSDPCommContext):
-  they overlap each other and compute.
+  both overlap compute; on the one process group they run one at a time (above).
 - Mixed precision (MixedPrecisionPolicy; FSDPParam.init_dtype_attrs): all-gathers move `param_dtype` bytes,
   reduce-scatters `reduce_dtype` bytes (None: the gradients' dtype, i.e. param_dtype).
 - The optimizer updates only the local shard: simfog scales the trace's optimizer time by the shard fraction 1/N
@@ -198,6 +202,9 @@ class _Sharded:
         self.group_size = self.n
         self.elements = [sum(t.elements for t in layer.params) for layer in self.trace.layers]
         self._collectives: dict = {}
+        # rank -> group -> the rank's last collective of that process group: one communicator runs its collectives
+        # one at a time, in the order the rank issued them, whatever stream they were issued on (see the docstring)
+        self._communicator_tails: dict = {}
 
     # --- sizes -------------------------------------------------------------------------------------------------
 
@@ -244,9 +251,9 @@ class _Sharded:
 
     # --- the iteration --------------------------------------------------------------------------------------------
 
-    def _on_stream(self, rank, iteration, c, prev, after):
+    def _on_stream(self, rank, iteration, c, prev, after, comm_prev=None):
         env, record = self.sim.env, self.sim.record
-        for event in (prev, after):
+        for event in (prev, after, comm_prev):
             if event is not None and not event.processed:
                 yield event
         arrived = env.now
@@ -266,14 +273,18 @@ class _Sharded:
         fwd, bwd = sim.compute.layer_forward_s[sample], sim.compute.layer_backward_s[sample]
         done: dict[int, object] = {}
         tails: dict[str, object] = {}
+        communicators = self._communicator_tails.setdefault(rank, {})
 
         def launch(c):
             coll = plan.colls[c]
             after = done.get(coll.after) if coll.after is not None else None
+            comm_prev = communicators.get(coll.group)
             if coll.stream == "compute":
-                return env.process(self._on_stream(rank, iteration, c, None, after))
-            done[c] = tails[coll.stream] = env.process(self._on_stream(rank, iteration, c, tails.get(coll.stream),
-                                                                      after))
+                p = communicators[coll.group] = env.process(self._on_stream(rank, iteration, c, None, after,
+                                                                            comm_prev))
+                return p
+            done[c] = tails[coll.stream] = communicators[coll.group] = env.process(
+                self._on_stream(rank, iteration, c, tails.get(coll.stream), after, comm_prev))
             return None
 
         def hooks(pairs):
