@@ -30,7 +30,7 @@ negotiate). wagma is run as a blocking group allreduce, which waits for the grou
 validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
 
-fsdp (replay mode, gloo) runs FSDP2 itself (`validate.ranks.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
+fsdp (replay or model mode, gloo) runs FSDP2 itself (`validate.ranks.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
 reshard_after_forward as given, the prefetch depth as FSDP2's explicit prefetch lists, all-gathers and
 reduce-scatters asynchronous so that they overlap the replayed compute as FSDP2's streams do on GPUs). Its links
 use the allreduce fit: gloo's all-gather follows the ring, and its reduce-scatter IS an allreduce of the whole
@@ -532,7 +532,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         keys.update(_host_keys(host, per_rank))
         measured = measured_result(sim_exp, per_rank, plan)
         if exp.comm.algorithm == "fsdp":
-            keys.update(memory_keys(sim_exp, per_rank))
+            keys.update(memory_keys(sim_exp, per_rank, options.mode))
         if exp.comm.algorithm in DECENTRALIZED:
             from validate.ranks.decentralized import communication_matches
 
@@ -544,17 +544,19 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
-def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict]) -> dict:
-    """Measured and predicted memory per rank (bytes) of a replayed sharded run: measured, the most over the ranks
-    of the local shards plus the iteration's allocation peak without gloo's own temporaries
+def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict], mode: str) -> dict:
+    """Measured and predicted memory per rank (bytes) of an fsdp run: measured, the most over the ranks of the
+    local shards plus the iteration's allocation peak without gloo's own temporaries
     (validate.ranks.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
-    models none); predicted, simfog's walk of FSDP2's allocations without activations (the replay keeps none) and
-    without optimizer states (the replay's optimizer step is a wait)."""
+    models none); predicted, simfog's walk of FSDP2's allocations without optimizer states (allocated before the
+    profiled iteration; in replay the step is a wait) and, in replay mode, without activations (the replay keeps
+    none; in model mode the trace's activation_bytes)."""
     measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
     if not measured:
         return {}
-    mem = new_simulation(sim_exp).algorithm.memory(activations=False)
-    m, p = float(max(measured)), float(mem.parameters_B + mem.gradients_B + mem.buffers_B)
+    mem = new_simulation(sim_exp).algorithm.memory(activations=mode == "model")
+    m = float(max(measured))
+    p = float(mem.parameters_B + mem.gradients_B + mem.buffers_B + (mem.activations_B or 0.0))
     return {"measured_memory_B": m, "predicted_memory_B": p, "memory_rel_error": (p - m) / m if m else float("nan")}
 
 

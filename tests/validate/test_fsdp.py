@@ -60,8 +60,9 @@ def test_worker_fields_follow_the_simulated_units_and_plan():
 def test_what_fsdp_cannot_run_is_refused():
     exp = _fsdp_experiment()
     check_experiment(exp, "replay", "gloo")
-    with pytest.raises(ConfigError, match="mode"):
-        check_experiment(exp, "model", "gloo")
+    check_experiment(exp, "model", "gloo")  # FSDP2 on the real model
+    with pytest.raises(ConfigError, match="replay or model"):
+        check_experiment(exp, "simulated", "gloo")
     with pytest.raises(ConfigError, match="backend"):
         check_experiment(exp, "replay", "nccl")
     with pytest.raises(ConfigError, match="param_dtype"):

@@ -338,3 +338,31 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
     assert math.isfinite(err) and abs(err) < 0.25
     if algorithm == "fsdp":
         assert float(r["measured_memory_B"]) > 0 and abs(float(r["memory_rel_error"])) <= 0.10
+
+
+@pytest.mark.root
+def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
+    """Model mode: FSDP2 shards the zoo MLP itself (each unit the list of its layers' modules, one FSDP2 group),
+    real forward, backward and SGD on the sharded parameters, 2 nodes x 1 rank at 1 Gbit/s. Asserts the run
+    launches exactly the simulated plan's collectives in order and the memory peak (which here includes the input
+    batch and the activations) comes within 25 % of simfog's walk, which leaves out backward's activation gradients
+    (the first runs: -18 %). The iteration time is reported, not bounded: two ranks computing for real with FSDP2's
+    and gloo's threads on 2 cores are host-limited (measured 2-3x slower than the traced compute predicts)."""
+    ok, why = emulation_available()
+    if not ok:
+        pytest.skip(f"no emulated cluster here: {why}")
+    from simfog.cli import main
+
+    trace = Path(__file__).resolve().parents[2] / "traces" / "mlp-cpu-b1024.json.gz"
+    (tmp_path / "exp.toml").write_text(
+        f'seed = 3\niterations = 4\n[workload]\ntrace = "{trace}"\ncompute = "samples"\n'
+        '[cluster]\nnodes = 2\ngpus_per_node = 1\nnic_bandwidth = "1Gbit/s"\n'
+        '[comm]\nalgorithm = "fsdp"\nfsdp_unit = "layer"\n')
+    out_csv = tmp_path / "v.csv"
+    rc = main(["validate", str(tmp_path / "exp.toml"), "--mode", "model", "--warmup", "2", "--emulate", "--csv",
+               str(out_csv)])
+    assert rc == 0
+    with open(out_csv, newline="") as f:
+        r, = list(csv.DictReader(f))
+    assert (r["algorithm"], r["error"], r["buckets_match"], r["buckets"]) == ("fsdp:layer:reshard:k1", "", "True", "9")
+    assert math.isfinite(float(r["rel_error"])) and abs(float(r["memory_rel_error"])) < 0.25

@@ -1,9 +1,11 @@
-"""Real runs of FSDP2 (`torch.distributed.fsdp.fully_shard`) for the validator, replay mode, gloo on CPU.
+"""Real runs of FSDP2 (`torch.distributed.fsdp.fully_shard`) for the validator, replay or model mode, gloo on CPU.
 
 The replay model (`validate.ranks.replay.ReplayModel` with `units`) has one `ReplayUnit` submodule per unit of the
 experiment's `comm.fsdp_unit` (simfog.algorithms.sharded.fsdp_units, the same layer groups the simulator uses);
 `make` applies `fully_shard(unit, reshard_after_forward=...)` to each unit, in forward order, then to the root (the
-ReplayModel, which owns no parameters of its own: nothing of it is gathered).
+ReplayModel, which owns no parameters of its own: nothing of it is gathered). In model mode the unit is the list of
+the real model's modules its layers name (trace layer names are module paths), those with parameters, sharded as one
+FSDP2 group (`fully_shard([modules])`); the optimizer is made after sharding, over the sharded parameters.
 
 FSDP2 ON CPU IS SYNCHRONOUS. Its streams are torch.cpu.Stream stand-ins that order nothing, and it calls its
 collectives with async_op=False (the pre-forward/pre-backward unshard, `unshard_async_op` defaults to False; the
@@ -21,7 +23,9 @@ own extension points (torch 2.13, _fully_shard/_fully_shard.py):
   asynchronously and returns. `FSDPComm.finish` waits for all of them before the optimizer step
   (finalize_backward's wait on the post-reduce events). FSDP2 divides the reduce-scatter output in place right
   after the call (_div_if_needed), i.e. before gloo has written it: harmless in replay (the gradients are
-  constants whose values nobody reads), and the reason model mode is not offered.
+  constants whose values nobody reads); in model mode FSDP2's division is switched off
+  (set_force_sum_reduction_for_comms, set_gradient_divide_factor(1.0)) and the comm divides its input by the group
+  size before summing, so the sharded gradient is the mean, written by gloo alone.
 - Waits in the rank's thread for a collective (an all-gather FSDP2 needs before a unit, the previous
   reduce-scatter) are timed and move the replay's remaining deadlines of the pass by as much
   (`ReplayModel.blocked`): the replay waits to absolute deadlines, which would otherwise absorb an exposed
@@ -53,7 +57,10 @@ peak, over-predicted by 14 to 53 %.
 
 Collectives are recorded under the simulator's names (simfog.algorithms.sharded_plans.FSDP: "allgather.fwd.<unit>",
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
-predicted intervals join. Not run: hsdp, mixed precision (param_dtype / reduce_dtype), model mode, nccl.
+predicted intervals join. Not run: hsdp, mixed precision (param_dtype / reduce_dtype), nccl. Model mode on this
+2-core machine is host-limited (two ranks computing for real beside FSDP2's and gloo's threads: first runs 2-3x slower
+than the traced compute predicts), and its memory peak, which then includes the input batch and the activations,
+came -18 % under simfog's walk (backward's activation gradients are not modelled).
 
 torch is imported inside the functions that need it: the mapping and the checks run without torch.
 """
@@ -86,12 +93,12 @@ def prefetch_lists(units: int, k: int) -> dict:
 
 
 def check_sharded(exp, mode: str, backend: str, algorithm: str, *, why_replay: str = "",
-                  why_one_dtype: str = "") -> None:
-    """Raise ConfigError for what the validator's sharded rank programs (fsdp, zero2) cannot run: another mode than
-    replay, another backend than gloo, one rank, mixed precision, parameters of several dtypes."""
+                  why_one_dtype: str = "", modes: tuple[str, ...] = ("replay",)) -> None:
+    """Raise ConfigError for what the validator's sharded rank programs (fsdp, zero2) cannot run: a mode not in
+    `modes`, another backend than gloo, one rank, mixed precision, parameters of several dtypes."""
     src, comm = exp.source, exp.comm
-    if mode != "replay":
-        raise ConfigError("mode", mode, f"replay for algorithm {algorithm}{why_replay}", source=src)
+    if mode not in modes:
+        raise ConfigError("mode", mode, f"{' or '.join(modes)} for algorithm {algorithm}{why_replay}", source=src)
     if backend != "gloo":
         raise ConfigError("--backend", backend, f"gloo for algorithm {algorithm}", source=src)
     if exp.cluster.ranks < 2:
@@ -107,8 +114,7 @@ def check_sharded(exp, mode: str, backend: str, algorithm: str, *, why_replay: s
 
 def check_experiment(exp, mode: str, backend: str) -> None:
     """Raise ConfigError for an fsdp experiment the validator cannot run (see the module docstring)."""
-    check_sharded(exp, mode, backend, "fsdp", why_replay=" (FSDP2's in-place division of the asynchronous "
-                  "reduce-scatter output would corrupt real training)", why_one_dtype=" (FSDP2 needs one per unit)")
+    check_sharded(exp, mode, backend, "fsdp", why_one_dtype=" (FSDP2 needs one per unit)", modes=("replay", "model"))
 
 
 def worker_fields(sim) -> dict:
@@ -118,6 +124,7 @@ def worker_fields(sim) -> dict:
     "optimizer_shards" (the replayed optimizer step is divided by it, as simfog divides the trace's)."""
     alg, comm = sim.algorithm, sim.experiment.comm
     return {"algorithm": "fsdp", "units": [list(u) for u in alg.units],
+            "layer_names": [layer.name for layer in sim.experiment.workload.trace.layers],
             "reshard_after_forward": bool(comm.reshard_after_forward), "prefetch": int(comm.prefetch),
             "collectives": [c.name for c in alg.plan.colls], "unit_names": _unit_names(sim),
             "optimizer_shards": alg.shards}
@@ -203,8 +210,9 @@ class FSDPComm:
         return {"names": list(self.names)}
 
 
-def _comms(unit_name: str, recorder: FSDPComm):
-    """(all-gather, reduce-scatter) comm objects of one unit, FSDP2's Comm interface (_fsdp_api.py)."""
+def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
+    """(all-gather, reduce-scatter) comm objects of one unit, FSDP2's Comm interface (_fsdp_api.py); `predivide`:
+    the reduce-scatter divides its input by the group size before summing."""
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
@@ -244,6 +252,8 @@ def _comms(unit_name: str, recorder: FSDPComm):
         def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
             if recorder.reduce_scatters:  # post_backward waits for the unit before's reduce-scatter
                 recorder.wait(recorder.reduce_scatters.pop())  # and lets it go: a Work holds its buffers
+            if predivide:  # the mean, computed before the sum (FSDP2's own division is switched off: see make)
+                input_tensor.div_(group.size())
             t = time.perf_counter()
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
             recorder.launched(f"reduce_scatter.{unit_name}", work, t)
@@ -254,25 +264,51 @@ def _comms(unit_name: str, recorder: FSDPComm):
 
 
 def make(model, cfg: Mapping, clock=None) -> FSDPComm:
-    """Apply FSDP2 to `model` (a ReplayModel built with cfg["units"]) as the module docstring says; returns the
-    FSDPComm that records its collectives."""
+    """Apply FSDP2 to `model` as the module docstring says; returns the FSDPComm that records its collectives.
+    `model`: a ReplayModel built with cfg["units"] (replay mode), or the real model of the trace (model mode: each
+    unit is the list of the modules its layers name, those with parameters, sharded as one group)."""
     from torch.distributed.fsdp import fully_shard
 
-    recorder = FSDPComm(cfg["collectives"], clock, model.blocked)
+    replay = hasattr(model, "blocked")
+    recorder = FSDPComm(cfg["collectives"], clock, model.blocked if replay else (lambda seconds: None))
     reshard = bool(cfg["reshard_after_forward"])
-    units = list(model.units)
+    if replay:
+        units = list(model.units)
+    else:
+        names = cfg["layer_names"]
+        units = [[m for m in (model.get_submodule(names[i]) for i in layer_ids) if _has_params(m)] or None
+                 for layer_ids in cfg["units"]]
+    handles = []  # per unit: the module FSDP2's prefetch lists name (None: no parameters, nothing gathered)
     for unit, name in zip(units, cfg["unit_names"], strict=True):
-        fully_shard(unit, reshard_after_forward=reshard)
-        if _has_params(unit):
-            ag, rs = _comms(name, recorder)
-            unit.set_custom_all_gather(ag)
-            unit.set_custom_reduce_scatter(rs)
+        if unit is None:
+            handles.append(None)
+            continue
+        sharded = fully_shard(unit, reshard_after_forward=reshard)
+        handle = sharded[0] if isinstance(sharded, list) else sharded
+        handles.append(handle)
+        if not replay or _has_params(unit):  # a replay unit may hold no parameters (model mode skipped those)
+            ag, rs = _comms(name, recorder, predivide=not replay)
+            handle.set_custom_all_gather(ag)
+            handle.set_custom_reduce_scatter(rs)
+            if not replay:
+                # FSDP2 would divide the output in place when the call returns, while gloo still writes it
+                # (the reduce-scatter is asynchronous here): sum only, the comm divides its input first
+                handle.set_force_sum_reduction_for_comms(True)
+                handle.set_gradient_divide_factor(1.0)
     fully_shard(model, reshard_after_forward=reshard)
     lists = prefetch_lists(len(units), int(cfg["prefetch"]))
-    model.set_modules_to_forward_prefetch([units[v] for v in lists["root_forward"]])
-    for u, unit in enumerate(units):
-        unit.set_modules_to_forward_prefetch([units[v] for v in lists["forward"][u]])
-        unit.set_modules_to_backward_prefetch([units[v] for v in lists["backward"][u]])
+
+    def named(ids):
+        return [handles[v] for v in ids if handles[v] is not None]
+
+    model.set_modules_to_forward_prefetch(named(lists["root_forward"]))
+    for u, handle in enumerate(handles):
+        if handle is not None:
+            handle.set_modules_to_forward_prefetch(named(lists["forward"][u]))
+            # units without parameters have no FSDP2 module in model mode; a list left empty by dropping them
+            # would mean FSDP2's default prefetch, not "nothing": name the unit itself (a no-op) instead
+            backward = lists["backward"][u]
+            handle.set_modules_to_backward_prefetch(named(backward) or ([handle] if backward else []))
     model._set_unshard_async_op(True)
     return recorder
 
@@ -295,7 +331,8 @@ class MemoryProfile:
     profile_memory: every allocation and free the allocator reports, with its address and the op that made it).
     Created at the iteration's start; `stop()` returns (bytes):
 
-    - "resident_B": the local shards held at the start;
+    - "resident_B": the local shards held at the start, plus `batch_B` (model mode: the input batch, allocated once
+      before the iterations and kept, which simfog counts as the first layer's activations);
     - "peak_delta_B": the highest sum of the blocks allocated during the iteration and not yet freed;
     - "backend_peak_delta_B": the same without the blocks that the process group's own ops allocate (an op named
       c10d::* or gloo:* among the allocation's callers): gloo's temporaries, e.g. the copy of the whole input that
@@ -305,10 +342,10 @@ class MemoryProfile:
     Frees of blocks allocated before are not counted (the blocks were not counted either); a block whose address is
     handed out again without a reported free counts as freed then."""
 
-    def __init__(self, model):
+    def __init__(self, model, batch_B: int = 0):
         from torch.profiler import ProfilerActivity, profile
 
-        self.resident_B = local_bytes(model)
+        self.resident_B = local_bytes(model) + batch_B
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         self._prof.start()
 

@@ -106,12 +106,12 @@ def _check_model(trace, named: dict[str, torch.nn.Parameter]) -> None:
 
 
 def _build(cfg: dict, trace, rank: int, device: torch.device):
-    """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None), on
-    `device`."""
+    """(module, named parameters, forward() -> loss, optimizer step(seconds factor), replay model or None, bytes of
+    the input batch held throughout), on `device`."""
     if cfg["mode"] == "replay":
         model = ReplayModel(trace, spin_s=cfg.get("spin_s", SPIN_S), device=device, units=cfg.get("units"))
         x = torch.zeros(1, requires_grad=True, device=device)
-        return model, model.named_tensors(), (lambda net: net(x).sum()), None, model
+        return model, model.named_tensors(), (lambda net: net(x).sum()), None, model, 0
     from validate.collect import models
 
     torch.manual_seed(cfg["seed"])
@@ -122,7 +122,8 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
     inputs, targets = entry.make_inputs(trace.batch_size, torch.Generator().manual_seed(cfg["seed"] + 1 + rank))
     inputs, targets = tuple(t.to(device) for t in inputs), targets.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # as validate.collect.collect_model
-    return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None
+    batch_B = sum(t.numel() * t.element_size() for t in (*inputs, targets))
+    return model, named, (lambda net: entry.loss(net(*inputs), targets)), optimizer, None, batch_B
 
 
 def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=None) -> dict:
@@ -131,13 +132,15 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
     (default HostClock: CPU). Returns its JSON-ready record."""
     clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
-    model, named, loss_of, optimizer, replay = _build(cfg, trace, rank, clock.device)
+    model, named, loss_of, optimizer, replay, batch_B = _build(cfg, trace, rank, clock.device)
     sharded = None
     if cfg.get("algorithm") == "fsdp":
         from validate.ranks import fsdp
 
         sharded = fsdp.make(model, cfg, clock)
-        named = {}  # FSDP2 swaps the parameters; backward_end comes from the replay clock
+        named = {}  # FSDP2 swaps the parameters; backward_end comes from the replay clock (model: backward's return)
+        if optimizer is not None:  # model mode: the optimizer steps the sharded parameters FSDP2 put in place
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     times = LayerTimes.from_trace(trace, cfg["compute"]) if replay is not None else None
     slow = float(cfg["slowdown"][rank])
     last_ready = [float("nan")]
@@ -184,7 +187,7 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             it = i - warmup
             profiler = None
             if it == iterations:  # one more, unmeasured, with torch's CPU allocator events: the memory peak
-                profiler = fsdp.MemoryProfile(model)
+                profiler = fsdp.MemoryProfile(model, batch_B)
             note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: compute")  # before the clock starts
             s = cfg["samples"][min(max(it, 0), iterations - 1)][rank]
             if it == 0:
@@ -208,6 +211,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
             if sharded is not None:
                 sharded.backward_started()
             loss.backward()
+            if sharded is not None and replay is None:  # model mode: FSDP2's last post-backward has run
+                last_ready[0] = clock.stamp()
             # while the buckets are in flight; a rank stuck in its compute has not got this far (with ddp the wait
             # is inside backward, so a hang there cannot be told from one in the compute)
             note_step(f"{cfg['id']} iteration {i} of {warmup + iterations}: waiting for communication")
