@@ -156,7 +156,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
         from validate.ranks.zero import Zero2
 
         net = model
-        zero2 = Zero2(named, cfg, rank, world, replay.blocked)
+        zero2 = (Zero2(named, cfg, rank, world, replay.blocked) if replay is not None
+                 else Zero2(named, cfg, rank, world, train=True))
     elif cfg.get("algorithm", "allreduce") != "allreduce":
         from validate.ranks import decentralized
 
@@ -229,6 +230,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 clock.settle()
                 # a sharded optimizer steps 1/shards of the parameters (simfog scales its time so)
                 replay.wait_optimizer(float(times.optimizer_s[s]) * slow / cfg.get("optimizer_shards", 1))
+            elif zero2 is not None:
+                zero2.step()  # its partition only
             else:
                 optimizer.step()
             t_e = clock.stamp()
