@@ -49,8 +49,8 @@ class Link:
         return 1.0 / self.flow_Bps
 
     def time(self, nbytes: float, flows: int = 1) -> float:
-        """One message of `nbytes` while `flows` messages share this link: α + max(M / flow cap, flows·M·β_link)
-        (α + flows·M·β without a cap)."""
+        """One message of `nbytes` while `flows` messages share this link: α + max(M / flow cap, flows·M /
+        bandwidth) (α + flows·M / bandwidth without a cap)."""
         shared = self.latency_s + flows * nbytes / self.bandwidth_Bps
         if self.flow_bandwidth_Bps is None:
             return shared

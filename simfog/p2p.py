@@ -4,18 +4,19 @@ Pure cost function, flow level. Messages that leave a node share that node's NIC
 messages between ranks of one node use the intra-node link of the sending and the receiving rank. Each message is
 a flow; `flows` is the largest number of concurrent messages on any resource it crosses, and the message runs at
 
-    rate = min(flow cap, bandwidth / flows)        time = α + M / rate = α + max(M / flow cap, flows·M·β)
+    rate = min(flow cap, bandwidth / flows)      time = α + M / rate = α + max(M / flow cap, flows·M / bandwidth)
 
 with α, bandwidth and flow cap those of its link class (simfog.cluster.Link: the NIC, slowed by oversubscription
 or a degraded NIC, for messages between nodes; the intra link otherwise). The bandwidth is what the resource
 carries in all (a NIC's rate); the flow cap what one flow reaches alone (a TCP stream, a CPU-bound sender), the
-bandwidth when none is given, and then time = α + flows·M·β: a rank sending to d peers at once divides its NIC
-by d, L ranks of a node sending off-node share its NIC L ways. With a cap below the bandwidth, flows add up until
-they fill the resource: 2 flows on one NIC take no longer than 1 while the cap is at most half its bandwidth.
+bandwidth when none is given, and then time = α + flows·M / bandwidth: a rank sending to d peers at once divides
+its NIC by d, L ranks of a node sending off-node share its NIC L ways. With a cap below the bandwidth, flows add up
+until they fill the resource: 2 flows on one NIC take no longer than 1 while the cap is at most half its bandwidth.
 
 Fair shares are equal shares of each resource at the start (not max-min: a flow slowed elsewhere leaves its share
-unused), and rates do not change when other messages end: exact for the symmetric exchanges the algorithms send
-(every message of a step the same size), an upper bound on the time otherwise.
+unused), and rates do not change when other messages end: exact when all messages of a step have the same size and
+see the same busiest load (the symmetric exchanges the algorithms here send), otherwise an upper bound on what a
+fluid max-min model with rates recomputed at each completion gives.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def exchange_times(cluster: Cluster, messages: Sequence[Message]) -> list[float]
 
 def _message_time(cluster: Cluster, m: Message, flows: int) -> float:
     """Seconds of message `m` while `flows` messages share the busiest resource it crosses (0 for flows = 0, a
-    message to oneself): α + max(M / flow cap, flows·M·β) of its link."""
+    message to oneself): α + max(M / flow cap, flows·M / bandwidth) of its link."""
     if not flows:
         return 0.0
     return cluster.link_between(m.src, m.dst).time(m.nbytes, flows=flows)
