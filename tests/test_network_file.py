@@ -99,3 +99,15 @@ def test_a_cap_in_both_places_is_refused(tmp_path):
 def test_a_bad_cluster_cap_names_the_field(tmp_path, value, allowed):
     with pytest.raises(ConfigError, match=r"exp.toml: cluster.nic_flow_bandwidth = .*" + allowed):
         experiment.load(_experiment(tmp_path, f"nic_flow_bandwidth = {value}"))
+
+
+def test_a_plan_option_takes_its_network_files_caps(tmp_path):
+    from simfog.plan import load_catalogue
+
+    network_file.save(tmp_path / "net.toml", NET, flows=FlowCaps(nic_Bps=1e9, intra_Bps=5e10))
+    cat = tmp_path / "cat.toml"
+    cat.write_text('currency = "EUR"\n[[option]]\nname = "a"\ngpus_per_node = 8\nmax_nodes = 2\n'
+                   'price_per_gpu_hour = 1.0\nnetwork = "net.toml"\n')
+    (option,) = load_catalogue(cat).options
+    assert (option.nic.flow_bandwidth_Bps, option.nic.bandwidth_Bps) == (1e9, 12e9)
+    assert option.intra.flow_bandwidth_Bps == 5e10
