@@ -13,24 +13,52 @@ from simfog.errors import ConfigError
 
 @dataclass(frozen=True)
 class Link:
-    """A link class: per-message latency (s) and bandwidth (B/s, each direction)."""
+    """A link class: per-message latency (s), bandwidth (B/s, each direction: what all flows through one end of it
+    share, e.g. a NIC's rate) and `flow_bandwidth_Bps`, the most ONE flow reaches on it (B/s; None: the bandwidth).
+
+    Flow-level model (simfog.p2p): k concurrent flows through one end each run at min(flow cap, bandwidth / k), so
+    a message of M bytes takes α + max(M / flow cap, k·M / bandwidth). A cap below the bandwidth is what one TCP
+    stream (or a CPU-bound sender) reaches on a fast NIC: several flows then add up until they fill the link,
+    where without a cap each extra flow divides it at once. Without a cap every number is what it was before the
+    cap existed, bit for bit."""
 
     latency_s: float
     bandwidth_Bps: float
+    flow_bandwidth_Bps: float | None = None
 
     def __post_init__(self):
         if not self.latency_s >= 0:
             raise ConfigError("latency", self.latency_s, "a time >= 0")
         if not self.bandwidth_Bps > 0:
             raise ConfigError("bandwidth", self.bandwidth_Bps, "a bandwidth > 0")
+        if self.flow_bandwidth_Bps is not None and not self.flow_bandwidth_Bps > 0:
+            raise ConfigError("flow_bandwidth", self.flow_bandwidth_Bps, "a bandwidth > 0, or none (the link's)")
+
+    @property
+    def flow_Bps(self) -> float:
+        """What one flow alone reaches (B/s): the flow cap, at most the link's bandwidth."""
+        cap = self.flow_bandwidth_Bps
+        return self.bandwidth_Bps if cap is None else min(cap, self.bandwidth_Bps)
 
     @property
     def beta_s_per_B(self) -> float:
-        return 1.0 / self.bandwidth_Bps
+        """Seconds per byte of one flow alone (1 / flow_Bps): the β of the α-β forms, whose steps send one flow
+        per link end."""
+        if self.flow_bandwidth_Bps is None:
+            return 1.0 / self.bandwidth_Bps
+        return 1.0 / self.flow_Bps
 
     def time(self, nbytes: float, flows: int = 1) -> float:
-        """One message of `nbytes` while `flows` messages share this link: α + flows·M·β."""
-        return self.latency_s + flows * nbytes / self.bandwidth_Bps
+        """One message of `nbytes` while `flows` messages share this link: α + max(M / flow cap, flows·M /
+        bandwidth) (α + flows·M / bandwidth without a cap)."""
+        shared = self.latency_s + flows * nbytes / self.bandwidth_Bps
+        if self.flow_bandwidth_Bps is None:
+            return shared
+        return max(shared, self.latency_s + nbytes / self.flow_bandwidth_Bps)
+
+    def with_bandwidth(self, bandwidth_Bps: float) -> Link:
+        """The same link at another bandwidth (a slower NIC, a fabric share), its flow cap kept."""
+        return replace(self, bandwidth_Bps=bandwidth_Bps)
 
 
 @dataclass(frozen=True)
@@ -74,7 +102,7 @@ class Cluster:
         """What a flow leaving a node sees: the NIC, slowed by fabric oversubscription when there are several nodes."""
         if self.nodes == 1 or self.oversubscription == 1.0:
             return self.nic
-        return Link(self.nic.latency_s, self.nic.bandwidth_Bps / self.oversubscription)
+        return self.nic.with_bandwidth(self.nic.bandwidth_Bps / self.oversubscription)
 
     @property
     def gamma_s_per_B(self) -> float:
@@ -91,7 +119,7 @@ class Cluster:
         bws = [bw for node, bw in self.degraded_nics if wanted is None or node in wanted]
         if not bws or min(bws) >= self.nic.bandwidth_Bps:
             return self.inter
-        return Link(self.nic.latency_s, min(bws) / (self.oversubscription if self.nodes > 1 else 1.0))
+        return self.nic.with_bandwidth(min(bws) / (self.oversubscription if self.nodes > 1 else 1.0))
 
     def link_between(self, a: int, b: int) -> Link:
         na, nb = self.node_of(a), self.node_of(b)

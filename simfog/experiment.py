@@ -207,7 +207,8 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
            "degraded_nics"}
 _WORKLOAD = {"trace", "compute", "optimizer"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
-            "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory"}
+            "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
+            "intra_flow_bandwidth"}
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
@@ -363,12 +364,33 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if comm.collective == "linear" and (comm.alpha_s is None or comm.beta_s_per_B is None):
         raise ConfigError("comm.alpha" if comm.alpha_s is None else "comm.beta", "(missing)",
                           'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"', source=source)
+    cluster = _with_flow_caps(cluster, c, network, source)
     hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
                                       source)
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute, optimizer), cluster, comm, source,
                       network_trace, hetero, network)
+
+
+def _with_flow_caps(cluster: Cluster, c: Mapping, network: NetworkFile | None, source: str | None) -> Cluster:
+    """The per-flow caps of the point-to-point model (simfog.p2p), from [cluster] nic_flow_bandwidth /
+    intra_flow_bandwidth or the network file's [p2p] section (one place per cap, not both), put on the links
+    after any calibration has replaced them."""
+    links = {}
+    for key, link, name in (("nic_flow_bandwidth", "nic", "nic_Bps"), ("intra_flow_bandwidth", "intra", "intra_Bps")):
+        from_file = getattr(network.flows, name) if network is not None else None
+        if key in c and from_file is not None:
+            raise ConfigError(f"cluster.{key}", c[key], f"either here or in the network file's [p2p] section "
+                              f"({network.path}), not both", source=source)
+        cap = _quantity(c, key, "bandwidth", "cluster.", source) if key in c else from_file
+        if cap is None:
+            continue
+        if not cap > 0:
+            raise ConfigError(f"cluster.{key}", c[key], 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one '
+                              "flow reaches; leave the key out for the link's bandwidth)", source=source)
+        links[link] = replace(getattr(cluster, link), flow_bandwidth_Bps=cap)
+    return replace(cluster, **links) if links else cluster
 
 
 def _network_file(c: Mapping, base_dir: Path, source: str | None) -> NetworkFile | None:

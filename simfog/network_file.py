@@ -15,14 +15,20 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     nvls = false
     collnet = false
 
+    [p2p]                         # optional: per-flow caps of the point-to-point model (simfog.p2p)
+    nic_flow_bandwidth = "850Mbit/s"   # what ONE flow between nodes reaches (default: the NIC's bandwidth)
+    intra_flow_bandwidth = "20GB/s"    # what one flow inside a node reaches (default: the intra link's)
+
     [provenance]                  # what the numbers rest on (free-form strings)
     fitted_from = "..."
 
-Human units in the file, SI inside (simfog.units). Unknown keys are errors.
+Human units in the file, SI inside (simfog.units). Unknown keys are errors. A flow cap bounds each message of a
+point-to-point exchange: k flows through one NIC run at min(cap, NIC bandwidth / k) each (simfog.cluster.Link).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,15 +43,37 @@ _QUANTITIES = {"intra_bus_bandwidth": ("intra_bus_Bps", "bandwidth"),
 _PLAIN = {"version": str, "gpu_arch": str, "cpu_vendor": str, "intra_transport": str, "channels": int,
           "nvls": bool, "collnet": bool}
 _REQUIRED = ("intra_bus_bandwidth", "inter_bus_bandwidth")
+_FLOW_KEYS = {"nic_flow_bandwidth": "nic_Bps", "intra_flow_bandwidth": "intra_Bps"}
+_FLOW_ALLOWED = 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one flow reaches; leave the key out for none)'
+
+
+@dataclass(frozen=True)
+class FlowCaps:
+    """Per-flow caps (B/s) of the point-to-point model: between nodes (`nic_Bps`) and inside a node
+    (`intra_Bps`); None: the link's bandwidth (simfog.cluster.Link.flow_bandwidth_Bps)."""
+
+    nic_Bps: float | None = None
+    intra_Bps: float | None = None
+
+    def __post_init__(self):
+        for key, name in _FLOW_KEYS.items():
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf):
+                raise ConfigError(f"p2p.{key}", v, _FLOW_ALLOWED)
+
+    @property
+    def any(self) -> bool:
+        return self.nic_Bps is not None or self.intra_Bps is not None
 
 
 @dataclass(frozen=True)
 class NetworkFile:
-    """A loaded network file: the NCCL network and its provenance strings."""
+    """A loaded network file: the NCCL network, the point-to-point flow caps and its provenance strings."""
 
     nccl: NcclNetwork
     provenance: dict = field(default_factory=dict)
     path: str = ""
+    flows: FlowCaps = FlowCaps()
 
 
 def load(path: str | Path) -> NetworkFile:
@@ -53,9 +81,9 @@ def load(path: str | Path) -> NetworkFile:
     path = str(path)
     text = files.read_text(path)
     doc = files.parse_toml(text, path, "a valid TOML network file")
-    unknown = set(doc) - {"nccl", "provenance"}
+    unknown = set(doc) - {"nccl", "p2p", "provenance"}
     if unknown:
-        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, provenance", source=path)
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance", source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
         raise ConfigError("nccl", "(missing)", "a [nccl] section (write one with `simfog calibrate ... -o`)",
@@ -82,11 +110,27 @@ def load(path: str | Path) -> NetworkFile:
     prov = doc.get("provenance", {})
     if not isinstance(prov, dict):
         raise ConfigError("provenance", prov, "a table of strings", source=path)
-    return NetworkFile(net, prov, path)
+    return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path))
 
 
-def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None) -> str:
-    """The TOML text of a network file (human units, 6 significant figures)."""
+def _flow_caps(section: object, path: str) -> FlowCaps:
+    """The [p2p] section: per-flow caps, each a bandwidth > 0 with its unit."""
+    if not isinstance(section, dict):
+        raise ConfigError("p2p", section, f"a table with {' and/or '.join(_FLOW_KEYS)}", source=path)
+    caps = {}
+    for key, value in section.items():
+        if key not in _FLOW_KEYS:
+            raise ConfigError(f"p2p.{key}", value, f"one of {', '.join(_FLOW_KEYS)}", source=path)
+        bw = units.parse(value, "bandwidth", field=f"p2p.{key}", source=path)
+        if not bw > 0:
+            raise ConfigError(f"p2p.{key}", value, _FLOW_ALLOWED, source=path)
+        caps[_FLOW_KEYS[key]] = bw
+    return FlowCaps(**caps)
+
+
+def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: FlowCaps = FlowCaps()) -> str:
+    """The TOML text of a network file (human units, 6 significant figures; flow caps, when any, in bit/s with
+    every digit, so that a cap written and read back is the same float)."""
     lines = ["# simfog network file: NCCL's cost model with calibrated parameters (see simfog/nccl.py)", "[nccl]"]
     for key in ("version", "gpu_arch", "cpu_vendor", "intra_transport"):
         lines.append(f'{key} = "{getattr(net, key)}"')
@@ -98,6 +142,11 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None) -> str:
     lines.append(f'tree_fill = "{net.tree_fill_B:.6g}B"')
     lines.append(f"nvls = {str(net.nvls).lower()}")
     lines.append(f"collnet = {str(net.collnet).lower()}")
+    if flows.any:
+        lines += ["", "[p2p]"]
+        for key, name in _FLOW_KEYS.items():
+            if getattr(flows, name) is not None:
+                lines.append(f'{key} = "{getattr(flows, name) * 8!r}bit/s"')
     if provenance:
         lines += ["", "[provenance]"]
         for k, v in provenance.items():
@@ -105,10 +154,11 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None = None) -> None:
+def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None = None,
+         flows: FlowCaps = FlowCaps()) -> None:
     """Write a network file atomically."""
     with files.atomic_open(path) as f:
-        f.write(dumps(net, provenance))
+        f.write(dumps(net, provenance, flows))
 
 
 def _toml_string(s: str) -> str:

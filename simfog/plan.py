@@ -152,8 +152,10 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
         raise ConfigError(p + "oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
     gpus_per_node = integer("gpus_per_node")
     return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
-                         Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth")),
-                         Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth")),
+                         Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),
+                              network.flows.intra_Bps if network else None),
+                         Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
+                              network.flows.nic_Bps if network else None),
                          float(price), float(over),
                          names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
                          names("merges", merge.POLICIES), str(d.get("description", "")), network,

@@ -74,6 +74,24 @@ def test_exp2_static_divides_the_nic_by_the_degree():
     assert s["comm_s"] == pytest.approx(A + 3 * M / BW, rel=1e-12)
 
 
+@pytest.mark.parametrize(("cap", "shared"), [(None, 2 * M / BW), (0.8 * BW, 2 * M / BW), (0.25 * BW, M / (0.25 * BW))])
+def test_one_peer_exp2_on_two_ranks_per_node_under_a_flow_cap(cap, shared):
+    # 4 nodes x 2 ranks, one-peer exp2 (n = 8, D = 3): shift 1 puts one flow on each NIC, shifts 2 and 4 two
+    # (both ranks of a node send off-node). Flow level: α + max(M/cap, flows·M/BW); no cap: α + flows·M/BW.
+    nic = replace(NIC, flow_bandwidth_Bps=cap)
+    trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
+    exp = make_experiment(trace, nodes=4, gpus_per_node=2, nic=nic, algorithm="neighbor", topology="one_peer_exp2",
+                          iterations=3)
+    sim = new_simulation(exp)
+    sim.run()
+    msgs = sim.algorithm.messages()
+    inter = msgs[msgs.src // 2 != msgs.dst // 2]
+    one = A + M / (BW if cap is None else min(cap, BW))
+    for it, want in ((0, one), (1, A + shared), (2, A + shared)):
+        d = inter[inter.iteration == it]
+        assert np.allclose(d.end_s - d.start_s, want, rtol=1e-12), (it, want)
+
+
 @pytest.mark.parametrize("n", [8, 12])
 def test_one_peer_exp2_sends_one_model_sized_message_per_rank_per_iteration(n):
     sim, _ = run(0.002, nodes=n, algorithm="neighbor", topology="one_peer_exp2", iterations=5)

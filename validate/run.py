@@ -24,10 +24,13 @@ Decentralized algorithms (replay mode): "neighbor" (combine "awc", a non-hierarc
 one_peer_exp2) and "wagma" run `validate.ranks.decentralized` with the simulator's own schedule of messages or groups.
 Their simulated costs are point-to-point messages, so their links are calibrated from a gloo "sendrecv"
 microbenchmark (every rank sends M to its ring neighbour and receives M, both at once; T = α + M·β) on the same
-network instead of the allreduce ring fit. neighbor is simulated with comm.negotiate = false (the real run does not
-negotiate). wagma is run as a blocking group allreduce, which waits for the group's members where simfog's model
-(and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is refused for it (see
-validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
+network instead of the allreduce ring fit. That ring shift puts exactly one flow on each NIC (each way), so its
+fitted rate is what ONE flow reaches: on an emulated cluster it becomes the per-flow cap of a NIC whose capacity is
+the tbf rate's TCP payload (`flow_link`, `nic_capacity`; simfog.p2p's flow-level model), so that exchanges with
+several flows on a NIC are not charged the fit's shortfall twice. neighbor is simulated with comm.negotiate =
+false (the real run does not negotiate). wagma is run as a blocking group allreduce, which waits for the group's
+members where simfog's model (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is
+refused for it (see validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
 
 fsdp (replay or model mode, gloo) runs FSDP2 itself (`validate.ranks.fsdp`: fully_shard per unit of the experiment's fsdp_unit,
@@ -55,7 +58,7 @@ from pathlib import Path
 
 from simfog import merge
 from simfog.calibrate import Calibration, fit
-from simfog.cluster import Cluster
+from simfog.cluster import Cluster, Link
 from simfog.engine import ComputeModel, Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
@@ -268,12 +271,13 @@ def host_overheads(trace, mode: str, backend: str = "gloo") -> dict:
     return record
 
 
-def simulated_experiment(exp: Experiment, calibration: Calibration | None, overheads: dict | None = None
-                         ) -> Experiment:
+def simulated_experiment(exp: Experiment, calibration: Calibration | None, overheads: dict | None = None,
+                         nic_capacity_Bps: float | None = None) -> Experiment:
     """`exp` with the calibrated links and collective ring (what gloo runs); neighbor averaging without
     negotiation (the real run posts its messages at once). `overheads`: this host's `host_overheads`, which
     replace the trace's own record (measured where the trace was collected); the experiment file's values still
-    win (simfog.overheads.resolve)."""
+    win (simfog.overheads.resolve). `nic_capacity_Bps`: what all flows through one NIC carry (`nic_capacity`);
+    given, the calibrated NIC rate becomes the per-flow cap of a NIC of that capacity (flow_link)."""
     if overheads is not None:
         from simfog.overheads import TRACE_KEY
 
@@ -283,6 +287,8 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     if calibration is not None and hasattr(calibration, "simulated"):  # NCCL on GPUs: NCCL's model, fitted
         return calibration.simulated(exp)
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster
+    if nic_capacity_Bps is not None and calibration is not None and "nic" in calibration.fits:
+        cluster = replace(cluster, nic=flow_link(calibration.fits["nic"].link, nic_capacity_Bps))
     # gloo: a segmented ring whose step latency hides behind the transfer. Its 2 worker threads could run two
     # collectives at once (comm.streams = 2), but on this emulation (up to 8 ranks on 2 cores, per-message costs
     # are CPU time) that over-corrects: re-predicting the 96 allreduce rows of a bench run gave median/worst
@@ -293,6 +299,31 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     if exp.comm.algorithm == "wagma":  # the real run is a blocking subgroup allreduce; its global step a gloo ring
         comm = replace(comm, wait_for_group=True, global_collective=True)
     return replace(exp, cluster=cluster, comm=comm)
+
+
+def flow_link(fitted: Link, capacity_Bps: float) -> Link:
+    """The NIC link of the flow-level point-to-point model (simfog.p2p) from a sendrecv fit: the fitted latency,
+    the fitted rate as the per-flow cap and `capacity_Bps` as what the NIC carries in all (never below the fitted
+    rate, so that the model still reproduces the microbenchmark it was fitted on).
+
+    The sendrecv microbenchmark is a ring shift in the run's layout (rank r sends to r + 1, node by node), so
+    every NIC carries exactly one flow each way: its fit is the rate ONE flow reaches while every rank of the run
+    is busy, which is a per-flow rate, not the NIC's. Exchanges that put several flows on one NIC (one-peer exp2
+    on 2 ranks per node: both ranks of a node send off-node at shifts >= 2) then run at min(cap, capacity /
+    flows), where dividing the fitted rate by the flows would count the NIC twice."""
+    return Link(fitted.latency_s, max(capacity_Bps, fitted.bandwidth_Bps), flow_bandwidth_Bps=fitted.bandwidth_Bps)
+
+
+def nic_capacity(shape: Cluster, emulated: bool) -> float | None:
+    """Bytes/s of TCP payload that all flows through one NIC of `shape` carry at most: the declared rate (what
+    tbf shapes) times the payload share of a frame (validate.cluster.netemu.TCP_GOODPUT) on an emulated cluster;
+    None elsewhere (loopback has no NIC; a real cluster's NIC rate is not known here), which keeps the calibrated
+    rate as the NIC's."""
+    if not emulated:
+        return None
+    from validate.cluster.netemu import TCP_GOODPUT
+
+    return shape.nic.bandwidth_Bps * TCP_GOODPUT
 
 
 def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
@@ -513,7 +544,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
             return GroupRun(failed, None, None, emulated, note, [v.row for v in failed])
         fits = {c: calibration_of(net, c, options.backend) for c in collectives}
         calibration = fits[collectives[0]]
-        prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work)
+        capacity = nic_capacity(first, emulated) if options.backend == "gloo" else None
+        prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work, capacity)
                     for vid, exp in zip(ids, experiments, strict=True)]
         load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
         drops = _drops(cluster)
@@ -525,6 +557,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         sim_exp, plan, predicted, config = prepared[k]
         keys = {**_row_keys(vid, exp, options, emulated, fits[calibration_collective(exp)]), "load_average": load,
                 "dropped_packets": drops, **_overhead_keys(sim_exp)}
+        if sim_exp.cluster.nic.flow_bandwidth_Bps is not None:  # the flow-level model's NIC (flow_link)
+            keys["nic_capacity_Bps"] = sim_exp.cluster.nic.bandwidth_Bps
         if ranks is None:
             validations.append(Validation(vid, exp, sim_exp, predicted, None, compare.failed_row(keys, error)))
             continue
@@ -610,11 +644,15 @@ def _drops(cluster) -> int:
     return sum(n[d]["dropped_packets"] for n in cluster.shaper_stats() for d in ("upload", "download"))
 
 
-def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path):
+def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path,
+             capacity_Bps: float | None = None):
     """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration. A decentralized
-    algorithm's plan is one bucket, the whole model (its flat parameters)."""
+    algorithm's plan is one bucket, the whole model (its flat parameters). `capacity_Bps`: the NIC capacity of
+    point-to-point experiments (nic_capacity), None for the others."""
+    p2p = calibration_collective(exp) == "sendrecv"
     sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode,
-                                                                    options.backend))
+                                                                    options.backend),
+                                   capacity_Bps if p2p else None)
     sim = new_simulation(sim_exp)
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace

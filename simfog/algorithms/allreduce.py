@@ -187,18 +187,17 @@ def _unpack(env, coll, done, seconds: float, extra: list):
 
 
 def _shared_allreduce_time(cost):
-    """duration(nbytes, k): allreduce time when k collectives share every link's bandwidth (latency unshared)."""
+    """duration(nbytes, k): allreduce time when k collectives share every link's bandwidth (latency unshared; a
+    link's flow cap, simfog.cluster.Link, still bounds each collective's flow)."""
     from dataclasses import replace
-
-    from simfog.cluster import Link
 
     models = {}
 
     def duration(nbytes: float, k: int) -> float:
         if k not in models:
             c = cost.cluster
-            cluster = replace(c, intra=Link(c.intra.latency_s, c.intra.bandwidth_Bps / k),
-                              nic=Link(c.nic.latency_s, c.nic.bandwidth_Bps / k),
+            cluster = replace(c, intra=c.intra.with_bandwidth(c.intra.bandwidth_Bps / k),
+                              nic=c.nic.with_bandwidth(c.nic.bandwidth_Bps / k),
                               degraded_nics=tuple((n, bw / k) for n, bw in c.degraded_nics))
             beta = None if cost.beta_s_per_B is None else cost.beta_s_per_B * k
             models[k] = replace(cost, cluster=cluster, beta_s_per_B=beta)

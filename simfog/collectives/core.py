@@ -361,9 +361,10 @@ class CostModel:
 
 
 def p2p_time(cluster: Cluster, src: int, dst: int, nbytes: float, flows: int = 1) -> float:
-    """Seconds for one point-to-point message of `nbytes` from rank `src` to `dst`: α + flows·M·β of the intra
-    link when both share a node, else of the inter link, with `flows` concurrent messages sharing that link's
-    bandwidth. A message to oneself costs 0. Raises ConfigError for ranks outside the cluster or flows < 1."""
+    """Seconds for one point-to-point message of `nbytes` from rank `src` to `dst`: α + max(M / flow cap,
+    flows·M / bandwidth) of the intra link when both share a node, else of the inter link, with `flows` concurrent
+    messages sharing that link's bandwidth (α + flows·M·β without a flow cap; simfog.cluster.Link). A message to
+    oneself costs 0. Raises ConfigError for ranks outside the cluster or flows < 1."""
     for name, r in (("src", src), ("dst", dst)):
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < cluster.ranks:
             raise ConfigError(name, r, f"a rank in 0..{cluster.ranks - 1}")

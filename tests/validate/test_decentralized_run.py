@@ -61,6 +61,55 @@ def test_wagma_groups_are_the_simulators(size, groups):
     assert decentralized.group_of(cfg, 2, 5) == groups[1][3 if size == 2 else 1]
 
 
+def _sendrecv_calibration(alpha_s, flow_Bps):
+    """A Calibration of the sendrecv microbenchmark (T = α + M/flow) on 4 nodes x 2 ranks and on one node."""
+    from simfog.trace import Measurement, NetworkTrace, Provenance
+    from validate.run import calibration_of
+
+    sizes = (1_000, 100_000, 1_000_000, 3_000_000)
+    ms = [Measurement("sendrecv", 8, 4, b, (alpha_s + b / flow_Bps,) * 3) for b in sizes]
+    ms += [Measurement("sendrecv", 2, 1, b, (1e-4 + b / 1e9,) * 3) for b in sizes]
+    return calibration_of(NetworkTrace("gloo", "tcp", Provenance("synthetic", "2026-11-25", "test"), tuple(ms)),
+                          "sendrecv")
+
+
+@pytest.mark.parametrize(("flow_Bps", "capacity_Bps"), [(107e6, 119.5e6), (21.6e6, 23.9e6), (126e6, 119.5e6)])
+def test_sendrecv_fit_is_a_per_flow_cap_of_the_declared_nic(flow_Bps, capacity_Bps):
+    """The ring-shift microbenchmark puts one flow on each NIC, so its fit is a per-flow rate: the simulated NIC
+    gets the declared capacity and the fit as cap. One-peer exp2 on 4 nodes x 2: shift 1 puts one flow on each
+    NIC (α + M/cap, as measured), shifts 2 and 4 two (α + max(M/cap, 2M/capacity), not α + 2M/cap); a fit above
+    the capacity keeps the old numbers (capacity = fit)."""
+    from validate.run import simulated_experiment
+
+    cal = _sendrecv_calibration(1e-3, flow_Bps)
+    exp = _sim("neighbor", 8, per_node=2, topology="one_peer_exp2").experiment
+    sim_exp = simulated_experiment(exp, cal, None, capacity_Bps)
+    nic = sim_exp.cluster.nic
+    assert nic.flow_bandwidth_Bps == pytest.approx(flow_Bps, rel=1e-9)
+    assert nic.bandwidth_Bps == max(capacity_Bps, nic.flow_bandwidth_Bps)
+    assert nic.latency_s == pytest.approx(1e-3, rel=1e-6)
+    from simfog.p2p import Message, exchange_times
+
+    M = 1e6
+    for shift, flows in ((1, 1), (2, 2), (4, 2)):
+        t = exchange_times(sim_exp.cluster, [Message(r, (r + shift) % 8, M) for r in range(8)])
+        inter = [x for r, x in enumerate(t) if r // 2 != ((r + shift) % 8) // 2]
+        want = nic.latency_s + max(M / nic.flow_bandwidth_Bps, flows * M / nic.bandwidth_Bps)
+        assert inter == [pytest.approx(want, rel=1e-12)] * len(inter)
+    # without a capacity (loopback, a real cluster): the fit is the NIC, flows divide it as before
+    old = simulated_experiment(exp, cal, None).cluster.nic
+    assert old.flow_bandwidth_Bps is None and old.bandwidth_Bps == pytest.approx(flow_Bps, rel=1e-9)
+
+
+def test_nic_capacity_is_the_tbf_rates_tcp_payload_on_emulated_clusters_only():
+    from simfog.cluster import Cluster, Link
+    from validate.run import nic_capacity
+
+    shape = Cluster(4, 2, Link(0.0, 1e9), Link(0.0, 125e6))
+    assert nic_capacity(shape, True) == pytest.approx(125e6 * 1448 / 1514, rel=1e-12)
+    assert nic_capacity(shape, False) is None
+
+
 def test_what_cannot_be_validated_is_refused():
     neighbor = _sim("neighbor", 4, topology="one_peer_exp2").experiment
     check_experiment(neighbor, "replay")

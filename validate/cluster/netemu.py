@@ -51,6 +51,10 @@ PORT_IFNAME = "{prefix}-p{index}"  # switch side, inside the switch namespace
 BRIDGE_IFNAME = "{prefix}-br"
 NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace under its name
 MTU = 1500  # what a real Ethernet NIC uses; the 1448/1514 payload share is then part of what is measured
+# Payload bytes per byte tbf counts at MTU 1500: a 1514 B frame (14 B Ethernet header, counted by tbf) carries
+# 1448 B of TCP payload (IP 20 + TCP 20 + timestamps 12). What all the TCP flows through one shaped NIC carry at
+# most: the NIC capacity of simfog's flow-level point-to-point model (validate.run).
+TCP_GOODPUT = (MTU - 52) / (MTU + 14)
 
 # tbf defaults, why these numbers (Linux sch_tbf.c; tc-tbf(8)):
 # - burst: the bucket must hold the largest packet it passes (else tbf segments GSO packets first), and the
