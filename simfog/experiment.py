@@ -75,6 +75,7 @@ class Comm:
     global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
     wait_for_group: bool = False             # WAGMA: a group op starts when its LAST member arrives (blocking)
     global_collective: bool = False          # WAGMA: cost the global step as comm.collective's allreduce
+    group_collective: bool = False           # WAGMA: cost each group op as a ring allreduce among its members
     powersgd_rank: int | None = None         # PowerSGD matrix approximation rank (default 1)
     encode_bandwidth_Bps: float | None = None  # compression codec throughput, bytes of uncompressed data per s
     async_period_s: float | None = None      # BAGUA async: sleep between two averaging rounds (default 500 ms)
@@ -212,7 +213,8 @@ _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_b
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
          "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
-         "async_period", "consensus_eps", "wait_for_group", "global_collective", "nccl_algo", "nccl_proto",
+         "async_period", "consensus_eps", "wait_for_group", "global_collective", "group_collective", "nccl_algo",
+         "nccl_proto",
          "mpi_switch",
          "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"} | SHARDED_KEYS
 COMBINES = ("awc", "atc")
@@ -511,7 +513,7 @@ def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
     if "topology" in m:
         out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
     out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
-    for key in ("hierarchical", "negotiate", "wait_for_group", "global_collective"):
+    for key in ("hierarchical", "negotiate", "wait_for_group", "global_collective", "group_collective"):
         if key in m:
             if not isinstance(m[key], bool):
                 raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)

@@ -174,3 +174,19 @@ def test_blocking_groups_wait_for_their_last_member_and_global_step_can_use_the_
     sim = sim_of(8, group_size=2, global_every=1, collective="linear", alpha=0.002, beta=1e-9,
                  global_collective=True)
     assert sim.run().buckets[0]["global_s"] == pytest.approx(0.002 + 1e-9 * M, rel=1e-12)
+
+
+def test_group_collective_costs_the_gloo_ring_of_the_group():
+    # group_collective: each group op is a ring allreduce among its S members, 2(S-1) steps of M/S.
+    # S = 2 on 8 single-rank nodes: 2 x (1 ms + 2 MB / 1 GB/s) = 6 ms (recursive doubling: 5 ms).
+    # S = 4: 6 x (1 ms + 1 MB / 1 GB/s) = 12 ms (recursive doubling: 2 rounds, 10 ms).
+    for s, want in ((2, 2 * (A + M / 2 / BW)), (4, 6 * (A + M / 4 / BW))):
+        b = sim_of(8, group_size=s, global_every=100, iterations=1, group_collective=True).run().buckets[0]
+        assert b["group_s"] == pytest.approx(want, rel=1e-12)
+    # 2 nodes x 4 ranks, S = 2 with partners across nodes (layout bits 2: r and r ^ 4): in each step the 4 ranks of
+    # a node send off-node at once and share the NIC: 2 x (1 ms + 4 x 2 MB / 1 GB/s) = 18 ms.
+    trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
+    exp = make_experiment(trace, nodes=2, gpus_per_node=4, nic=Link(A, BW), iterations=1, algorithm="wagma",
+                          group_size=2, group_collective=True)
+    alg = new_simulation(exp).algorithm
+    assert alg.group_seconds(2) == pytest.approx(np.full(8, 2 * (A + 4 * M / 2 / BW)), rel=1e-12)

@@ -20,8 +20,9 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2
   calibrated from a gloo sendrecv microbenchmark (point-to-point), measured in the same launch as the allreduce
   one. WAGMA is run as a BLOCKING group allreduce (gloo has no wait-avoiding collective): it waits for the
   group's members, where simfog's wagma (and real WAGMA) does not; under this homogeneous replay the members arrive
-  together and the two coincide (see validate.ranks.decentralized). Groups of 2 keep gloo's ring equal to WAGMA's
-  recursive doubling; the global step is gloo's ring over all ranks, which simfog costs as recursive doubling.
+  together and the two coincide (see validate.ranks.decentralized). The validator costs what gloo runs: each group's
+  allreduce as a ring among its members (comm.group_collective: for groups of 2, two steps of M/2, one latency more
+  than WAGMA's recursive doubling) and the global step as gloo's ring over all ranks (comm.global_collective).
 - fsdp (validate.ranks.fsdp: FSDP2 fully_shard per unit, prefetch 1), both models on 2, 4 and 8 ranks of one rank per
   node at 200 Mbit/s: units of one layer and of 300 kB (layers added until a unit holds 300 kB), each with and
   without reshard_after_forward. Collectives are costed on the allreduce fit; gloo's reduce-scatter is an

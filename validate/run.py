@@ -296,8 +296,8 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     comm = replace(exp.comm, collective="gloo_ring")
     if exp.comm.algorithm == "neighbor":
         comm = replace(comm, negotiate=False)
-    if exp.comm.algorithm == "wagma":  # the real run is a blocking subgroup allreduce; its global step a gloo ring
-        comm = replace(comm, wait_for_group=True, global_collective=True)
+    if exp.comm.algorithm == "wagma":  # the real run: blocking subgroup allreduces and a global one, gloo rings
+        comm = replace(comm, wait_for_group=True, global_collective=True, group_collective=True)
     return replace(exp, cluster=cluster, comm=comm)
 
 

@@ -23,7 +23,11 @@ ran (the operation may have run during its previous iteration).
 Options for implementations that are not wait-avoiding (e.g. a blocking group allreduce over gloo or NCCL
 subgroups, which validate.ranks.decentralized runs): comm.wait_for_group = true starts a group operation when its last
 member arrives and makes every member wait for it, as the global step does; comm.global_collective = true costs the
-global step as comm.collective's allreduce among all ranks (a ring for gloo) instead of recursive doubling.
+global step as comm.collective's allreduce among all ranks (a ring for gloo) instead of recursive doubling;
+comm.group_collective = true costs each group operation as the ring allreduce a subgroup runs there (gloo's ring):
+2(S-1) steps in which every member sends M/S bytes to the next member of its group, all groups at once, each step
+timed by simfog.p2p.exchange_times (so groups crossing one NIC share it) and lasting its group's slowest message.
+For S = 2 that is 2α + M·β where recursive doubling pays α + M·β.
 """
 
 from __future__ import annotations
@@ -91,10 +95,25 @@ class WAGMA:
             total += worst[group]
         return total
 
+    def _ring(self, bits: tuple[int, ...]) -> np.ndarray:
+        """Per rank: seconds of its group's ring allreduce over `bits` (comm.group_collective; see the docstring)."""
+        cluster, n = self.sim.experiment.cluster, self.n
+        ranks = np.arange(n)
+        mask = sum(1 << b for b in bits)
+        group = ranks & ~mask
+        members = {g: sorted(int(r) for r in ranks[group == g]) for g in np.unique(group)}
+        size = len(next(iter(members.values())))
+        successor = {m[i]: m[(i + 1) % size] for m in members.values() for i in range(size)}
+        times = np.array(exchange_times(cluster, [Message(r, successor[r], self.nbytes / size) for r in range(n)]))
+        worst = np.zeros(n)
+        np.maximum.at(worst, group, times)
+        return 2 * (size - 1) * worst[group]
+
     def group_seconds(self, layout: int) -> np.ndarray:
         """Seconds of the group operation of each rank's group under layout `layout` (rank-indexed)."""
         if layout not in self._group_s:
-            self._group_s[layout] = self._rounds(self.layouts[layout])
+            cost = self._ring if self.sim.experiment.comm.group_collective else self._rounds
+            self._group_s[layout] = cost(self.layouts[layout])
         return self._group_s[layout]
 
     def is_global(self, iteration: int) -> bool:
