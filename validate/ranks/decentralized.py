@@ -46,8 +46,8 @@ from simfog.errors import ConfigError
 
 ALGORITHMS = ("neighbor", "wagma")
 WAGMA_NOTE = ("wagma: real = blocking gloo group allreduce (a ring; the group waits for its members), simulated = "
-              "wait-avoiding recursive doubling started by the first member; they agree only when members arrive "
-              "together (homogeneous replay) and, for the cost, for groups of 2")
+              "the same (wait_for_group, group ring through simfog.p2p, global gloo ring), not the wait-avoiding "
+              "recursive doubling of real WAGMA; the two agree when members arrive together (homogeneous replay)")
 NEIGHBOR_NOTE = "neighbor: isend/irecv of the flat parameters at backward start, waited before the step; no negotiation"
 
 
