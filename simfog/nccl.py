@@ -50,13 +50,14 @@ class _Constants:
     base_lat: tuple            # baseLat[algo][proto]
     hw_lat: dict               # hwLat[nvlink|pci|net][algo][proto]
     ll_max_bw: tuple           # llMaxBws[index1][index2]: row 0..3 = arch on 1 node; rows 0/1 = intel/amd beyond
-    ring_ll128_per_ch: tuple   # perChMaxRingLL128Bws[arch][index2]
-    tree_ll128_per_ch: tuple   # perChMaxTreeLL128Bws[arch][index2]
+    ring_ll128_per_ch: tuple | None  # perChMaxRingLL128Bws[arch][index2]; None where the cap is by collective
+    tree_ll128_per_ch: tuple | None  # perChMaxTreeLL128Bws[arch][index2]; None where the cap is by collective
     tree_per_ch: tuple         # perChMaxTreeBws[arch][index2]
     tree_correction: tuple     # treeCorrectionFactor[proto][log2(nBytes/64)]
     ring_ll_factor: float      # Ring LL busBw factor (0.5 since 2.19; 1/4 before)
     net_overhead: bool         # "inter-node rings still have to launch nsteps * net overhead" (2.19+)
     ll_intra_multinode: float  # 2.8: intraLat *= 1.8 for LL on several nodes
+    ll128_per_ch_by_op: dict | None = None  # 2.8: ll128MaxBwPerCh[coll], Ring and Tree LL128 (replaces the two above)
 
 
 _TREE_CORRECTION_2_30 = (
@@ -91,8 +92,11 @@ CONSTANTS = {
                 "pci": ((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 5.5), (1.0, 1.9, 5.5), (0,) * 3, (0,) * 3),
                 "net": ((5.0, 8.5, 28), (2.7, 4.0, 9.6), (5.0, 5.0, 10.7), (5.0, 5.0, 10.7), (0,) * 3, (0,) * 3)},
         ll_max_bw=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
-        # 2.8 caps LL128 per channel by collective (ll128MaxBwPerCh, allreduce 18.8); used for every arch.
-        ring_ll128_per_ch=((18.8,) * 3,) * 4, tree_ll128_per_ch=((18.8,) * 3,) * 4,
+        # 2.8 caps LL128 per channel by collective, the same for Ring and Tree and every arch (tuning.cc:74,
+        # ll128MaxBwPerCh = {Broadcast 18.8, Reduce 12.0, AllGather 18.3, ReduceScatter 15.2, AllReduce 16.9}).
+        ring_ll128_per_ch=None, tree_ll128_per_ch=None,
+        ll128_per_ch_by_op={"broadcast": 18.8, "reduce": 12.0, "allgather": 18.3, "reduce_scatter": 15.2,
+                            "allreduce": 16.9},
         tree_per_ch=((26.5, 18.5, 10.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0)),
         tree_correction=_TREE_CORRECTION_2_8, ring_ll_factor=0.25, net_overhead=False,
         ll_intra_multinode=1.8),
@@ -184,6 +188,9 @@ def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: N
     idx1 = arch if nodes == 1 else CPU_VENDORS.index(net.cpu_vendor)
     ll_max = c.ll_max_bw[idx1][idx2]
     nch = net.channels
+    by_op = c.ll128_per_ch_by_op
+    ring_ll128_cap = by_op[op] if by_op else c.ring_ll128_per_ch[arch][idx2]
+    tree_ll128_cap = by_op[op] if by_op else c.tree_ll128_per_ch[arch][idx2]
     ppn = ranks / nodes
     bus = (net.intra_bus_Bps if nodes == 1 else net.inter_bus_Bps) / 1e9  # GB/s, as NCCL computes
     per_ch = bus / nch
@@ -196,13 +203,13 @@ def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: N
     if algo == "ring" and proto == "LL":
         bus = min(ll_max, bus * c.ring_ll_factor)
     if algo == "ring" and proto == "LL128":
-        bus = min(bus * (0.7 if net.version == "2.8" and ppn < 2 else 0.92), nch * c.ring_ll128_per_ch[arch][idx2])
+        bus = min(bus * (0.7 if net.version == "2.8" and ppn < 2 else 0.92), nch * ring_ll128_cap)
     if algo == "tree" and op == "allreduce":
         bus = min(bus * 0.92, nch * c.tree_per_ch[arch][idx2])
     if algo == "tree" and proto == "LL":
         bus = min(bus / 3.8, ll_max)
     if algo == "tree" and proto == "LL128":
-        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), nch * c.tree_ll128_per_ch[arch][idx2])
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), nch * tree_ll128_cap)
     if algo == "collnet_direct":
         factor = ppn / nch
         bus /= factor - (factor - 1) / 2

@@ -51,6 +51,28 @@ def test_nccl_2_8_tables_by_hand():
     assert t == pytest.approx((19.152 + 2 * 7 + 4096 / (1000 * 5 * 8 / 14)) * US, rel=1e-9)
 
 
+@pytest.mark.parametrize("op,cap,nsteps", [("broadcast", 18.8, 8), ("reduce", 12.0, 8), ("allgather", 18.3, 7),
+                                            ("reduce_scatter", 15.2, 7), ("allreduce", 16.9, 14)])
+def test_nccl_2_8_ll128_cap_is_per_collective(op, cap, nsteps):
+    # 2.8 (v2.8.4 tuning.cc:74): ll128MaxBwPerCh = {Broadcast 18.8, Reduce 12.0, AllGather 18.3, ReduceScatter 15.2,
+    # AllReduce 16.9} GB/s per channel. 8 ranks on 1 node, Volta, NVLink, 2 channels, bus 100 GB/s:
+    # Ring LL128 busBw = min(0.92 x 100 = 92, 2 x cap) = 2 x cap; algBw = 2 x cap x 8/nsteps.
+    # lat = baseLat[Ring][LL128] 10.0 + nsteps x hwLat[NVLink][Ring][LL128] 1.9 (broadcast/reduce: n steps of it).
+    net = nccl.NcclNetwork(100e9, 20e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s(op, 2**20, 8, 1, net, "ring", "LL128")
+    assert t == pytest.approx((10.0 + nsteps * 1.9 + 2**20 / (1000 * 2 * cap * 8 / nsteps)) * US, rel=1e-9)
+
+
+def test_nccl_2_8_tree_ll128_cap_is_allreduce_cap():
+    # 16 ranks on 2 nodes, Volta, 2 channels, bus 100 GB/s: Tree busBw = min(0.92 x 100, 2 x perChMaxTreeBw[Volta][N2]
+    # 18.5) = 37; LL128: min(37 x 0.915 = 33.855, 2 x ll128MaxBwPerCh[AllReduce] 16.9 = 33.8) = 33.8 (tuning.cc:129);
+    # algBw = 0.5 x 33.8; 1 MiB: treeCorrectionFactor[LL128][14] = 0.6 (2.8's table).
+    # lat = baseLat[Tree][LL128] 4.4 + 2 x ((8-1) x 1.25 + log2(2) x hwLat[NET][Tree][LL128] 8.5) = 38.9 us.
+    net = nccl.NcclNetwork(100e9, 100e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s("allreduce", 2**20, 16, 2, net, "tree", "LL128")
+    assert t == pytest.approx((38.9 + 2**20 / (1000 * 0.5 * 33.8 * 0.6)) * US, rel=1e-9)
+
+
 def test_steps_of_other_collectives():
     # allgather on 1 node, ring Simple: nsteps = n - 1; algBw = busBw x n/(n-1).
     t = nccl.time_s("allgather", 2**24, 4, 1, A100, "ring", "Simple")
