@@ -57,6 +57,7 @@ class _Constants:
     ring_ll_factor: float      # Ring LL busBw factor (0.5 since 2.19; 1/4 before)
     net_overhead: bool         # "inter-node rings still have to launch nsteps * net overhead" (2.19+)
     ll_intra_multinode: float  # 2.8: intraLat *= 1.8 for LL on several nodes
+    tree_ll128_factor: float   # Tree LL128 busBw factor on several nodes (7/9 on one): 120/128 (2.30), 0.915 (2.8)
     ll128_per_ch_by_op: dict | None = None  # 2.8: ll128MaxBwPerCh[coll], Ring and Tree LL128 (replaces the two above)
 
 
@@ -84,7 +85,7 @@ CONSTANTS = {
         tree_ll128_per_ch=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0)),
         tree_per_ch=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0)),
         tree_correction=_TREE_CORRECTION_2_30, ring_ll_factor=0.5, net_overhead=True,
-        ll_intra_multinode=1.0),
+        ll_intra_multinode=1.0, tree_ll128_factor=120.0 / 128.0),
     # NCCL 2.8 (v2.8.4-1): tree, ring, collnet only; Volta/Ampere tables; no net overhead, no graph latency.
     "2.8": _Constants(
         base_lat=((4.4, 4.4, 0), (3.6, 10.0, 8.4), (4.4, 4.4, 0), (4.4, 4.4, 0), (0, 0, 0), (0, 0, 0)),
@@ -99,7 +100,7 @@ CONSTANTS = {
                             "allreduce": 16.9},
         tree_per_ch=((26.5, 18.5, 10.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0)),
         tree_correction=_TREE_CORRECTION_2_8, ring_ll_factor=0.25, net_overhead=False,
-        ll_intra_multinode=1.8),
+        ll_intra_multinode=1.8, tree_ll128_factor=0.915),  # tuning.cc:129: 0.915 /*120.0/128.0*/
 }
 
 
@@ -209,7 +210,7 @@ def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: N
     if algo == "tree" and proto == "LL":
         bus = min(bus / 3.8, ll_max)
     if algo == "tree" and proto == "LL128":
-        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), nch * tree_ll128_cap)
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else c.tree_ll128_factor), nch * tree_ll128_cap)
     if algo == "collnet_direct":
         factor = ppn / nch
         bus /= factor - (factor - 1) / 2

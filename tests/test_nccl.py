@@ -73,6 +73,16 @@ def test_nccl_2_8_tree_ll128_cap_is_allreduce_cap():
     assert t == pytest.approx((38.9 + 2**20 / (1000 * 0.5 * 33.8 * 0.6)) * US, rel=1e-9)
 
 
+def test_nccl_2_8_tree_ll128_factor_by_hand():
+    # 2.8 (v2.8.4 tuning.cc:129): Tree LL128 busBw x 0.915 on several nodes (2.30: 120/128). 16 ranks on 2 nodes,
+    # Volta, 2 channels, bus 20 GB/s: Tree busBw = min(0.92 x 20 = 18.4, 2 x 18.5) = 18.4; LL128: min(18.4 x 0.915
+    # = 16.836, 2 x 16.9) = 16.836; algBw = 0.5 x 16.836; 1 MiB: treeCorrectionFactor[LL128][14] = 0.6.
+    # lat = 4.4 + 2 x ((8-1) x 1.25 + 1 x 8.5) = 38.9 us.
+    net = nccl.NcclNetwork(100e9, 20e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s("allreduce", 2**20, 16, 2, net, "tree", "LL128")
+    assert t == pytest.approx((38.9 + 2**20 / (1000 * 0.5 * 16.836 * 0.6)) * US, rel=1e-9)
+
+
 def test_steps_of_other_collectives():
     # allgather on 1 node, ring Simple: nsteps = n - 1; algBw = busBw x n/(n-1).
     t = nccl.time_s("allgather", 2**24, 4, 1, A100, "ring", "Simple")
