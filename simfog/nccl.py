@@ -53,7 +53,7 @@ class _Constants:
     ring_ll128_per_ch: tuple | None  # perChMaxRingLL128Bws[arch][index2]; None where the cap is by collective
     tree_ll128_per_ch: tuple | None  # perChMaxTreeLL128Bws[arch][index2]; None where the cap is by collective
     tree_per_ch: tuple         # perChMaxTreeBws[arch][index2]
-    tree_correction: tuple     # treeCorrectionFactor[proto][log2(nBytes/64)]
+    tree_correction: tuple     # treeCorrectionFactor[proto][log2(nBytes/64)] (Tree reads indices < 23)
     ring_ll_factor: float      # Ring LL busBw factor (0.5 since 2.19; 1/4 before)
     net_overhead: bool         # "inter-node rings still have to launch nsteps * net overhead" (2.19+)
     ll_intra_multinode: float  # 2.8: intraLat *= 1.8 for LL on several nodes
@@ -275,7 +275,9 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     log_size = int(nbytes) >> 6
     log_size = log_size.bit_length() - 1 if log_size > 0 else -1
     table = CONSTANTS[net.version].tree_correction
-    if algo == "tree" and op == "allreduce" and 0 <= log_size < len(table[0]):
+    # Tree: indices 0..22 (64 B to 256 MiB) in both releases (2.30 tuning.cc:640, v2.8.4 tuning.cc:278); 2.30's
+    # 24th entry is read only by NVLS tree on Blackwell (tuning.cc:643), not by Tree: 512 MiB and up are uncorrected.
+    if algo == "tree" and op == "allreduce" and 0 <= log_size < 23:
         bw *= table[_P[proto]][log_size]
     lat = latency_s(op, algo, proto, ranks, nodes, net)
     if algo == "ring" and proto == "Simple" and nodes > 1 and op == "allreduce":

@@ -33,6 +33,17 @@ def test_tree_ll128_four_nodes_by_hand():
     assert t == pytest.approx((81.5 + 2**20 / (1000 * 43.125 * 0.6)) * US, rel=1e-9)
 
 
+def test_tree_correction_stops_below_index_23():
+    # 2.30 tuning.cc:640: Tree's correction applies for logSize = log2(nBytes >> 6) < 23, so up to 256 MiB (index 22,
+    # Simple 0.9) and not at 512 MiB (index 23, whose 0.9 only NVLS tree reads). 32 ranks on 4 nodes, tree Simple:
+    # busBw = min(0.92 x 100, 8 x perChMaxTreeBw[Ampere][N4] 17.8 = 142.4) = 92; algBw = 46;
+    # lat = 8.4 + 2 x ((8-1) x 4.0 + log2(4) x (14 + 4 + 4 flush)) = 152.4 us.
+    assert nccl.time_s("allreduce", 2**28, 32, 4, A100, "tree", "Simple") == pytest.approx(
+        (152.4 + 2**28 / (1000 * 46 * 0.9)) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 2**29, 32, 4, A100, "tree", "Simple") == pytest.approx(
+        (152.4 + 2**29 / (1000 * 46)) * US, rel=1e-9)
+
+
 def test_ring_simple_multi_node_plateau_by_hand():
     # 16 ranks on 2 nodes: intraLat = max(3.4, netOverhead 1 x 3) = 3.4; interLat = 14 + 4 + 4 (flush) = 22;
     # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau: 64 MiB / (8 x 16) >= 64 on Ampere);
