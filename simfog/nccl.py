@@ -11,7 +11,8 @@ parameter of `NcclNetwork`, fitted by `simfog calibrate` from nccl-tests logs:
 - `intra_bus_Bps`: nChannels · bwIntra of the single-node graph (bus bandwidth on one node);
 - `inter_bus_Bps`: nChannels · bw of the multi-node graph (NCCL takes bwIntra on ≤ 2 nodes, bwInter beyond; the
   search makes them equal whenever the NICs are the bottleneck, so simfog keeps one);
-- `channels`: nChannels (only the per-channel caps of LL128 and Tree use it);
+- `channels`: the graph's nChannels (the per-channel caps of LL128 and Tree use it; 2.30's ring plateau test reads the
+  run-time comm->nChannels instead, at least twice this: `runtime_channels`);
 - `latency_inter_s`: the graph's latencyInter (added once per inter-node step, twice for Simple: "flush"); 2.8
   had no such term, so there it is simfog's fitted addition (0 gives 2.8's tables exactly);
 - `launch_s`: time per operation that NCCL's model leaves out (kernel launch, the benchmark's loop), fitted;
@@ -181,6 +182,20 @@ def _arch_index(net: NcclNetwork) -> int:
     return ARCHS.index(net.gpu_arch)
 
 
+def runtime_channels(net: NcclNetwork, nodes: int) -> int:
+    """comm->nChannels, the run-time channel count, as 2.30's ncclTopoPostset (connect.cc) sets it from the graph's
+    nChannels (`net.channels`): doubled ("Duplication should be complete now", capped at MAXCHANNELS 64), and doubled
+    again below 16 on Hopper and later over several nodes when the ring graph's bwIntra per channel exceeds 45 GB/s
+    (simfog's multi-node bwIntra is inter_bus_Bps / channels). NCCL's other changes are left out: CollNet's x1.5
+    needs the chain graph's bwIntra > bwInter (simfog keeps one bandwidth), unpack networks (GPUDirect TCPX) and
+    NCCL_MIN/MAX_NCHANNELS / CTA limits are not modelled. Only 2.30's ring plateau test reads it."""
+    n = min(64, 2 * net.channels)
+    if (nodes > 1 and net.gpu_arch in ("hopper", "blackwell") and net.inter_bus_Bps / 1e9 / net.channels > 45.0
+            and n < 16):
+        n = 2 * n
+    return n
+
+
 def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: NcclNetwork) -> float:
     """NCCL's algorithm bandwidth (B/s) for `op` before the size-dependent tree correction: busBw from the graph,
     the protocol and algorithm caps, then bus -> algorithm bandwidth (ring n/nsteps, tree 1/2)."""
@@ -284,7 +299,7 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
         if net.version == "2.8":
             if nbytes >= ranks / 16.0 * 65536:
                 lat *= 1.9
-        elif nbytes / (net.channels * ranks) >= 64:
+        elif int(nbytes) // (runtime_channels(net, nodes) * ranks) >= 64:  # comm->nChannels (tuning.cc:648)
             lat *= 1.9 if net.gpu_arch == "volta" else 1.4
     fill = 0.0
     if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:

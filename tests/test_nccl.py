@@ -46,10 +46,37 @@ def test_tree_correction_stops_below_index_23():
 
 def test_ring_simple_multi_node_plateau_by_hand():
     # 16 ranks on 2 nodes: intraLat = max(3.4, netOverhead 1 x 3) = 3.4; interLat = 14 + 4 + 4 (flush) = 22;
-    # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau: 64 MiB / (8 x 16) >= 64 on Ampere);
-    # algBw = 100 x 16/30 GB/s.
+    # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau on Ampere: 64 MiB / (comm->nChannels 16 x 16)
+    # >= 64); algBw = 100 x 16/30 GB/s.
     t = nccl.time_s("allreduce", 2**26, 16, 2, A100, "ring", "Simple")
     assert t == pytest.approx((147.6 * 1.4 + 2**26 / (1000 * 100 * 16 / 30)) * US, rel=1e-9)
+
+
+def test_ring_plateau_counts_run_time_channels():
+    # 2.30 tuning.cc:648 tests nBytes / (comm->nChannels x nRanks) >= 64 with the run-time count, which
+    # ncclTopoPostset (connect.cc) makes twice the graph's 8: 16 x 16 ranks x 64 = 16 KiB, not 8 KiB.
+    assert nccl.runtime_channels(A100, 2) == 16
+    bw = 1000 * 100 * 16 / 30
+    assert nccl.time_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 8192 / bw) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 16383, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 16383 / bw) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 16384, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 * 1.4 + 16384 / bw) * US, rel=1e-9)
+
+
+def test_ring_plateau_hopper_doubles_channels_again():
+    # connect.cc: on Hopper over several nodes, a ring graph with bwIntra > 45 GB/s per channel and fewer than 16
+    # run-time channels gets twice as many again: graph 4 -> 8 -> 16 at 200 GB/s (50 per channel), only 8 at
+    # 160 GB/s (40 per channel). 16 ranks on 2 nodes, no latencyInter: lat = 8.4 + 28 x max(3.4, 3) + 2 x 14 =
+    # 131.6 us, x 1.4 above the plateau threshold, 64 x 16 ranks x comm->nChannels: 16 KiB or 8 KiB.
+    fast = nccl.NcclNetwork(900e9, 200e9, channels=4, gpu_arch="hopper")
+    slow = nccl.NcclNetwork(900e9, 160e9, channels=4, gpu_arch="hopper")
+    assert [nccl.runtime_channels(n, k) for n, k in ((fast, 2), (slow, 2), (fast, 1))] == [16, 8, 8]
+    assert nccl.time_s("allreduce", 8192, 16, 2, fast, "ring", "Simple") == pytest.approx(
+        (131.6 + 8192 / (1000 * 200 * 16 / 30)) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 8192, 16, 2, slow, "ring", "Simple") == pytest.approx(
+        (131.6 * 1.4 + 8192 / (1000 * 160 * 16 / 30)) * US, rel=1e-9)
 
 
 def test_nccl_2_8_tables_by_hand():
