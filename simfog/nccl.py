@@ -11,7 +11,8 @@ parameter of `NcclNetwork`, fitted by `simfog calibrate` from nccl-tests logs:
 - `intra_bus_Bps`: nChannels · bwIntra of the single-node graph (bus bandwidth on one node);
 - `inter_bus_Bps`: nChannels · bw of the multi-node graph (NCCL takes bwIntra on ≤ 2 nodes, bwInter beyond; the
   search makes them equal whenever the NICs are the bottleneck, so simfog keeps one);
-- `channels`: nChannels (only the per-channel caps of LL128 and Tree use it);
+- `channels`: the graph's nChannels (the per-channel caps of LL128 and Tree use it; 2.30's ring plateau test reads the
+  run-time comm->nChannels instead, at least twice this: `runtime_channels`);
 - `latency_inter_s`: the graph's latencyInter (added once per inter-node step, twice for Simple: "flush"); 2.8
   had no such term, so there it is simfog's fitted addition (0 gives 2.8's tables exactly);
 - `launch_s`: time per operation that NCCL's model leaves out (kernel launch, the benchmark's loop), fitted;
@@ -50,13 +51,15 @@ class _Constants:
     base_lat: tuple            # baseLat[algo][proto]
     hw_lat: dict               # hwLat[nvlink|pci|net][algo][proto]
     ll_max_bw: tuple           # llMaxBws[index1][index2]: row 0..3 = arch on 1 node; rows 0/1 = intel/amd beyond
-    ring_ll128_per_ch: tuple   # perChMaxRingLL128Bws[arch][index2]
-    tree_ll128_per_ch: tuple   # perChMaxTreeLL128Bws[arch][index2]
+    ring_ll128_per_ch: tuple | None  # perChMaxRingLL128Bws[arch][index2]; None where the cap is by collective
+    tree_ll128_per_ch: tuple | None  # perChMaxTreeLL128Bws[arch][index2]; None where the cap is by collective
     tree_per_ch: tuple         # perChMaxTreeBws[arch][index2]
-    tree_correction: tuple     # treeCorrectionFactor[proto][log2(nBytes/64)]
+    tree_correction: tuple     # treeCorrectionFactor[proto][log2(nBytes/64)] (Tree reads indices < 23)
     ring_ll_factor: float      # Ring LL busBw factor (0.5 since 2.19; 1/4 before)
     net_overhead: bool         # "inter-node rings still have to launch nsteps * net overhead" (2.19+)
     ll_intra_multinode: float  # 2.8: intraLat *= 1.8 for LL on several nodes
+    tree_ll128_factor: float   # Tree LL128 busBw factor on several nodes (7/9 on one): 120/128 (2.30), 0.915 (2.8)
+    ll128_per_ch_by_op: dict | None = None  # 2.8: ll128MaxBwPerCh[coll], Ring and Tree LL128 (replaces the two above)
 
 
 _TREE_CORRECTION_2_30 = (
@@ -83,7 +86,7 @@ CONSTANTS = {
         tree_ll128_per_ch=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0)),
         tree_per_ch=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0)),
         tree_correction=_TREE_CORRECTION_2_30, ring_ll_factor=0.5, net_overhead=True,
-        ll_intra_multinode=1.0),
+        ll_intra_multinode=1.0, tree_ll128_factor=120.0 / 128.0),
     # NCCL 2.8 (v2.8.4-1): tree, ring, collnet only; Volta/Ampere tables; no net overhead, no graph latency.
     "2.8": _Constants(
         base_lat=((4.4, 4.4, 0), (3.6, 10.0, 8.4), (4.4, 4.4, 0), (4.4, 4.4, 0), (0, 0, 0), (0, 0, 0)),
@@ -91,11 +94,14 @@ CONSTANTS = {
                 "pci": ((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 5.5), (1.0, 1.9, 5.5), (0,) * 3, (0,) * 3),
                 "net": ((5.0, 8.5, 28), (2.7, 4.0, 9.6), (5.0, 5.0, 10.7), (5.0, 5.0, 10.7), (0,) * 3, (0,) * 3)},
         ll_max_bw=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
-        # 2.8 caps LL128 per channel by collective (ll128MaxBwPerCh, allreduce 18.8); used for every arch.
-        ring_ll128_per_ch=((18.8,) * 3,) * 4, tree_ll128_per_ch=((18.8,) * 3,) * 4,
+        # 2.8 caps LL128 per channel by collective, the same for Ring and Tree and every arch (tuning.cc:74,
+        # ll128MaxBwPerCh = {Broadcast 18.8, Reduce 12.0, AllGather 18.3, ReduceScatter 15.2, AllReduce 16.9}).
+        ring_ll128_per_ch=None, tree_ll128_per_ch=None,
+        ll128_per_ch_by_op={"broadcast": 18.8, "reduce": 12.0, "allgather": 18.3, "reduce_scatter": 15.2,
+                            "allreduce": 16.9},
         tree_per_ch=((26.5, 18.5, 10.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0), (24.0, 22.5, 16.0)),
         tree_correction=_TREE_CORRECTION_2_8, ring_ll_factor=0.25, net_overhead=False,
-        ll_intra_multinode=1.8),
+        ll_intra_multinode=1.8, tree_ll128_factor=0.915),  # tuning.cc:129: 0.915 /*120.0/128.0*/
 }
 
 
@@ -176,6 +182,20 @@ def _arch_index(net: NcclNetwork) -> int:
     return ARCHS.index(net.gpu_arch)
 
 
+def runtime_channels(net: NcclNetwork, nodes: int) -> int:
+    """comm->nChannels, the run-time channel count, as 2.30's ncclTopoPostset (connect.cc) sets it from the graph's
+    nChannels (`net.channels`): doubled ("Duplication should be complete now", capped at MAXCHANNELS 64), and doubled
+    again below 16 on Hopper and later over several nodes when the ring graph's bwIntra per channel exceeds 45 GB/s
+    (simfog's multi-node bwIntra is inter_bus_Bps / channels). NCCL's other changes are left out: CollNet's x1.5
+    needs the chain graph's bwIntra > bwInter (simfog keeps one bandwidth), unpack networks (GPUDirect TCPX) and
+    NCCL_MIN/MAX_NCHANNELS / CTA limits are not modelled. Only 2.30's ring plateau test reads it."""
+    n = min(64, 2 * net.channels)
+    if (nodes > 1 and net.gpu_arch in ("hopper", "blackwell") and net.inter_bus_Bps / 1e9 / net.channels > 45.0
+            and n < 16):
+        n = 2 * n
+    return n
+
+
 def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: NcclNetwork) -> float:
     """NCCL's algorithm bandwidth (B/s) for `op` before the size-dependent tree correction: busBw from the graph,
     the protocol and algorithm caps, then bus -> algorithm bandwidth (ring n/nsteps, tree 1/2)."""
@@ -184,6 +204,9 @@ def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: N
     idx1 = arch if nodes == 1 else CPU_VENDORS.index(net.cpu_vendor)
     ll_max = c.ll_max_bw[idx1][idx2]
     nch = net.channels
+    by_op = c.ll128_per_ch_by_op
+    ring_ll128_cap = by_op[op] if by_op else c.ring_ll128_per_ch[arch][idx2]
+    tree_ll128_cap = by_op[op] if by_op else c.tree_ll128_per_ch[arch][idx2]
     ppn = ranks / nodes
     bus = (net.intra_bus_Bps if nodes == 1 else net.inter_bus_Bps) / 1e9  # GB/s, as NCCL computes
     per_ch = bus / nch
@@ -196,13 +219,13 @@ def bandwidth_Bps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: N
     if algo == "ring" and proto == "LL":
         bus = min(ll_max, bus * c.ring_ll_factor)
     if algo == "ring" and proto == "LL128":
-        bus = min(bus * (0.7 if net.version == "2.8" and ppn < 2 else 0.92), nch * c.ring_ll128_per_ch[arch][idx2])
+        bus = min(bus * (0.7 if net.version == "2.8" and ppn < 2 else 0.92), nch * ring_ll128_cap)
     if algo == "tree" and op == "allreduce":
         bus = min(bus * 0.92, nch * c.tree_per_ch[arch][idx2])
     if algo == "tree" and proto == "LL":
         bus = min(bus / 3.8, ll_max)
     if algo == "tree" and proto == "LL128":
-        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), nch * c.tree_ll128_per_ch[arch][idx2])
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else c.tree_ll128_factor), nch * tree_ll128_cap)
     if algo == "collnet_direct":
         factor = ppn / nch
         bus /= factor - (factor - 1) / 2
@@ -267,14 +290,16 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     log_size = int(nbytes) >> 6
     log_size = log_size.bit_length() - 1 if log_size > 0 else -1
     table = CONSTANTS[net.version].tree_correction
-    if algo == "tree" and op == "allreduce" and 0 <= log_size < len(table[0]):
+    # Tree: indices 0..22 (64 B to 256 MiB) in both releases (2.30 tuning.cc:640, v2.8.4 tuning.cc:278); 2.30's
+    # 24th entry is read only by NVLS tree on Blackwell (tuning.cc:643), not by Tree: 512 MiB and up are uncorrected.
+    if algo == "tree" and op == "allreduce" and 0 <= log_size < 23:
         bw *= table[_P[proto]][log_size]
     lat = latency_s(op, algo, proto, ranks, nodes, net)
     if algo == "ring" and proto == "Simple" and nodes > 1 and op == "allreduce":
         if net.version == "2.8":
             if nbytes >= ranks / 16.0 * 65536:
                 lat *= 1.9
-        elif nbytes / (net.channels * ranks) >= 64:
+        elif int(nbytes) // (runtime_channels(net, nodes) * ranks) >= 64:  # comm->nChannels (tuning.cc:648)
             lat *= 1.9 if net.gpu_arch == "volta" else 1.4
     fill = 0.0
     if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:

@@ -33,12 +33,50 @@ def test_tree_ll128_four_nodes_by_hand():
     assert t == pytest.approx((81.5 + 2**20 / (1000 * 43.125 * 0.6)) * US, rel=1e-9)
 
 
+def test_tree_correction_stops_below_index_23():
+    # 2.30 tuning.cc:640: Tree's correction applies for logSize = log2(nBytes >> 6) < 23, so up to 256 MiB (index 22,
+    # Simple 0.9) and not at 512 MiB (index 23, whose 0.9 only NVLS tree reads). 32 ranks on 4 nodes, tree Simple:
+    # busBw = min(0.92 x 100, 8 x perChMaxTreeBw[Ampere][N4] 17.8 = 142.4) = 92; algBw = 46;
+    # lat = 8.4 + 2 x ((8-1) x 4.0 + log2(4) x (14 + 4 + 4 flush)) = 152.4 us.
+    assert nccl.time_s("allreduce", 2**28, 32, 4, A100, "tree", "Simple") == pytest.approx(
+        (152.4 + 2**28 / (1000 * 46 * 0.9)) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 2**29, 32, 4, A100, "tree", "Simple") == pytest.approx(
+        (152.4 + 2**29 / (1000 * 46)) * US, rel=1e-9)
+
+
 def test_ring_simple_multi_node_plateau_by_hand():
     # 16 ranks on 2 nodes: intraLat = max(3.4, netOverhead 1 x 3) = 3.4; interLat = 14 + 4 + 4 (flush) = 22;
-    # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau: 64 MiB / (8 x 16) >= 64 on Ampere);
-    # algBw = 100 x 16/30 GB/s.
+    # lat = 8.4 + (30 - 2) x 3.4 + 2 x 22 = 147.6 us, x 1.4 (plateau on Ampere: 64 MiB / (comm->nChannels 16 x 16)
+    # >= 64); algBw = 100 x 16/30 GB/s.
     t = nccl.time_s("allreduce", 2**26, 16, 2, A100, "ring", "Simple")
     assert t == pytest.approx((147.6 * 1.4 + 2**26 / (1000 * 100 * 16 / 30)) * US, rel=1e-9)
+
+
+def test_ring_plateau_counts_run_time_channels():
+    # 2.30 tuning.cc:648 tests nBytes / (comm->nChannels x nRanks) >= 64 with the run-time count, which
+    # ncclTopoPostset (connect.cc) makes twice the graph's 8: 16 x 16 ranks x 64 = 16 KiB, not 8 KiB.
+    assert nccl.runtime_channels(A100, 2) == 16
+    bw = 1000 * 100 * 16 / 30
+    assert nccl.time_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 8192 / bw) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 16383, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 16383 / bw) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 16384, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 * 1.4 + 16384 / bw) * US, rel=1e-9)
+
+
+def test_ring_plateau_hopper_doubles_channels_again():
+    # connect.cc: on Hopper over several nodes, a ring graph with bwIntra > 45 GB/s per channel and fewer than 16
+    # run-time channels gets twice as many again: graph 4 -> 8 -> 16 at 200 GB/s (50 per channel), only 8 at
+    # 160 GB/s (40 per channel). 16 ranks on 2 nodes, no latencyInter: lat = 8.4 + 28 x max(3.4, 3) + 2 x 14 =
+    # 131.6 us, x 1.4 above the plateau threshold, 64 x 16 ranks x comm->nChannels: 16 KiB or 8 KiB.
+    fast = nccl.NcclNetwork(900e9, 200e9, channels=4, gpu_arch="hopper")
+    slow = nccl.NcclNetwork(900e9, 160e9, channels=4, gpu_arch="hopper")
+    assert [nccl.runtime_channels(n, k) for n, k in ((fast, 2), (slow, 2), (fast, 1))] == [16, 8, 8]
+    assert nccl.time_s("allreduce", 8192, 16, 2, fast, "ring", "Simple") == pytest.approx(
+        (131.6 + 8192 / (1000 * 200 * 16 / 30)) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 8192, 16, 2, slow, "ring", "Simple") == pytest.approx(
+        (131.6 * 1.4 + 8192 / (1000 * 160 * 16 / 30)) * US, rel=1e-9)
 
 
 def test_nccl_2_8_tables_by_hand():
@@ -49,6 +87,38 @@ def test_nccl_2_8_tables_by_hand():
     net = nccl.NcclNetwork(100e9, 20e9, latency_inter_s=7 * US, channels=2, version="2.8", gpu_arch="volta")
     t = nccl.time_s("allreduce", 4096, 8, 2, net, "ring", "LL")
     assert t == pytest.approx((19.152 + 2 * 7 + 4096 / (1000 * 5 * 8 / 14)) * US, rel=1e-9)
+
+
+@pytest.mark.parametrize("op,cap,nsteps", [("broadcast", 18.8, 8), ("reduce", 12.0, 8), ("allgather", 18.3, 7),
+                                            ("reduce_scatter", 15.2, 7), ("allreduce", 16.9, 14)])
+def test_nccl_2_8_ll128_cap_is_per_collective(op, cap, nsteps):
+    # 2.8 (v2.8.4 tuning.cc:74): ll128MaxBwPerCh = {Broadcast 18.8, Reduce 12.0, AllGather 18.3, ReduceScatter 15.2,
+    # AllReduce 16.9} GB/s per channel. 8 ranks on 1 node, Volta, NVLink, 2 channels, bus 100 GB/s:
+    # Ring LL128 busBw = min(0.92 x 100 = 92, 2 x cap) = 2 x cap; algBw = 2 x cap x 8/nsteps.
+    # lat = baseLat[Ring][LL128] 10.0 + nsteps x hwLat[NVLink][Ring][LL128] 1.9 (broadcast/reduce: n steps of it).
+    net = nccl.NcclNetwork(100e9, 20e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s(op, 2**20, 8, 1, net, "ring", "LL128")
+    assert t == pytest.approx((10.0 + nsteps * 1.9 + 2**20 / (1000 * 2 * cap * 8 / nsteps)) * US, rel=1e-9)
+
+
+def test_nccl_2_8_tree_ll128_cap_is_allreduce_cap():
+    # 16 ranks on 2 nodes, Volta, 2 channels, bus 100 GB/s: Tree busBw = min(0.92 x 100, 2 x perChMaxTreeBw[Volta][N2]
+    # 18.5) = 37; LL128: min(37 x 0.915 = 33.855, 2 x ll128MaxBwPerCh[AllReduce] 16.9 = 33.8) = 33.8 (tuning.cc:129);
+    # algBw = 0.5 x 33.8; 1 MiB: treeCorrectionFactor[LL128][14] = 0.6 (2.8's table).
+    # lat = baseLat[Tree][LL128] 4.4 + 2 x ((8-1) x 1.25 + log2(2) x hwLat[NET][Tree][LL128] 8.5) = 38.9 us.
+    net = nccl.NcclNetwork(100e9, 100e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s("allreduce", 2**20, 16, 2, net, "tree", "LL128")
+    assert t == pytest.approx((38.9 + 2**20 / (1000 * 0.5 * 33.8 * 0.6)) * US, rel=1e-9)
+
+
+def test_nccl_2_8_tree_ll128_factor_by_hand():
+    # 2.8 (v2.8.4 tuning.cc:129): Tree LL128 busBw x 0.915 on several nodes (2.30: 120/128). 16 ranks on 2 nodes,
+    # Volta, 2 channels, bus 20 GB/s: Tree busBw = min(0.92 x 20 = 18.4, 2 x 18.5) = 18.4; LL128: min(18.4 x 0.915
+    # = 16.836, 2 x 16.9) = 16.836; algBw = 0.5 x 16.836; 1 MiB: treeCorrectionFactor[LL128][14] = 0.6.
+    # lat = 4.4 + 2 x ((8-1) x 1.25 + 1 x 8.5) = 38.9 us.
+    net = nccl.NcclNetwork(100e9, 20e9, channels=2, version="2.8", gpu_arch="volta")
+    t = nccl.time_s("allreduce", 2**20, 16, 2, net, "tree", "LL128")
+    assert t == pytest.approx((38.9 + 2**20 / (1000 * 0.5 * 16.836 * 0.6)) * US, rel=1e-9)
 
 
 def test_steps_of_other_collectives():
