@@ -1,8 +1,9 @@
 """Scale bench (issue 14): one iteration with every rank explicit, per configuration and rank count.
 
 Each run is a fresh process (start-up included): `python bench/scale.py --child '<json>'` builds the shipped
-default experiment with the configuration's trace, compute mode, merge policy and collective at the rank count,
-simulates it with symmetric=False (no rank stands for another) and prints one JSON line. The parent measures the
+default experiment with the configuration's trace, compute mode, training algorithm (allreduce with a merge
+policy, or a sharded one: fsdp, hsdp, zero1-3 with their defaults) and collective at the rank count, simulates it
+with symmetric=False (no rank stands for another) and prints one JSON line. The parent measures the
 child's wall seconds and peak RSS (its own ru_maxrss, from os.wait4) and prints a table; its last line is
 
     seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>
@@ -11,6 +12,7 @@ and the line before it times the 1000-configuration sweep of the default experim
 collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (skip it with --no-sweep).
 
 Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
+                             [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3]
 """
 
 from __future__ import annotations
@@ -28,21 +30,26 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
 MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
 COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
+SHARDED = ["fsdp", "hsdp", "zero1", "zero2", "zero3"]
 RANKS = [8, 1024, 8192, 131072]
 
 
 def configs(quick: bool) -> list[dict]:
-    """Every trace × compute mode × (each merge over ring, and ddp over each collective); --quick: resnet50 with
-    samples and gpt2 with mean, merges over ring and ddp over nccl and hierarchical."""
+    """Every trace × compute mode × (allreduce: each merge over ring, and ddp over each collective; each sharded
+    algorithm over ring); --quick: resnet50 with samples and gpt2 with mean, merges over ring, ddp over nccl and
+    hierarchical, fsdp, zero2 and zero3."""
     out = []
     for trace, compute in itertools.product(TRACES, ["mean", "samples"]):
         if quick and (trace, compute) not in (("resnet50", "samples"), ("gpt2", "mean")):
             continue
         pairs = [(m, "ring") for m in MERGES] + [("ddp", c) for c in COLLECTIVES if c != "ring"]
+        sharded = SHARDED
         if quick:
             pairs = [(m, "ring") for m in ("wfbp", "ddp", "mgwfbp", "optimal")] + [("ddp", "nccl"),
                                                                                      ("mgwfbp", "hierarchical")]
-        out += [dict(trace=trace, compute=compute, merge=m, collective=c) for m, c in pairs]
+            sharded = ["fsdp", "zero2", "zero3"]
+        out += [dict(trace=trace, compute=compute, algorithm="allreduce", merge=m, collective=c) for m, c in pairs]
+        out += [dict(trace=trace, compute=compute, algorithm=a, merge="-", collective="ring") for a in sharded]
     return out
 
 
@@ -59,8 +66,9 @@ def child(spec: dict) -> None:
     exp = replace(exp, iterations=spec["iterations"],
                   workload=replace(exp.workload, trace=load_model_trace(path), trace_path=str(path),
                                    compute=spec["compute"]))
-    exp = exp.with_ranks(spec["ranks"]).with_comm(merge=spec["merge"], collective=spec["collective"],
-                                                  threshold_bytes=25 * 2**20)
+    algorithm = spec.get("algorithm", "allreduce")
+    merge = {"merge": spec["merge"], "threshold_bytes": 25 * 2**20} if algorithm == "allreduce" else {}
+    exp = exp.with_ranks(spec["ranks"]).with_comm(algorithm=algorithm, collective=spec["collective"], **merge)
     s = simulate(exp, symmetric=False).summary()
     print(json.dumps({k: s[k] for k in ("path", "iteration_time_s", "buckets", "ranks", "symmetric_fast_path")}))
 
@@ -119,21 +127,25 @@ def main() -> int:
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma-separated")
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--no-sweep", action="store_true", help="skip the 1000-configuration sweep")
+    p.add_argument("--algorithms", default=",".join(["allreduce"] + SHARDED),
+                   help="training algorithms to run, comma-separated (allreduce: the merge and collective rows)")
     args = p.parse_args()
     if args.child:
         child(json.loads(args.child))
         return 0
     ranks = [int(r) for r in args.ranks.split(",")]
     worst = {"seconds_8192": 0.0, "seconds_131072": 0.0, "rss_131072_MiB": 0.0}
-    print(f"{'trace':9} {'compute':7} {'merge':9} {'collective':12} {'ranks':>7} {'wall_s':>7} {'rss_MiB':>8} "
-          f"{'path':8} iteration_s", flush=True)
+    algorithms = set(args.algorithms.split(","))
+    print(f"{'trace':9} {'compute':7} {'algorithm':9} {'merge':9} {'collective':12} {'ranks':>7} {'wall_s':>7} "
+          f"{'rss_MiB':>8} {'path':8} iteration_s", flush=True)
     failed = 0
-    for spec in configs(args.quick):
+    for spec in (c for c in configs(args.quick) if c["algorithm"] in algorithms):
         for n in ranks:
             r = run_one({**spec, "ranks": n, "iterations": args.iterations})
             what = r.get("path", "FAILED") if r["rc"] == 0 else "FAILED"
             tail = f"{r['iteration_time_s']:.6f}" if r["rc"] == 0 else r["error"]
-            print(f"{spec['trace']:9} {spec['compute']:7} {spec['merge']:9} {spec['collective']:12} {n:>7} "
+            print(f"{spec['trace']:9} {spec['compute']:7} {spec['algorithm']:9} {spec['merge']:9} "
+                  f"{spec['collective']:12} {n:>7} "
                   f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
             failed += r["rc"] != 0
             if n == 8192:

@@ -17,7 +17,8 @@ Every addition is the one SimPy performs (`now + delay`, in the same order), so 
 the event engine. The per-(rank, iteration) columns the summary needs (compute, comm, exposed comm, idle, wait)
 are summed in the order and with the summation (np.add.reduceat) pandas uses on the engine's sorted records,
 so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
-(`Result.intervals()`), from the same recurrence.
+(`Result.intervals()`), from the same recurrence. The sharded algorithms (fsdp, hsdp, zero1-3: whole iterations
+from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded; `run` hands them to it.
 """
 
 from __future__ import annotations
@@ -142,6 +143,11 @@ def _time_ordered(steps, overhead: float):
 def run(sim):
     """Simulate `sim` (an engine.Simulation whose why_events() is None) analytically. Returns its Result."""
     from simfog.results import Result
+
+    if getattr(sim.algorithm, "run_iteration", None) is not None:  # sharded: whole iterations from a fixed Plan
+        from simfog import analytic_sharded
+
+        return analytic_sharded.run(sim, PATH_ANALYTIC)
 
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute

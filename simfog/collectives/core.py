@@ -289,6 +289,13 @@ def _check_time(value: object, field: str, what: str) -> None:
         raise ConfigError(field, value, what)
 
 
+def _check_op(op: str, nbytes: float) -> None:
+    if op not in OPS:
+        raise ConfigError("op", op, f"one of {', '.join(OPS)}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not (math.isfinite(nbytes) and nbytes >= 0):
+        raise ConfigError("nbytes", nbytes, "a size in bytes >= 0")
+
+
 @lru_cache(maxsize=1 << 16)
 def _cost(model: CostModel, op: str, nbytes: float, group: Group) -> float:
     if group.ranks <= 1:
@@ -328,23 +335,26 @@ class CostModel:
         """Seconds for collective `op` (one of OPS) on `nbytes` per rank among `members` (rank ids; None: all
         ranks). A group of one rank costs 0. Raises ConfigError for an unknown op, negative or non-finite bytes or
         members outside the cluster; Infeasible where the algorithm cannot run on this group (rhd: power of two)."""
-        if op not in OPS:
-            raise ConfigError("op", op, f"one of {', '.join(OPS)}")
-        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not (math.isfinite(nbytes)
-                                                                                    and nbytes >= 0):
-            raise ConfigError("nbytes", nbytes, "a size in bytes >= 0")
+        _check_op(op, nbytes)
         if members is not None:
             bad = [r for r in members if not (isinstance(r, numbers.Integral) and 0 <= r < self.cluster.ranks)]
             if bad or not len(members):
                 raise ConfigError("members", list(members), f"one or more ranks in 0..{self.cluster.ranks - 1}")
+        nodes = None if members is None or not self.cluster.degraded_nics else \
+            {self.cluster.node_of(r) for r in members}
+        return self.group_time(op, nbytes, Group.of(self.cluster, members), nodes)
+
+    def group_time(self, op: str, nbytes: float, group: Group, nodes: set[int] | None = None) -> float:
+        """time() of a group already described: its cluster.Group and, on a cluster with degraded NICs, the nodes it
+        spans (None: all). What time() reads of the members, for callers that cost many groups of one shape."""
+        _check_op(op, nbytes)
         model = self
         if self.cluster.degraded_nics:  # a degraded NIC in the group slows its inter-node hops (the bottleneck)
-            nodes = None if members is None else {self.cluster.node_of(r) for r in members}
             slow = self.cluster.slowest_inter(nodes)
             if slow != self.cluster.inter:
                 plain = replace(self.cluster, degraded_nics=(), oversubscription=1.0, nic=slow)
                 model = replace(self, cluster=plain)
-        return _cost(model, op, float(nbytes), Group.of(self.cluster, members))
+        return _cost(model, op, float(nbytes), group)
 
     def allreduce(self, nbytes: float) -> float:
         """Seconds for an allreduce of `nbytes` among all ranks (= time("allreduce", nbytes))."""
