@@ -4,7 +4,8 @@ fixed before the run, so an iteration is a max-plus recurrence, solved over ever
 Every rank runs the same program (`_Sharded.run_iteration`), flattened once into ops; `now` is the rank's compute
 stream (a vector over ranks):
 
-    issue c    arrive = max(now, end of the previous collective of c's stream, end of c.after);
+    issue c    arrive = max(now, end of the previous collective of c's stream, end of c.after, end of the
+               previous collective of c's process group, on any stream);
                start_c = max of arrive over c's group; end_c = start_c + duration_c  (per group)
                on the compute stream the rank waits for it: now = end_c
     need c     now = max(now, end_c)                 (what a step needs, a hook waits for)
@@ -88,6 +89,7 @@ class Program:
 
     ops: tuple
     groups: tuple
+    communicators: tuple  # per collective its plan group ("shard", "replica", "all"): one communicator each
     streams: tuple
     durations: tuple
     seconds: tuple
@@ -132,7 +134,8 @@ def program(sim) -> Program:
         for j in step.layers:  # float(sum(times[j] for j in layers)): added in this order, from 0
             total = total + times[:, j]
         seconds.append(total)
-    return Program(tuple(ops), groups, tuple(coll.stream for coll in plan.colls), _durations(sim, groups),
+    return Program(tuple(ops), groups, tuple(coll.group for coll in plan.colls),
+                   tuple(coll.stream for coll in plan.colls), _durations(sim, groups),
                    tuple(seconds), tuple(step.kind for step in plan.steps),
                    max(i for i, s in enumerate(plan.steps) if s.kind == "forward"), tuple(issued))
 
@@ -227,6 +230,7 @@ def iterate(sim, prog: Program, it: int, t0: np.ndarray, tables: dict | None = N
     steps = [] if keep else None
     columns = {"forward": 0, "backward": 0}
     tails: dict = {}
+    communicators: dict = {}  # plan group -> its last collective issued (the engine's _communicator_tails)
     now, latest, bwd_end, opt_start = t0, None, t0, t0
     for op in prog.ops:
         kind = op[0]
@@ -238,6 +242,10 @@ def iterate(sim, prog: Program, it: int, t0: np.ndarray, tables: dict | None = N
                 arrival = np.maximum(arrival, prog.groups[tails[stream]].per_rank(end[tails[stream]]))
             if after is not None:
                 arrival = np.maximum(arrival, prog.groups[after].per_rank(end[after]))
+            previous = communicators.get(prog.communicators[k])
+            if previous is not None:
+                arrival = np.maximum(arrival, prog.groups[previous].per_rank(end[previous]))
+            communicators[prog.communicators[k]] = k
             start[k] = g.max(arrival)
             end[k] = start[k] + prog.durations[k]
             if keep:
