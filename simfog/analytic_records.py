@@ -42,50 +42,66 @@ def row_sums(values: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
 
 class Records:
     """An iteration's collectives `cols` as each rank records them, for blocks of ranks [lo, hi): (rows, len(cols))
-    tables of their start, end (per group) or arrival (per rank). Columns come by group kind, each kind's in rank
-    0's record order; `shared`: one group of all ranks for every column, whose order is then every rank's; else
-    `order` sorts each row."""
+    tables of their start, end (per group) or arrival (per rank). `shared`: one group of all ranks for every
+    column, or every group alike, so every rank records them in one order, rank 0's, which `cols` follows. Else
+    columns come by group kind (each kind's in rank 0's order: one gather of rows per kind makes a block, no
+    permutation after it) and `order` sorts each row."""
 
     def __init__(self, prog: Program, itn: Iteration, cols):
         def first(values, k):
             return np.atleast_1d(values[k])[0]
 
         position = {k: i for i, k in enumerate(prog.issued)}
+        cols = sorted(cols, key=lambda k: (first(itn.end, k), first(itn.start, k), position[k]))
         kinds: dict = {}
-        for k in sorted(cols, key=lambda k: (first(itn.end, k), first(itn.start, k), position[k])):
+        for k in cols:
             kinds.setdefault(prog.groups[k], []).append(k)
         self.itn, self.kinds = itn, list(kinds.items())
-        self.cols = [k for _, ks in self.kinds for k in ks]
+        self.shared = all(g.kind == "all" or _uniform(itn, ks) for g, ks in self.kinds)
+        self.cols = cols if self.shared else [k for _, ks in self.kinds for k in ks]
         self.issue = np.array([position[k] for k in self.cols], dtype=int)
-        self.shared = all(g.kind == "all" for g, _ in self.kinds)
-        self.stacked: dict = {}  # per kind its columns' values stacked per group: (groups, columns)
+        self.stacked: dict = {}  # not shared: per kind its columns' values stacked per group (groups, columns)
 
     def table(self, what: str, lo: int, hi: int) -> np.ndarray:
         itn = self.itn
         if what == "arrive":
             return np.stack([itn.arrive[k][lo:hi] for k in self.cols], axis=1).reshape(hi - lo, len(self.cols))
+        values = itn.start if what == "start" else itn.end
+        if self.shared:  # one row for every rank
+            row = np.array([np.atleast_1d(values[k])[0] for k in self.cols], dtype=float)
+            return np.broadcast_to(row, (hi - lo, len(self.cols)))
         if what not in self.stacked:
-            values = itn.start if what == "start" else itn.end
             self.stacked[what] = [np.stack([np.atleast_1d(values[k]) for k in ks], axis=1) for _, ks in self.kinds]
-        parts = [np.broadcast_to(m, (hi - lo, m.shape[1])) if g.kind == "all" else m[g.ids(lo, hi)]
-                 for (g, _), m in zip(self.kinds, self.stacked[what])]
-        return np.concatenate(parts, axis=1) if parts else np.empty((hi - lo, 0))
+        return np.concatenate([np.broadcast_to(m, (hi - lo, m.shape[1])) if g.kind == "all" else m[g.ids(lo, hi)]
+                               for (g, _), m in zip(self.kinds, self.stacked[what])], axis=1)
 
     def order(self, *keys: np.ndarray) -> np.ndarray:
-        """Per row, its columns sorted by keys (the last the first), then by issue: np.lexsort on the rows as laid
-        out (runs nearly sorted already, so fast); where keys tie and the layout's order is not the issue order,
-        again with the issue as a key."""
+        """Per row (not shared), the order of its columns by keys (the last the first), then by issue: np.lexsort
+        as laid out (runs nearly sorted, so fast), then, on rows where keys tie out of issue order, again with
+        the columns in issue order (stable: ties keep it)."""
         order = np.lexsort(keys, axis=1)
-        issue = self.issue[order]
-        rows, cols = np.nonzero(issue[:, 1:] < issue[:, :-1])
-        wrong = np.ones(len(rows), dtype=bool)
-        for key in keys:
-            wrong &= key[rows, order[rows, cols]] == key[rows, order[rows, cols + 1]]
-        tied = np.unique(rows[wrong])
+        first = np.take_along_axis(keys[-1], order, 1)
+        # neighbours that tie on the first key (few; infinite keys are collectives exposed_sums leaves out)
+        r, c = np.nonzero((first[:, 1:] == first[:, :-1]) & np.isfinite(first[:, 1:]))
+        a, b = order[r, c], order[r, c + 1]
+        wrong = self.issue[a] > self.issue[b]
+        for key in keys[:-1]:
+            wrong &= key[r, a] == key[r, b]
+        tied = np.unique(r[wrong])
         if len(tied):
-            issue = np.broadcast_to(self.issue, (len(tied), len(self.issue)))
-            order[tied] = np.lexsort((issue,) + tuple(key[tied] for key in keys), axis=1)
+            by_issue = np.argsort(self.issue)
+            order[tied] = by_issue[np.lexsort(tuple(key[tied][:, by_issue] for key in keys), axis=1)]
         return order
+
+
+def _uniform(itn: Iteration, cols) -> bool:
+    """Whether every group has the same start and end of each of `cols` (e.g. ranks that compute alike)."""
+    return all(np.all(v[k] == v[k][0]) for v in (itn.start, itn.end) for k in cols)
+
+
+def take(x: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """x (rows, m) with each row in `order` (None: as it is)."""
+    return x if order is None else np.take_along_axis(x, order, 1)
 
 
 def blocks(n: int, width: int):
@@ -102,7 +118,7 @@ def comm_sums(prog: Program, itn: Iteration, n: int) -> np.ndarray:
     out = np.empty(n)
     for lo, hi in blocks(n, len(rec.cols)):
         S, E = rec.table("start", lo, hi), rec.table("end", lo, hi)
-        out[lo:hi] = row_sums(np.take_along_axis(E - S, rec.order(S, E), 1))
+        out[lo:hi] = row_sums(take(E - S, rec.order(S, E)))
     return out
 
 
@@ -123,7 +139,7 @@ def exposed_sums(prog: Program, itn: Iteration, n: int) -> np.ndarray:
         keep = e > s
         key = np.where(keep, s, np.inf)  # the kept ones first, by clipped start, then in record order
         order = np.argsort(key, axis=1, kind="stable") if rec.shared else rec.order(S, E, key)
-        s, e, keep = (np.take_along_axis(x, order, 1) for x in (s, e, keep))
+        s, e, keep = (take(x, order) for x in (s, e, keep))
         covered = np.full_like(e, -np.inf)
         covered[:, 1:] = np.maximum.accumulate(np.where(keep, e, -np.inf), axis=1)[:, :-1]
         out[lo:hi] = row_sums(np.maximum(e - np.maximum(s, covered), 0.0), keep)
@@ -139,7 +155,7 @@ def wait_sums(prog: Program, itn: Iteration, n: int) -> np.ndarray:
         S, E, A = rec.table("start", lo, hi), rec.table("end", lo, hi), rec.table("arrive", lo, hi)
         if not rec.shared:
             order = rec.order(S, E)
-            S, A = np.take_along_axis(S, order, 1), np.take_along_axis(A, order, 1)
+            S, A = take(S, order), take(A, order)
         out[lo:hi] = row_sums(S - A, S > A)
     return out
 
@@ -151,9 +167,10 @@ def iteration_records(plan, prog: Program, itn: Iteration, it: int, n: int) -> l
     out: list[tuple] = []
     rec = Records(prog, itn, prog.issued)
     S, E, A = (rec.table(what, 0, n) for what in ("start", "end", "arrive"))
-    order = np.broadcast_to(np.arange(len(rec.cols)), S.shape) if rec.shared else rec.order(S, E)
+    order = None if rec.shared else rec.order(S, E)
     names = [plan.colls[k].name for k in rec.cols]
-    S, E, A = (np.take_along_axis(x, order, 1).tolist() for x in (S, E, A))
+    S, E, A = (take(x, order).tolist() for x in (S, E, A))
+    order = np.broadcast_to(np.arange(len(rec.cols)), (n, len(rec.cols))) if order is None else order
     order = order.tolist()
     steps = [(plan.steps[i], a.tolist(), e.tolist()) for i, (a, e) in enumerate(itn.steps)]
     opt = (itn.opt_start.tolist(), itn.opt_end.tolist())

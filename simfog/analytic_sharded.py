@@ -231,6 +231,15 @@ def iterate(sim, prog: Program, it: int, t0: np.ndarray, tables: dict | None = N
     columns = {"forward": 0, "backward": 0}
     tails: dict = {}
     communicators: dict = {}  # plan group -> its last collective issued (the engine's _communicator_tails)
+    recent: dict = {}  # the latest collectives' ends per rank, kept a while (streams, hooks and steps reread them)
+
+    def ends(k):
+        if k not in recent:
+            if len(recent) >= 64:
+                del recent[next(iter(recent))]
+            recent[k] = prog.groups[k].per_rank(end[k])
+        return recent[k]
+
     now, latest, bwd_end, opt_start = t0, None, t0, t0
     for op in prog.ops:
         kind = op[0]
@@ -239,25 +248,25 @@ def iterate(sim, prog: Program, it: int, t0: np.ndarray, tables: dict | None = N
             g, stream = prog.groups[k], prog.streams[k]
             arrival = now
             if stream != "compute" and stream in tails:
-                arrival = np.maximum(arrival, prog.groups[tails[stream]].per_rank(end[tails[stream]]))
+                arrival = np.maximum(arrival, ends(tails[stream]))
             if after is not None:
-                arrival = np.maximum(arrival, prog.groups[after].per_rank(end[after]))
+                arrival = np.maximum(arrival, ends(after))
             previous = communicators.get(prog.communicators[k])
             if previous is not None:
-                arrival = np.maximum(arrival, prog.groups[previous].per_rank(end[previous]))
+                arrival = np.maximum(arrival, ends(previous))
             communicators[prog.communicators[k]] = k
             start[k] = g.max(arrival)
             end[k] = start[k] + prog.durations[k]
             if keep:
                 arrive[k] = arrival
-            mine = g.per_rank(end[k])
+            mine = ends(k)
             if stream == "compute":
                 now = np.maximum(now, mine)  # = end_k: the rank waited for it
             else:
                 tails[stream] = k
                 latest = mine if latest is None else np.maximum(latest, mine)
         elif kind == "need":
-            now = np.maximum(now, prog.groups[op[1]].per_rank(end[op[1]]))
+            now = np.maximum(now, ends(op[1]))
         elif kind == "step":
             i = op[1]
             seconds = prog.seconds[i][s] * slow

@@ -193,12 +193,12 @@ def test_every_rank_at_scale_in_closed_form():
 
 
 def test_record_order_breaks_ties_by_issue_whatever_the_layout():
-    """Columns come in rank 0's record order; a rank whose collectives tie (same end and start) where rank 0's do
-    not still records them in issue order."""
+    """Columns are laid out by group kind, not in issue order; collectives that tie (same end and start) are still
+    recorded in issue order."""
     from simfog.analytic_records import Records
 
     rec = object.__new__(Records)
-    rec.issue = np.array([2, 0, 1, 3])
+    rec.cols, rec.issue = [0, 1, 2, 3], np.array([2, 0, 1, 3])
     rng = np.random.default_rng(0)
     E = rng.integers(0, 3, (200, 4)).astype(float)
     S = E - rng.integers(0, 2, (200, 4))
