@@ -60,8 +60,9 @@ Collectives are recorded under the simulator's names (simfog.algorithms.sharded_
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
 predicted intervals join. Not run: hsdp, mixed precision (param_dtype / reduce_dtype), nccl. Model mode on this
 2-core machine is host-limited (two ranks computing for real beside FSDP2's and gloo's threads: first runs 2-3x slower
-than the traced compute predicts), and its memory peak, which then includes the input batch and the activations,
-came -18 % under simfog's walk (backward's activation gradients are not modelled).
+than the traced compute predicts on a loaded machine, -13 % on an idle one, MLP 2 ranks at 1 Gbit/s), and simfog's
+walk comes under its memory peak, which then includes the input batch and the activations, by 18-28 % (backward's
+activation gradients are not modelled).
 
 torch is imported inside the functions that need it: the mapping and the checks run without torch.
 """
