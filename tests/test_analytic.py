@@ -38,7 +38,8 @@ TRACES = {"fixed": _trace(1), "sampled": _trace(5)}
 
 
 def assert_same(exp, *, symmetric=False, frames=True):
-    """The analytic run of `exp` equals the event engine's: summary, per-iteration frame and every interval."""
+    """The analytic run of `exp` equals the event engine's: summary, per-iteration frame and every interval.
+    Returns both results (analytic, events)."""
     a = simulate(exp, symmetric=symmetric)
     b = simulate(exp, symmetric=symmetric, path="events")
     assert a.path == "analytic" and b.path == "events"
@@ -50,7 +51,7 @@ def assert_same(exp, *, symmetric=False, frames=True):
         ia = a.intervals().sort_values(SORT, kind="stable").reset_index(drop=True)
         ib = b.intervals().sort_values(SORT, kind="stable").reset_index(drop=True)
         pd.testing.assert_frame_equal(ia, ib, check_exact=True)
-    return sa
+    return a, b
 
 
 HETERO = {

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,7 @@ from simfog.algorithms.sharded_plans import FSDP
 from simfog.experiment import Heterogeneity
 from simfog.simulation import new_simulation, simulate
 from tests.conftest import make_experiment, make_trace
-from tests.test_analytic import SORT
+from tests.test_analytic import assert_same as assert_same_results
 
 
 def _trace(samples: int, *, host: bool = False):
@@ -53,19 +52,10 @@ def _comm_order(records) -> dict:
 
 
 def assert_same(exp, *, symmetric=False, frames=True):
-    """The analytic run of `exp` equals the event engine's: summary, per-iteration frame, every interval, and each
-    rank's collectives in the engine's record order."""
-    a = simulate(exp, symmetric=symmetric)
-    b = simulate(exp, symmetric=symmetric, path="events")
-    assert a.path == "analytic" and b.path == "events"
-    sa, sb = a.summary(), b.summary()
-    assert sa.pop("path") == "analytic" and sb.pop("path") == "events"
-    assert sa == sb  # bit for bit: floats compared with ==
+    """The analytic run of `exp` equals the event engine's (tests.test_analytic.assert_same), and each rank's
+    collectives come in the engine's record order."""
+    a, b = assert_same_results(exp, symmetric=symmetric, frames=frames)
     if frames:
-        pd.testing.assert_frame_equal(a.iterations(), b.iterations(), check_exact=True)
-        ia = a.intervals().sort_values(SORT, kind="stable").reset_index(drop=True)
-        ib = b.intervals().sort_values(SORT, kind="stable").reset_index(drop=True)
-        pd.testing.assert_frame_equal(ia, ib, check_exact=True)
         assert _comm_order(a.records) == _comm_order(b.records)
 
 

@@ -103,84 +103,83 @@ def test_blocked_time_moves_the_pass_deadlines():
     assert (model.clock.fwd_origin, model.clock.bwd_origin) == (100.5, 200.25)
 
 
-def test_fully_shard_per_unit_with_the_prefetch_lists():
-    """On a one-rank gloo group (no peers needed): one FSDP2 state per unit and the root, the lists set as mapped."""
-    torch = pytest.importorskip("torch")
+@pytest.fixture
+def one_rank_group():
+    """A one-rank gloo process group for the test (no peers needed), destroyed after it."""
+    pytest.importorskip("torch")
     import torch.distributed as dist
-
-    from validate.ranks import fsdp
-    from validate.ranks.replay import ReplayModel
 
     if dist.is_initialized():
         pytest.skip("a process group is already initialised in this process")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        sim = new_simulation(_fsdp_experiment(fsdp_unit=(1, 1, 2), prefetch=1))
-        cfg = worker_fields(sim)
-        model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
-        recorder = fsdp.make(model, cfg)
-        from torch.distributed.fsdp import FSDPModule
+    yield
+    dist.destroy_process_group()
 
-        assert all(isinstance(m, FSDPModule) for m in (model, *model.units))
-        states = [u._get_fsdp_state() for u in model.units]
-        root = model._get_fsdp_state()
-        assert root._states_to_forward_prefetch == states[:2]
-        assert [s._states_to_forward_prefetch for s in states] == [[states[1]], [states[2]], []]
-        assert [s._states_to_backward_prefetch for s in states] == [[], [states[0]], [states[1]]]
-        # unit 1 (layer 1) has no parameters: no param group, hence no collectives
-        assert [len(s._fsdp_param_groups) for s in states] == [1, 0, 1]
-        assert all(g.unshard_async_op for s in states for g in s._fsdp_param_groups)
+
+def test_fully_shard_per_unit_with_the_prefetch_lists(one_rank_group):
+    """On a one-rank gloo group (no peers needed): one FSDP2 state per unit and the root, the lists set as mapped."""
+    torch = pytest.importorskip("torch")
+
+    from validate.ranks import fsdp
+    from validate.ranks.replay import ReplayModel
+
+    sim = new_simulation(_fsdp_experiment(fsdp_unit=(1, 1, 2), prefetch=1))
+    cfg = worker_fields(sim)
+    model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
+    recorder = fsdp.make(model, cfg)
+    from torch.distributed.fsdp import FSDPModule
+
+    assert all(isinstance(m, FSDPModule) for m in (model, *model.units))
+    states = [u._get_fsdp_state() for u in model.units]
+    root = model._get_fsdp_state()
+    assert root._states_to_forward_prefetch == states[:2]
+    assert [s._states_to_forward_prefetch for s in states] == [[states[1]], [states[2]], []]
+    assert [s._states_to_backward_prefetch for s in states] == [[], [states[0]], [states[1]]]
+    # unit 1 (layer 1) has no parameters: no param group, hence no collectives
+    assert [len(s._fsdp_param_groups) for s in states] == [1, 0, 1]
+    assert all(g.unshard_async_op for s in states for g in s._fsdp_param_groups)
+    model.set_iteration([1e-4] * 4, [1e-4] * 4)
+    recorder.start_iteration()
+    loss = model(torch.zeros(1, requires_grad=True)).sum()
+    recorder.backward_started()
+    loss.backward()
+    recorder.finish()
+    memory = fsdp.MemoryProfile(model)
+    assert memory.stop()["resident_B"] == 6000 * 4  # one rank: the whole model is its shard
+
+
+@pytest.mark.parametrize("comm", [{"fsdp_unit": (1, 1, 2), "prefetch": 1},
+                                  {"fsdp_unit": "layer", "prefetch": 1, "reshard_after_forward": False},
+                                  {"fsdp_unit": "layer", "prefetch": 2}])
+def test_memory_walk_matches_fsdp2s_own_allocations(comm, one_rank_group):
+    """FSDP2 itself on a one-rank gloo group, steady state: the allocator's peak of an iteration (torch.profiler's
+    memory events, validate.ranks.fsdp.MemoryProfile) equals simfog's walk of FSDP2's allocations to the byte, but
+    for the one-element input and loss (12 B). One rank: FSDP2 gathers nothing (the walk's all-gather outputs are 0
+    there too); the 2-rank emulated test covers the all-gathers."""
+    torch = pytest.importorskip("torch")
+
+    from validate.ranks import fsdp
+    from validate.ranks.replay import ReplayModel
+
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [100_000, 0, 300_000, 200_000])
+    sim = new_simulation(make_experiment(trace, nodes=1, gpus_per_node=1, collective="gloo_ring",
+                                         algorithm="fsdp", **comm))
+    cfg = worker_fields(sim)
+    model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
+    recorder = fsdp.make(model, cfg)
+    for it in range(3):  # the profiled third: FSDP2's lazy initialisation is done by then
+        memory = fsdp.MemoryProfile(model) if it == 2 else None
         model.set_iteration([1e-4] * 4, [1e-4] * 4)
         recorder.start_iteration()
         loss = model(torch.zeros(1, requires_grad=True)).sum()
         recorder.backward_started()
         loss.backward()
         recorder.finish()
-        memory = fsdp.MemoryProfile(model)
-        assert memory.stop()["resident_B"] == 6000 * 4  # one rank: the whole model is its shard
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.parametrize("comm", [{"fsdp_unit": (1, 1, 2), "prefetch": 1},
-                                  {"fsdp_unit": "layer", "prefetch": 1, "reshard_after_forward": False},
-                                  {"fsdp_unit": "layer", "prefetch": 2}])
-def test_memory_walk_matches_fsdp2s_own_allocations(comm):
-    """FSDP2 itself on a one-rank gloo group, steady state: the allocator's peak of an iteration (torch.profiler's
-    memory events, validate.ranks.fsdp.MemoryProfile) equals simfog's walk of FSDP2's allocations to the byte, but
-    for the one-element input and loss (12 B). One rank: FSDP2 gathers nothing (the walk's all-gather outputs are 0
-    there too); the 2-rank emulated test covers the all-gathers."""
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-
-    from validate.ranks import fsdp
-    from validate.ranks.replay import ReplayModel
-
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        trace = make_trace([1e-3] * 4, [2e-3] * 4, [100_000, 0, 300_000, 200_000])
-        sim = new_simulation(make_experiment(trace, nodes=1, gpus_per_node=1, collective="gloo_ring",
-                                             algorithm="fsdp", **comm))
-        cfg = worker_fields(sim)
-        model = ReplayModel(sim.experiment.workload.trace, units=cfg["units"], spin_s=0.0)
-        recorder = fsdp.make(model, cfg)
-        for it in range(3):  # the profiled third: FSDP2's lazy initialisation is done by then
-            memory = fsdp.MemoryProfile(model) if it == 2 else None
-            model.set_iteration([1e-4] * 4, [1e-4] * 4)
-            recorder.start_iteration()
-            loss = model(torch.zeros(1, requires_grad=True)).sum()
-            recorder.backward_started()
-            loss.backward()
-            recorder.finish()
-            for p in model.parameters():
-                p.grad = None
-        measured = memory.stop()["framework_peak_B"]
-        walk = sim.algorithm.memory(activations=False)
-        assert measured - (walk.parameters_B + walk.gradients_B + walk.buffers_B) == 12
-    finally:
-        dist.destroy_process_group()
+        for p in model.parameters():
+            p.grad = None
+    measured = memory.stop()["framework_peak_B"]
+    walk = sim.algorithm.memory(activations=False)
+    assert measured - (walk.parameters_B + walk.gradients_B + walk.buffers_B) == 12
 
 
 # ---- zero2 (validate.ranks.zero) ----
@@ -205,45 +204,38 @@ def test_zero2_worker_fields_follow_the_simulated_buckets():
         check_zero(exp, "simulated", "gloo")
 
 
-def test_zero2_model_mode_steps_the_partition_like_sgd_on_the_mean():
+def test_zero2_model_mode_steps_the_partition_like_sgd_on_the_mean(one_rank_group):
     """Model mode on a one-rank gloo group: the rank owns the whole partition, so after one iteration every
     parameter must equal what torch's SGD (momentum 0.9, lr 0.01) makes of the same gradients: checks the flat
     offsets, the zero padding of the all-gather shards and the copy back into the model."""
     torch = pytest.importorskip("torch")
-    import torch.distributed as dist
 
     from validate.ranks.zero import Zero2
     from validate.ranks.zero import worker_fields as zero_fields
 
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
-        exp = make_experiment(trace, nodes=1, gpus_per_node=1, collective="gloo_ring", algorithm="zero2",
-                              reduce_bucket_size=4000, allgather_bucket_size=2500)
-        cfg = {**zero_fields(new_simulation(exp)), "overlap": True}
-        gen = torch.Generator().manual_seed(0)
-        params = {t.name: torch.nn.Parameter(torch.randn(t.elements, generator=gen)) for t in trace.ready_tensors()}
-        reference = {n: torch.nn.Parameter(p.detach().clone()) for n, p in params.items()}
-        zero = Zero2(params, cfg, 0, 1, train=True)
-        sgd = torch.optim.SGD(reference.values(), lr=0.01, momentum=0.9)
-        for _ in range(2):  # the second step uses the momentum
-            zero.start_iteration()
-            grads = {n: torch.randn(p.numel(), generator=gen) for n, p in params.items()}
-            for n in cfg["zero_buckets"][0] + cfg["zero_buckets"][1]:  # backward hands them out in ready order
-                params[n].grad = grads[n].clone()
-            for k in range(len(cfg["zero_buckets"]) - 1):  # what the post-accumulate hooks do in backward
-                zero._reduce(k)
-            zero.finish()
-            zero.step()
-            zero.after_optimizer()
-            for n, p in reference.items():
-                p.grad = grads[n].clone()
-            sgd.step()
-        assert cfg["allgather_shards"] == 2  # 6000 elements in shards of 2500 (+ padding)
-        for n in params:
-            assert torch.allclose(params[n].detach(), reference[n].detach(), rtol=0, atol=1e-6), n
-        zero.close()
-    finally:
-        dist.destroy_process_group()
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
+    exp = make_experiment(trace, nodes=1, gpus_per_node=1, collective="gloo_ring", algorithm="zero2",
+                          reduce_bucket_size=4000, allgather_bucket_size=2500)
+    cfg = {**zero_fields(new_simulation(exp)), "overlap": True}
+    gen = torch.Generator().manual_seed(0)
+    params = {t.name: torch.nn.Parameter(torch.randn(t.elements, generator=gen)) for t in trace.ready_tensors()}
+    reference = {n: torch.nn.Parameter(p.detach().clone()) for n, p in params.items()}
+    zero = Zero2(params, cfg, 0, 1, train=True)
+    sgd = torch.optim.SGD(reference.values(), lr=0.01, momentum=0.9)
+    for _ in range(2):  # the second step uses the momentum
+        zero.start_iteration()
+        grads = {n: torch.randn(p.numel(), generator=gen) for n, p in params.items()}
+        for n in cfg["zero_buckets"][0] + cfg["zero_buckets"][1]:  # backward hands them out in ready order
+            params[n].grad = grads[n].clone()
+        for k in range(len(cfg["zero_buckets"]) - 1):  # what the post-accumulate hooks do in backward
+            zero._reduce(k)
+        zero.finish()
+        zero.step()
+        zero.after_optimizer()
+        for n, p in reference.items():
+            p.grad = grads[n].clone()
+        sgd.step()
+    assert cfg["allgather_shards"] == 2  # 6000 elements in shards of 2500 (+ padding)
+    for n in params:
+        assert torch.allclose(params[n].detach(), reference[n].detach(), rtol=0, atol=1e-6), n
+    zero.close()
