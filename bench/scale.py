@@ -12,7 +12,12 @@ and the line before it times the 1000-configuration sweep of the default experim
 collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (skip it with --no-sweep).
 
 Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
-                             [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3]
+                             [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3] [--events]
+
+--events adds the configurations that only the event engine runs (EVENT_PATH: what they decide while running is
+said there), ResNet-50 with samples and GPT-2 with mean, each child stopped after --timeout seconds; they print
+their own line, `events: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>`, before the last one,
+which stays the worst of the configurations the analytic paths run.
 """
 
 from __future__ import annotations
@@ -32,6 +37,24 @@ MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
 COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
 SHARDED = ["fsdp", "hsdp", "zero1", "zero2", "zero3"]
 RANKS = [8, 1024, 8192, 131072]
+# Configurations the event engine runs, and why no fixed schedule (max-plus) can stand for them:
+EVENT_PATH = [
+    # Horovod's coordinator fuses, every cycle, the tensors that happen to be ready then: the buckets follow the
+    # run's own timing
+    dict(algorithm="allreduce", merge="horovod", collective="ring"),
+    # several communication streams share each link: a collective's rate depends on which others run beside it
+    dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2),
+    # neighbour messages share NICs with whatever else is in flight (processor sharing decided by overlap)
+    dict(algorithm="neighbor", merge="-", collective="ring"),
+    dict(algorithm="hierarchical_neighbor", merge="-", collective="ring"),
+    dict(algorithm="decentralized", merge="-", collective="ring"),
+    dict(algorithm="low_precision_decentralized", merge="-", collective="ring"),
+    # wait-avoiding group collectives start when their FIRST member arrives: who waits is decided by the run
+    dict(algorithm="wagma", merge="-", collective="ring"),
+    # one-sided and asynchronous: no rank waits for another, a background loop runs on its own clock
+    dict(algorithm="win_put", merge="-", collective="ring"),
+    dict(algorithm="async", merge="-", collective="ring"),
+]
 
 
 def configs(quick: bool) -> list[dict]:
@@ -68,21 +91,34 @@ def child(spec: dict) -> None:
                                    compute=spec["compute"]))
     algorithm = spec.get("algorithm", "allreduce")
     merge = {"merge": spec["merge"], "threshold_bytes": 25 * 2**20} if algorithm == "allreduce" else {}
+    if algorithm == "allreduce" and "streams" in spec:
+        merge["streams"] = spec["streams"]
     exp = exp.with_ranks(spec["ranks"]).with_comm(algorithm=algorithm, collective=spec["collective"], **merge)
     s = simulate(exp, symmetric=False).summary()
     print(json.dumps({k: s[k] for k in ("path", "iteration_time_s", "buckets", "ranks", "symmetric_fast_path")}))
 
 
-def run_one(spec: dict) -> dict:
-    """Run one child; its wall seconds and its own peak RSS (os.wait4 gives the child's rusage)."""
+def run_one(spec: dict, timeout_s: float | None = None) -> dict:
+    """Run one child; its wall seconds and its own peak RSS (os.wait4 gives the child's rusage). A child still
+    running after `timeout_s` is killed: rc "timeout"."""
+    import signal
     import tempfile
+    import threading
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=out, stderr=err,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
+        timer = threading.Timer(timeout_s, lambda: os.kill(proc.pid, signal.SIGKILL)) if timeout_s else None
+        if timer:
+            timer.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
+        if timer:
+            timer.cancel()
+            if wall >= timeout_s:
+                return {"wall_s": wall, "rss_MiB": usage.ru_maxrss / 1024, "rc": "timeout",
+                        "error": f"stopped after {timeout_s:.0f} s"}
         proc.returncode = rc = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -129,6 +165,8 @@ def main() -> int:
     p.add_argument("--no-sweep", action="store_true", help="skip the 1000-configuration sweep")
     p.add_argument("--algorithms", default=",".join(["allreduce"] + SHARDED),
                    help="training algorithms to run, comma-separated (allreduce: the merge and collective rows)")
+    p.add_argument("--events", action="store_true", help="also the event-engine configurations (EVENT_PATH)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before an --events child is stopped")
     args = p.parse_args()
     if args.child:
         child(json.loads(args.child))
@@ -139,22 +177,31 @@ def main() -> int:
     print(f"{'trace':9} {'compute':7} {'algorithm':9} {'merge':9} {'collective':12} {'ranks':>7} {'wall_s':>7} "
           f"{'rss_MiB':>8} {'path':8} iteration_s", flush=True)
     failed = 0
-    for spec in (c for c in configs(args.quick) if c["algorithm"] in algorithms):
+    specs = [(c, None) for c in configs(args.quick) if c["algorithm"] in algorithms]
+    if args.events:
+        specs += [({**c, "trace": t, "compute": m}, args.timeout) for t, m in (("resnet50", "samples"), ("gpt2", "mean"))
+                  for c in EVENT_PATH]
+    events = dict.fromkeys(worst, 0.0)
+    for spec, timeout_s in specs:
         for n in ranks:
-            r = run_one({**spec, "ranks": n, "iterations": args.iterations})
-            what = r.get("path", "FAILED") if r["rc"] == 0 else "FAILED"
+            r = run_one({**spec, "ranks": n, "iterations": args.iterations}, timeout_s)
+            what = r.get("path", "FAILED") if r["rc"] == 0 else ("TIMEOUT" if r["rc"] == "timeout" else "FAILED")
             tail = f"{r['iteration_time_s']:.6f}" if r["rc"] == 0 else r["error"]
-            print(f"{spec['trace']:9} {spec['compute']:7} {spec['algorithm']:9} {spec['merge']:9} "
+            label = spec["algorithm"] if "streams" not in spec else f"streams={spec['streams']}"
+            print(f"{spec['trace']:9} {spec['compute']:7} {label[:9]:9} {spec['merge']:9} "
                   f"{spec['collective']:12} {n:>7} "
                   f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
-            failed += r["rc"] != 0
+            failed += r["rc"] not in (0, "timeout")
+            into = events if timeout_s is not None else worst
             if n == 8192:
-                worst["seconds_8192"] = max(worst["seconds_8192"], r["wall_s"])
+                into["seconds_8192"] = max(into["seconds_8192"], r["wall_s"])
             if n == 131072:
-                worst["seconds_131072"] = max(worst["seconds_131072"], r["wall_s"])
-                worst["rss_131072_MiB"] = max(worst["rss_131072_MiB"], r["rss_MiB"])
+                into["seconds_131072"] = max(into["seconds_131072"], r["wall_s"])
+                into["rss_131072_MiB"] = max(into["rss_131072_MiB"], r["rss_MiB"])
     if failed:
         print(f"{failed} run(s) failed")
+    if args.events:
+        print("events: " + " ".join(f"{k}={v:.2f}" if "seconds" in k else f"{k}={v:.0f}" for k, v in events.items()))
     if not args.no_sweep:
         wall, rows, errors = sweep_1000()
         print(f"sweep of the default experiment, {rows} configurations ({errors} with an error row), 2 workers: "
