@@ -32,7 +32,7 @@ COMMANDS = {
 COLLECT = {
     "model": ("simfog.commands.collect_model", "measure a zoo model's per-layer compute (torch)"),
     "network": ("simfog.commands.collect_network", "measure collectives over gloo or MPI"),
-    "activations": ("simfog.commands.collect_activations", "add what each layer keeps for backward to a zoo trace"),
+    "activations": ("simfog.commands.collect_activations", "add layers' activation and output bytes to a zoo trace"),
 }
 
 

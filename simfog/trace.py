@@ -52,6 +52,7 @@ class Layer:
     flops: float | None = None          # forward FLOPs (backward is usually about 2x)
     bytes_accessed: float | None = None  # forward memory traffic, for roofline retargeting
     activation_bytes: float | None = None  # what autograd keeps from this layer's forward until its backward
+    output_bytes: float | None = None  # its outputs that need a gradient: the gradient backward hands the layer
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ def _layer_dict(layer: Layer) -> dict:
         d["bytes_accessed"] = layer.bytes_accessed
     if layer.activation_bytes is not None:
         d["activation_bytes"] = layer.activation_bytes
+    if layer.output_bytes is not None:
+        d["output_bytes"] = layer.output_bytes
     return d
 
 
@@ -268,7 +271,7 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
             params.append(Tensor(name, _count(p, "elements", pw), dtype))
         layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
                             _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w),
-                            _optional_number(raw, "activation_bytes", w)))
+                            _optional_number(raw, "activation_bytes", w), _optional_number(raw, "output_bytes", w)))
     if not seen:  # nothing to communicate: every algorithm needs at least one gradient
         raise ConfigError("layers", "(no parameters)", "at least one layer with a parameter tensor (params): "
                           "data-parallel training communicates their gradients")

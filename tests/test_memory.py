@@ -1,5 +1,6 @@
 """Memory per rank (simfog.memory): hand-worked parts per algorithm and merge policy, the gpu_memory refusal, the
-activation bytes of a trace (measured by the collector: an MLP worked out by hand) and their round trip."""
+activation and output bytes of a trace (measured by the collector: an MLP worked out by hand) and their round
+trip."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ from .conftest import make_experiment, make_trace
 MB = 10**6
 
 
-def _trace(acts=(3 * MB, 5 * MB, 0.0)):
-    """Three layers of 1, 2 and 0 million float32 elements (4 + 8 MB of parameters), activations as given."""
+def _trace(acts=(3 * MB, 5 * MB, 0.0), outs=(1 * MB, 2 * MB, 1 * MB)):
+    """Three layers of 1, 2 and 0 million float32 elements (4 + 8 MB of parameters), activations and output bytes
+    as given. Activation gradients in backward, (output, input) per layer: (1, 0), (2, 1), (1, 2) MB; the most
+    alive at once 3 MB."""
     t = make_trace([1e-3] * 3, [2e-3] * 3, [MB, 2 * MB, 0])
-    return replace(t, layers=tuple(replace(layer, activation_bytes=a) for layer, a in zip(t.layers, acts)))
+    return replace(t, layers=tuple(replace(layer, activation_bytes=a, output_bytes=o)
+                                   for layer, a, o in zip(t.layers, acts, outs)))
 
 
 def _peak(merge="ddp", **kw):
@@ -36,7 +40,8 @@ def test_parts_by_hand_for_ddp_and_adam():
     assert s["memory_optimizer_B"] == 12 * MB      # SGD with momentum (the default): one buffer per parameter
     assert s["memory_buffers_B"] == 12 * MB        # DDP copies every gradient into its bucket buffers
     assert s["memory_activations_B"] == 8 * MB
-    assert s["memory_peak_B"] == 56 * MB and s["memory_complete"] is True
+    assert s["memory_activation_grads_B"] == 3 * MB  # l2's output gradient (1) and input gradient (l1's output, 2)
+    assert s["memory_peak_B"] == 59 * MB and s["memory_complete"] is True
     adam = make_experiment(_trace(), merge="ddp")
     adam = replace(adam, workload=replace(adam.workload, optimizer="adam"))
     assert simulate(adam).summary()["memory_optimizer_B"] == 24 * MB
@@ -61,16 +66,20 @@ def test_unknown_activations_are_said_unknown():
     exp = make_experiment(_trace(acts=(None, 5 * MB, 0.0)), merge="ddp")
     s = simulate(exp).summary()
     assert s["memory_activations_B"] is None and s["memory_complete"] is False
-    assert s["memory_peak_B"] == 48 * MB  # the known parts only
+    assert s["memory_peak_B"] == 51 * MB  # the known parts only
+    s = simulate(make_experiment(_trace(outs=(1 * MB, None, 1 * MB)), merge="ddp")).summary()
+    assert s["memory_activation_grads_B"] is None and s["memory_complete"] is False
+    assert s["memory_peak_B"] == 56 * MB
 
 
 def test_gpu_memory_refuses_what_does_not_fit():
     exp = make_experiment(_trace(), merge="ddp")
     tight = replace(exp, cluster=replace(exp.cluster, gpu_memory_B=50 * MB))
-    with pytest.raises(Infeasible, match=r"needs 53\.41 MiB per rank .* over cluster.gpu_memory = 47\.68 MiB"):
+    with pytest.raises(Infeasible, match=r"needs 56\.27 MiB per rank .* activation gradients 2\.861 MiB\), over "
+                                         r"cluster.gpu_memory = 47\.68 MiB"):
         simulate(tight)
     roomy = replace(exp, cluster=replace(exp.cluster, gpu_memory_B=60 * MB))
-    assert simulate(roomy).summary()["memory_peak_B"] == 56 * MB
+    assert simulate(roomy).summary()["memory_peak_B"] == 59 * MB
     with pytest.raises(ConfigError, match="cluster.gpu_memory"):
         Cluster(1, 1, Link(0, 1e9), Link(0, 1e9), gpu_memory_B=0.0)
 
@@ -83,7 +92,7 @@ def test_experiment_file_keys_and_cli(tmp_path, capsys):
                  'nic_bandwidth = "10Gbit/s"\ngpu_memory = "1GB"\n')
     assert cli.main(["simulate", str(f), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
-    assert s["memory_optimizer_B"] == 24 * MB and s["memory_peak_B"] == (12 + 12 + 24 + 12 + 8) * MB
+    assert s["memory_optimizer_B"] == 24 * MB and s["memory_peak_B"] == (12 + 12 + 24 + 12 + 8 + 3) * MB
     f.write_text(f.read_text().replace('"1GB"', '"10MB"'))
     assert cli.main(["simulate", str(f)]) == 2
     assert "over cluster.gpu_memory" in capsys.readouterr().err
@@ -94,25 +103,32 @@ def test_experiment_file_keys_and_cli(tmp_path, capsys):
 
 def test_activation_bytes_round_trip(tmp_path):
     _trace().save(tmp_path / "t.json")
-    assert [layer.activation_bytes for layer in load_model_trace(tmp_path / "t.json").layers] == [3 * MB, 5 * MB, 0]
-    bad = json.loads((tmp_path / "t.json").read_text())
-    bad["layers"][0]["activation_bytes"] = -1
-    (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ConfigError, match=r"layers\[0\]\.activation_bytes"):
-        load_model_trace(tmp_path / "bad.json")
-    assert Layer("x", (1.0,), (1.0,)).activation_bytes is None
+    layers = load_model_trace(tmp_path / "t.json").layers
+    assert [layer.activation_bytes for layer in layers] == [3 * MB, 5 * MB, 0]
+    assert [layer.output_bytes for layer in layers] == [1 * MB, 2 * MB, 1 * MB]
+    for key in ("activation_bytes", "output_bytes"):
+        bad = json.loads((tmp_path / "t.json").read_text())
+        bad["layers"][0][key] = -1
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=rf"layers\[0\]\.{key}"):
+            load_model_trace(tmp_path / "bad.json")
+    assert Layer("x", (1.0,), (1.0,)).activation_bytes is None and Layer("x", (1.0,), (1.0,)).output_bytes is None
 
 
 def test_mlp_activations_by_hand():
     """MLP 784-256-128-10 at batch 16, float32: Linear 0 keeps its input (16x784x4 = 50,176 B; its weight is a
     parameter), ReLU 1 its output (16x256x4 = 16,384), Linear 2 the same tensor (counted once: 0), ReLU 3 its output
     (8,192), Linear 4 again the same; the loss (charged to the last layer) log_softmax's output (16x10x4 = 640), the
-    int64 targets (128) and nll_loss's total weight (a float32 scalar, 4): 772."""
+    int64 targets (128) and nll_loss's total weight (a float32 scalar, 4): 772. Output bytes: 16x256x4 = 16,384
+    (Linear 0 and ReLU 1), 16x128x4 = 8,192 (Linear 2 and ReLU 3), 16x10x4 = 640 (the logits)."""
     pytest.importorskip("torch")
     from validate.collect.collect_model import measure_activations
 
-    got = measure_activations("mlp", 16)["layers"]
-    assert got == {"layers.0": 50_176, "layers.1": 16_384, "layers.2": 0, "layers.3": 8_192, "layers.4": 772}
+    got = measure_activations("mlp", 16)
+    assert got["layers"] == {"layers.0": 50_176, "layers.1": 16_384, "layers.2": 0, "layers.3": 8_192,
+                             "layers.4": 772}
+    assert got["outputs"] == {"layers.0": 16_384, "layers.1": 16_384, "layers.2": 8_192, "layers.3": 8_192,
+                              "layers.4": 640}
 
 
 def test_shipped_traces_carry_activations():
@@ -120,13 +136,13 @@ def test_shipped_traces_carry_activations():
 
     root = Path(__file__).resolve().parents[1] / "traces"
     t = load_model_trace(root / "resnet50-cpu-b32.json.gz")
-    assert all(layer.activation_bytes is not None for layer in t.layers)
+    assert all(layer.activation_bytes is not None and layer.output_bytes is not None for layer in t.layers)
     assert 2e9 < sum(layer.activation_bytes for layer in t.layers) < 4e9  # ~85 MB per 224x224 image in float32
     assert "saved_tensors_hooks" in t.extra["activation_bytes_how"]
 
 
 def test_plan_reports_memory_and_never_recommends_what_does_not_fit(tmp_path):
-    """Two options alike but for device memory: the 40 MB one cannot hold the 56 MB this workload needs per GPU,
+    """Two options alike but for device memory: the 40 MB one cannot hold the 59 MB this workload needs per GPU,
     so every one of its candidates is refused with the reason, and the plan recommends the 80 MB one."""
     from simfog.plan import load_catalogue, plan
 
@@ -141,7 +157,7 @@ def test_plan_reports_memory_and_never_recommends_what_does_not_fit(tmp_path):
     small, big = df[df.option == "small"], df[df.option == "big"]
     assert len(small) and all("over cluster.gpu_memory" in e for e in small.error)
     assert not small.meets_target.any()
-    assert result.best["option"] == "big" and result.best["memory_peak_B"] == 56 * MB
+    assert result.best["option"] == "big" and result.best["memory_peak_B"] == 59 * MB
     assert result.best["memory_complete"] is True or result.best["memory_complete"] == True  # noqa: E712
     from simfog.commands.plan import _memory
 

@@ -202,6 +202,45 @@ def test_fsdp_memory_walk_sees_the_activations_leave_in_backward():
     assert without.peak_B == 22 * MB + 4 * MB
 
 
+def _with_activations(trace, acts, outs):
+    return replace(trace, layers=tuple(replace(layer, activation_bytes=a, output_bytes=o)
+                                       for layer, a, o in zip(trace.layers, acts, outs)))
+
+
+def test_fsdp_memory_walk_counts_activation_gradients():
+    # As above (activations 3, 5, 7 MB), outputs 2, 2, 1 MB. Backward of l2 starts with the loss's gradient w.r.t.
+    # l2's output (1: 28), re-gathers and copies out (params 12, buffer 8: 36), frees the output (28); l2 computes
+    # the gradient w.r.t. its input (l1's output, 2: 30) and its parameters' gradients (8: 38), then frees its
+    # output's gradient and activations. Peak 38 MB: activation gradients 1 + 2.
+    trace = _with_activations(THREE, (3 * MB, 5 * MB, 7 * MB), (2 * MB, 2 * MB, 1 * MB))
+    m = _memory("fsdp", trace=trace, prefetch=0)
+    assert (m.parameters_B, m.gradients_B, m.buffers_B, m.activations_B, m.activation_grads_B) == \
+        (12 * MB, 8 * MB, 0, 15 * MB, 3 * MB)
+    assert m.peak_B == 38 * MB + 8 * MB
+    # One unit of all three layers: layer by layer in backward (each frees its activations and its output's
+    # gradient before the layer before computes), so the highest point is the backward copy-out (params 4 + 16,
+    # all-gather output 16, activations 15, the output's gradient 1: 52), not 16 MB of gradients beside every
+    # activation and the largest gradient pair (55).
+    whole = _memory("fsdp", trace=trace, prefetch=0, fsdp_unit="model")
+    assert (whole.parameters_B, whole.gradients_B, whole.buffers_B, whole.activations_B,
+            whole.activation_grads_B) == (20 * MB, 0, 16 * MB, 15 * MB, 1 * MB)
+    # A trace without output_bytes: activation gradients unknown (None, counted as 0), the peak incomplete.
+    unknown = _memory("fsdp", trace=_with_activations(THREE, (3 * MB, 5 * MB, 7 * MB), (None,) * 3), prefetch=0)
+    assert unknown.activation_grads_B is None and not unknown.complete and unknown.peak_B == 35 * MB + 8 * MB
+    # The validator's replay keeps no activations: neither part (0, not unknown).
+    exp = make_experiment(trace, algorithm="fsdp", prefetch=0)
+    without = new_simulation(exp).algorithm.memory(activations=False)
+    assert (without.activations_B, without.activation_grads_B) == (0, 0)
+
+
+def test_zero_counts_the_largest_pair_of_activation_gradients():
+    # ZeRO adds each part's peak: every activation (15 MB) and the most activation gradients alive at once, l1's
+    # output and input gradients (2 + 2 MB).
+    trace = _with_activations(THREE, (3 * MB, 5 * MB, 7 * MB), (2 * MB, 2 * MB, 1 * MB))
+    z2 = _memory("zero2", trace=trace, reduce_bucket_size=M)
+    assert (z2.activations_B, z2.activation_grads_B) == (15 * MB, 4 * MB) and z2.complete
+
+
 def test_zero_memory_adam_fp32():
     # reduce_bucket_size 1 M elements: a 4 MB bucket buffer (twice with overlap_comm).
     z1 = _memory("zero1", reduce_bucket_size=M)

@@ -584,13 +584,15 @@ def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict], mode: str) -> dic
     (validate.ranks.fsdp.MemoryProfile "framework_peak_B": what FSDP2 allocates; NCCL makes no such copies and simfog
     models none); predicted, simfog's walk of FSDP2's allocations without optimizer states (allocated before the
     profiled iteration; in replay the step is a wait) and, in replay mode, without activations (the replay keeps
-    none; in model mode the trace's activation_bytes)."""
+    none; in model mode the trace's activation_bytes, and the activation gradients of backward from its
+    output_bytes)."""
     measured = [r["memory"]["framework_peak_B"] for r in per_rank if r.get("memory")]
     if not measured:
         return {}
     mem = new_simulation(sim_exp).algorithm.memory(activations=mode == "model")
     m = float(max(measured))
-    p = float(mem.parameters_B + mem.gradients_B + mem.buffers_B + (mem.activations_B or 0.0))
+    p = float(mem.parameters_B + mem.gradients_B + mem.buffers_B + (mem.activations_B or 0.0)
+              + (mem.activation_grads_B or 0.0))
     return {"measured_memory_B": m, "predicted_memory_B": p, "memory_rel_error": (p - m) / m if m else float("nan")}
 
 

@@ -89,10 +89,12 @@ P elements, b_o the trace's dtype bytes, b_p param_dtype, b_r reduce_dtype, k op
 fsdp/hsdp: the highest point of FSDP2's allocations walked in order along the plan (simfog.algorithms.fsdp_memory:
 all-gather outputs until copied out, unsharded parameters until resharded, a unit's unsharded gradients until
 copied into its reduce-scatter input, that input until the next reduce-scatter is issued, sharded gradients until
-zero_grad, activations from forward to their layer's backward), with each part as it stands at that moment;
+zero_grad, activations from forward to their layer's backward, a layer's output and input gradients while its
+backward runs), with each part as it stands at that moment;
 optimizer k·P·b_o/N throughout. zero*: parameters P·b_p (zero3: P·b_p/N + the live gathered modules), gradients P·b_p (zero1) or P·b_p/N,
 optimizer (k + 1 if b_p != b_o: the fp32 master copy)·P·b_o/N, buffers reduce_bucket_size·b_p (twice with
-overlap_comm in zero1/2: the double buffer of setup_buckets); activations the trace's, all alive at backward's start.
+overlap_comm in zero1/2: the double buffer of setup_buckets); activations the trace's, all alive at backward's start,
+activation gradients the largest pair of one layer's (simfog.memory).
 """
 
 from __future__ import annotations

@@ -88,21 +88,25 @@ class FSDP(_Sharded):
 
     def memory(self, activations: bool = True) -> Memory:
         """Peak memory per rank by walking FSDP2's allocations along the plan (simfog.algorithms.fsdp_memory).
-        `activations` False: as if the model kept none (the validator's replay keeps none)."""
+        `activations` False: as if the model kept none and computed no activation gradients (the validator's
+        replay keeps none)."""
         from simfog.algorithms.fsdp_memory import UnitBytes, walk
+        from simfog.memory import gradient_bytes
 
         optimizer, states, acts, params_B = self._base_memory()
         N, trace, units = self.shards, self.trace, self.units
         b_p, b_r = _dtype_bytes(self.param_dtype, trace), _dtype_bytes(self.reduce_dtype, trace)
         b_o = _dtype_bytes(None, trace)
         elems = [sum(self.elements[i] for i in layers) for layers in units]
-        layer_acts = [layer.activation_bytes for layer in trace.layers]
         known = activations and acts is not None
-        unit_acts = (tuple(float(sum(layer_acts[i] for i in layers)) for layers in units) if known
-                     else None if activations else (0.0,) * len(units))
+        pairs = gradient_bytes(trace) if activations else None
+        per_layer = [(self.elements[i] * b_p, trace.layers[i].activation_bytes if known else 0.0,
+                      *(pairs[i] if pairs is not None else (0.0, 0.0))) for i in range(len(trace.layers))]
         sizes = UnitBytes(tuple(e * b_p for e in elems), tuple(e * b_p if N > 1 else 0.0 for e in elems),
-                          tuple(e * b_r for e in elems),
-                          tuple(e * b_o / N for e in elems), unit_acts)
+                          tuple(e * b_r for e in elems), tuple(e * b_o / N for e in elems),
+                          tuple(tuple(per_layer[i] for i in layers) for layers in units),
+                          activations_known=known or not activations,
+                          activation_grads_known=pairs is not None or not activations)
         U = len(units)
         unit_of_step = list(range(U)) + list(range(U - 1, -1, -1))
         notes = (f"parameters: 1/{N} shard ({trace.dtype}) + the units unsharded at the peak",
@@ -113,6 +117,10 @@ class FSDP(_Sharded):
                  "by each layer's backward)" if known else
                  "activations: UNKNOWN (the trace does not record them)" if activations else
                  "activations: none (asked without)",
+                 "activation gradients: the gradients w.r.t. layer outputs and inputs alive at the peak (the trace's "
+                 "output_bytes)" if pairs is not None else
+                 "activation gradients: UNKNOWN (the trace does not record output_bytes)" if activations else
+                 "activation gradients: none (asked without)",
                  "peak: FSDP2's allocations walked in order (simfog.algorithms.fsdp_memory)")
         return walk(self.plan, unit_of_step, sizes, params_B / N, states * params_B / N, notes)
 
@@ -178,7 +186,10 @@ class _Zero(_Sharded):
         return plan
 
     def memory(self) -> Memory:
+        from simfog.memory import activation_grads_B, activation_grads_note
+
         optimizer, states, acts, params_B = self._base_memory()
+        act_grads = activation_grads_B(self.trace)
         N, trace, P = self.n, self.trace, self.trace.parameters
         b_p = _dtype_bytes(self.param_dtype, trace)
         b_o = _dtype_bytes(None, trace)
@@ -188,7 +199,7 @@ class _Zero(_Sharded):
             params = P * b_p / N + self._live_peak_elements([(i,) for i in range(len(trace.layers))]) * b_p
         grads = P * b_p if self.stage == 1 else P * b_p / N
         buffers = self.comm.reduce_bucket_size * b_p * (2 if self.overlap and self.stage < 3 else 1)
-        return Memory(params, grads, (states + master) * P * b_o / N, buffers, acts,
+        return Memory(params, grads, (states + master) * P * b_o / N, buffers, acts, act_grads,
                       (f"parameters ({self.param_dtype or trace.dtype}): " + (
                           f"1/{N} + the gathered modules" if self.stage == 3 else "a full replica"),
                        f"gradients: {'a full replica' if self.stage == 1 else f'1/{N} partition'}",
@@ -197,7 +208,8 @@ class _Zero(_Sharded):
                        "buffers: reduce_bucket_size elements" + (" twice (overlap_comm)" if self.overlap
                                                                  and self.stage < 3 else ""),
                        "activations: the trace's per-layer activation_bytes, all alive when backward starts"
-                       if acts is not None else "activations: UNKNOWN (the trace does not record them)"))
+                       if acts is not None else "activations: UNKNOWN (the trace does not record them)",
+                       activation_grads_note(act_grads is not None)))
 
 
 @REGISTRY.register("zero1")

@@ -1,6 +1,7 @@
 """`simfog collect activations TRACE -o OUT`: add each layer's activation bytes (what autograd keeps for backward)
-to a trace of a zoo model, measured by one CPU forward pass at the trace's batch size; its times stay as they
-were. For traces collected before `simfog collect model` recorded activations."""
+and output bytes (the gradient backward hands it) to a trace of a zoo model, measured by one CPU forward pass at the
+trace's batch size; its times stay as they were. For traces collected before `simfog collect model` recorded
+them."""
 
 from __future__ import annotations
 

@@ -86,14 +86,14 @@ def format_summary(s: dict) -> str:
                      f"({s['collective_overhead_s_source']}); overlap slowdown {s['overlap_slowdown']:g} "
                      f"({s['overlap_slowdown_source']})")
     if "memory_peak_B" in s:
-        acts = (units.format_bytes(s["memory_activations_B"]) if s["memory_activations_B"] is not None
-                else "UNKNOWN (the trace records none)")
+        acts, grads = (units.format_bytes(s[k]) if s[k] is not None else "UNKNOWN (the trace records none)"
+                       for k in ("memory_activations_B", "memory_activation_grads_B"))
         lines.append(f"  memory per rank    {units.format_bytes(s['memory_peak_B'])}"
                      f"{'' if s['memory_complete'] else ' + activations'}: parameters "
                      f"{units.format_bytes(s['memory_parameters_B'])}, gradients "
                      f"{units.format_bytes(s['memory_gradients_B'])}, optimizer "
                      f"{units.format_bytes(s['memory_optimizer_B'])}, buffers {units.format_bytes(s['memory_buffers_B'])}"
-                     f", activations {acts}")
+                     f", activations {acts}, activation gradients {grads}")
     if s.get("topology"):
         reach = s.get("iterations_to_consensus")
         reach = f"{reach} iterations" if reach is not None else "not within 10,000 iterations"

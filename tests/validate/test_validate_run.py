@@ -344,11 +344,13 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
 def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
     """Model mode: FSDP2 shards the zoo MLP itself (each unit the list of its layers' modules, one FSDP2 group),
     real forward, backward and SGD on the sharded parameters, 2 nodes x 1 rank at 1 Gbit/s. Asserts the run
-    launches exactly the simulated plan's collectives in order and that simfog's memory walk comes under the
-    measured peak (which here includes the input batch and the activations) by less than 35 %: the walk leaves out
-    backward's activation gradients, so it is below (first runs: -18 % at 200 Mbit/s, -28 % at 1 Gbit/s). The
-    iteration time is reported, not bounded: two ranks computing for real beside FSDP2's and gloo's threads on 2
-    cores (-13 % on an idle machine, 2-3x slower than predicted on a loaded one)."""
+    launches exactly the simulated plan's collectives in order and that simfog's memory walk (activations and
+    backward's activation gradients from the trace's activation_bytes and output_bytes) is within 2 % of the
+    measured peak, which here includes the input batch, the activations and their gradients: 7,831,080 B predicted
+    against 7,839,280 B measured (-0.1 %, the int64 targets the rank holds past the loss) in every run here, at
+    1 Gbit/s and 200 Mbit/s (before activation gradients were counted: -18 % at 200 Mbit/s, -28 % at 1 Gbit/s).
+    The iteration time is reported, not bounded: two ranks computing for real beside FSDP2's and gloo's threads on
+    2 cores (-13 % on an idle machine, 2-3x slower than predicted on a loaded one)."""
     ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
@@ -366,4 +368,4 @@ def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
     with open(out_csv, newline="") as f:
         r, = list(csv.DictReader(f))
     assert (r["algorithm"], r["error"], r["buckets_match"], r["buckets"]) == ("fsdp:layer:reshard:k1", "", "True", "9")
-    assert math.isfinite(float(r["rel_error"])) and -0.35 < float(r["memory_rel_error"]) < 0
+    assert math.isfinite(float(r["rel_error"])) and abs(float(r["memory_rel_error"])) < 0.02

@@ -96,8 +96,8 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
         "provenance": {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds")
                        .replace("+00:00", "Z"), "host": socket.gethostname(), "source": "measured",
                        "estimated": False, "notes": notes},
-        "layers": [{**layer, "activation_bytes": activations["layers"].get(layer["name"], 0)}
-                   for layer in run["layers"]],
+        "layers": [{**layer, "activation_bytes": activations["layers"].get(layer["name"], 0),
+                    "output_bytes": activations["outputs"].get(layer["name"], 0)} for layer in run["layers"]],
         "activation_bytes_how": activations["how"],
         "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
         "forward_wall_s": run["forward_wall_s"], "backward_wall_s": run["backward_wall_s"],
@@ -175,7 +175,9 @@ def measure_activations(name: str, batch_size: int, *, seed: int = 0) -> dict:
     training mode on CPU under torch.autograd.graph.saved_tensors_hooks, each saved tensor's storage counted once
     (the storage a view belongs to, whole; parameters not counted: they are memory of their own), charged to the
     leaf module whose forward saved it (what is saved between two leaves, e.g. residual adds, to the later one, as
-    compute time is), the loss's to the last. Returns {"layers": {leaf: bytes}, "how": a sentence}."""
+    compute time is), the loss's to the last. In the same pass, each leaf's output bytes: its output tensors that
+    require a gradient, the size of the gradient backward hands it. Returns {"layers": {leaf: bytes}, "outputs":
+    {leaf: bytes}, "how": a sentence}."""
     torch.manual_seed(seed)
     entry = models.get(name)
     model = entry.build().train()
@@ -185,6 +187,7 @@ def measure_activations(name: str, batch_size: int, *, seed: int = 0) -> dict:
     seen: set[int] = set()
     pending = [0]
     per_layer: dict[str, int] = {}
+    outputs: dict[str, int] = {}
     order: list[str] = []
 
     def pack(t: torch.Tensor):
@@ -196,9 +199,10 @@ def measure_activations(name: str, batch_size: int, *, seed: int = 0) -> dict:
         return t
 
     def done(layer: str):
-        def hook(_m, _a, _o):
+        def hook(_m, _a, out):
             per_layer[layer] = per_layer.get(layer, 0) + pending[0]
             pending[0] = 0
+            outputs[layer] = outputs.get(layer, 0) + _grad_bytes(out)
             if layer not in order:
                 order.append(layer)
         return hook
@@ -213,9 +217,20 @@ def measure_activations(name: str, batch_size: int, *, seed: int = 0) -> dict:
     if order:
         per_layer[order[-1]] += pending[0]
     del loss
-    return {"layers": per_layer,
+    return {"layers": per_layer, "outputs": outputs,
             "how": f"bytes saved for backward (torch.autograd.graph.saved_tensors_hooks, each storage once, "
-                   f"parameters excluded) in one CPU forward pass at batch {batch_size}, torch {torch.__version__}"}
+                   f"parameters excluded) and output bytes (each leaf's outputs that require a gradient) in one "
+                   f"CPU forward pass at batch {batch_size}, torch {torch.__version__}"}
+
+
+def _grad_bytes(out) -> int:
+    """Bytes of the tensors in a module's output (a tensor, or a tuple / list / dict of them) that require a
+    gradient: what backward hands the module."""
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size() if out.requires_grad else 0
+    if isinstance(out, dict):
+        out = list(out.values())
+    return sum(_grad_bytes(o) for o in out) if isinstance(out, (tuple, list)) else 0
 
 
 def _loads(load: tuple[float, float, float]) -> str:
@@ -585,17 +600,19 @@ def _overlap_peer(port: float, numel: float, timeout_s: float, cuda: float = 0.0
 
 
 def add_activations(trace: ModelTrace, *, seed: int = 0) -> ModelTrace:
-    """`trace` (of a zoo model) with every layer's activation_bytes measured by `measure_activations` at its batch
-    size; times and everything else unchanged, the measurement noted in extra["activation_bytes_how"]."""
+    """`trace` (of a zoo model) with every layer's activation_bytes and output_bytes measured by
+    `measure_activations` at its batch size; times and everything else unchanged, the measurement noted in
+    extra["activation_bytes_how"]."""
     from dataclasses import replace
 
     measured = measure_activations(trace.model, trace.batch_size, seed=seed)
-    layers = measured["layers"]
+    layers, outputs = measured["layers"], measured["outputs"]
     unknown = [layer.name for layer in trace.layers if layer.name not in layers]
     if unknown and len(unknown) == len(trace.layers):
         raise ConfigError("layers", unknown[0], f"layer names of zoo model {trace.model} (the trace was not "
                           "collected from it)")
-    return replace(trace, layers=tuple(replace(layer, activation_bytes=float(layers.get(layer.name, 0)))
+    return replace(trace, layers=tuple(replace(layer, activation_bytes=float(layers.get(layer.name, 0)),
+                                               output_bytes=float(outputs.get(layer.name, 0)))
                                        for layer in trace.layers),
                    extra={**trace.extra, "activation_bytes_how": measured["how"] + " (added to this trace by "
                           "`simfog collect activations`; its times are unchanged)"})

@@ -5,7 +5,8 @@ experiment's `comm.fsdp_unit` (simfog.algorithms.sharded.fsdp_units, the same la
 `make` applies `fully_shard(unit, reshard_after_forward=...)` to each unit, in forward order, then to the root (the
 ReplayModel, which owns no parameters of its own: nothing of it is gathered). In model mode the unit is the list of
 the real model's modules its layers name (trace layer names are module paths), those with parameters, sharded as one
-FSDP2 group (`fully_shard([modules])`); the optimizer is made after sharding, over the sharded parameters.
+FSDP2 group (`fully_shard([modules])`); a unit without parameters (a ReLU) too, all its modules, a state that gathers
+nothing but whose hooks issue the plan's prefetches at that unit. The optimizer is made after sharding.
 
 FSDP2 ON CPU IS SYNCHRONOUS. Its streams are torch.cpu.Stream stand-ins that order nothing, and it calls its
 collectives with async_op=False (the pre-forward/pre-backward unshard, `unshard_async_op` defaults to False; the
@@ -53,16 +54,18 @@ work on 2 shared cores, which the microbenchmark-fitted latency does not hold). 
 allocations (simfog.algorithms.fsdp_memory) against the allocator's peak of one profiled iteration
 (`MemoryProfile`, gloo's own temporaries left out): in two bench runs 23 and 24 of the 24 rows within 6.6 % (most
 to the byte); the exception, a host-limited 8-rank per-layer row (-30 % once, -3 to -20 % in other runs), depends
-on which rank peaks when gloo's threads complete. The earlier model, the sum of each part's own peak,
-over-predicted by 14 to 53 %.
+on which rank peaks when gloo's threads complete (likely frees gloo's threads made unseen: `_let_go`, not re-run
+since). The earlier model, the sum of each part's own peak, over-predicted by 14 to 53 %.
 
 Collectives are recorded under the simulator's names (simfog.algorithms.sharded_plans.FSDP: "allgather.fwd.<unit>",
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
 predicted intervals join. Not run: hsdp, mixed precision (param_dtype / reduce_dtype), nccl. Model mode on this
 2-core machine is host-limited (two ranks computing for real beside FSDP2's and gloo's threads: first runs 2-3x slower
-than the traced compute predicts on a loaded machine, -13 % on an idle one, MLP 2 ranks at 1 Gbit/s), and simfog's
-walk comes under its memory peak, which then includes the input batch and the activations, by 18-28 % (backward's
-activation gradients are not modelled).
+than the traced compute predicts on a loaded machine, -13 % on an idle one, MLP 2 ranks at 1 Gbit/s). Its memory
+peak (input batch, activations, backward's activation gradients: simfog's walk counts them from activation_bytes
+and output_bytes) on MLP 2 ranks per layer: 7,831,080 B predicted, 7,839,280 B measured (-0.1 %: the targets, held
+past the loss) in every run at 1 Gbit/s and 200 Mbit/s (-18 to -28 % before activation gradients were counted);
+MLP and ResNet-20 on 1 and 2 ranks, units of a layer, 300 kB or the model, with and without reshard: -1.6 to +0.8 %.
 
 torch is imported inside the functions that need it: the mapping and the checks run without torch.
 """
@@ -204,12 +207,21 @@ class FSDPComm:
 
     def finish(self) -> None:
         while self.reduce_scatters:  # the last one in flight (each waits for the one before)
-            self.reduce_scatters.pop().wait()
+            work, input_tensor = self.reduce_scatters.pop()
+            work.wait()
+            _let_go(input_tensor)
         if getattr(self, "_queue", None) is not None:
             self._queue.join()  # every completion stamped
 
     def record(self) -> dict:
         return {"names": list(self.names)}
+
+
+def _let_go(tensor) -> None:
+    """Free `tensor`, a done collective's buffer FSDP2 let go of, in the rank's thread: its Work would free it a moment
+    later in gloo's or the waiter thread, unseen by torch.profiler, and MemoryProfile count it until its address is
+    reused (+0.8 MB, 10 %, in two of five 2-rank MLP runs at 200 Mbit/s)."""
+    tensor.untyped_storage().resize_(0)
 
 
 def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
@@ -220,9 +232,13 @@ def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
     class BlockTimedWork(dist.Work):  # FSDP2 tests isinstance(work, Work) before waiting on it
-        def __init__(self, work):
+        def __init__(self, work, output):
             super().__init__()
-            self._work = work
+            self._work, self._output = work, output
+
+        def __del__(self):  # FSDP2 drops its all-gather result, output and work together, once copied out
+            if self._work.is_completed():
+                _let_go(self._output)
 
         def wait(self, timeout=None):
             recorder.wait(self._work)
@@ -243,7 +259,7 @@ def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
             work = dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
             recorder.launched(f"allgather.{recorder.phase}.{unit_name}", work, t)
             if async_op:
-                return BlockTimedWork(work)
+                return BlockTimedWork(work, output_tensor)
             recorder.wait(work)
             return None
 
@@ -253,13 +269,15 @@ def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
 
         def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
             if recorder.reduce_scatters:  # post_backward waits for the unit before's reduce-scatter
-                recorder.wait(recorder.reduce_scatters.pop())  # and lets it go: a Work holds its buffers
+                previous, previous_input = recorder.reduce_scatters.pop()  # and lets it go (FSDP2 dropped its input)
+                recorder.wait(previous)
+                _let_go(previous_input)
             if predivide:  # the mean, computed before the sum (FSDP2's own division is switched off: see make)
                 input_tensor.div_(group.size())
             t = time.perf_counter()
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
             recorder.launched(f"reduce_scatter.{unit_name}", work, t)
-            recorder.reduce_scatters.append(work)
+            recorder.reduce_scatters.append((work, input_tensor))
             return work
 
     return TimedAllGather(), TimedReduceScatter()
@@ -268,7 +286,8 @@ def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
 def make(model, cfg: Mapping, clock=None) -> FSDPComm:
     """Apply FSDP2 to `model` as the module docstring says; returns the FSDPComm that records its collectives.
     `model`: a ReplayModel built with cfg["units"] (replay mode), or the real model of the trace (model mode: each
-    unit is the list of the modules its layers name, those with parameters, sharded as one group)."""
+    unit is the list of the modules its layers name, those with parameters, sharded as one group; a unit without
+    any is the list of all its modules)."""
     from torch.distributed.fsdp import fully_shard
 
     replay = hasattr(model, "blocked")
@@ -278,17 +297,15 @@ def make(model, cfg: Mapping, clock=None) -> FSDPComm:
         units = list(model.units)
     else:
         names = cfg["layer_names"]
-        units = [[m for m in (model.get_submodule(names[i]) for i in layer_ids) if _has_params(m)] or None
-                 for layer_ids in cfg["units"]]
-    handles = []  # per unit: the module FSDP2's prefetch lists name (None: no parameters, nothing gathered)
+        modules = [[model.get_submodule(names[i]) for i in layer_ids] for layer_ids in cfg["units"]]
+        # a unit without parameters too, for its hooks' prefetches (see the module docstring)
+        units = [[m for m in unit if _has_params(m)] or unit for unit in modules]
+    handles = []  # per unit: the module FSDP2's prefetch lists name
     for unit, name in zip(units, cfg["unit_names"], strict=True):
-        if unit is None:
-            handles.append(None)
-            continue
         sharded = fully_shard(unit, reshard_after_forward=reshard)
         handle = sharded[0] if isinstance(sharded, list) else sharded
         handles.append(handle)
-        if not replay or _has_params(unit):  # a replay unit may hold no parameters (model mode skipped those)
+        if _has_params(unit):  # a unit without parameters gathers nothing: no collectives
             ag, rs = _comms(name, recorder, predivide=not replay)
             handle.set_custom_all_gather(ag)
             handle.set_custom_reduce_scatter(rs)
@@ -301,22 +318,18 @@ def make(model, cfg: Mapping, clock=None) -> FSDPComm:
     lists = prefetch_lists(len(units), int(cfg["prefetch"]))
 
     def named(ids):
-        return [handles[v] for v in ids if handles[v] is not None]
+        return [handles[v] for v in ids]
 
     model.set_modules_to_forward_prefetch(named(lists["root_forward"]))
     for u, handle in enumerate(handles):
-        if handle is not None:
-            handle.set_modules_to_forward_prefetch(named(lists["forward"][u]))
-            # units without parameters have no FSDP2 module in model mode; a list left empty by dropping them
-            # would mean FSDP2's default prefetch, not "nothing": name the unit itself (a no-op) instead
-            backward = lists["backward"][u]
-            handle.set_modules_to_backward_prefetch(named(backward) or ([handle] if backward else []))
+        handle.set_modules_to_forward_prefetch(named(lists["forward"][u]))
+        handle.set_modules_to_backward_prefetch(named(lists["backward"][u]))
     model._set_unshard_async_op(True)
     return recorder
 
 
-def _has_params(module) -> bool:
-    return any(True for _ in module.parameters())
+def _has_params(unit) -> bool:  # unit: a module or a list of modules
+    return any(True for m in (unit if isinstance(unit, list) else [unit]) for _ in m.parameters())
 
 
 def local_bytes(model) -> int:
@@ -342,7 +355,8 @@ class MemoryProfile:
     - "peak_B" = resident_B + peak_delta_B and "framework_peak_B" = resident_B + backend_peak_delta_B.
 
     Frees of blocks allocated before are not counted (the blocks were not counted either); a block whose address is
-    handed out again without a reported free counts as freed then."""
+    handed out again without a reported free counts as freed then. Frees in other threads go unreported (torch.profiler
+    sees the thread that started it): the collectives' buffers are freed in the rank's (`_let_go`)."""
 
     def __init__(self, model, batch_B: int = 0):
         from torch.profiler import ProfilerActivity, profile
