@@ -97,14 +97,20 @@ _WORKSPACE = re.compile(rf"{re.escape(WORKSPACE_PREFIX)}(?P<pid>\d+)-[a-z0-9_]{{
 class Options:
     """How to run: compute `mode` ("replay" waits the traced times, "model" runs the zoo model), warm-up
     iterations dropped, `emulate` (None: an emulated network where possible, else loopback; False: loopback;
-    True: emulated or NetemuError), calibration sizes (bytes) and repeats, replay spin (s), the time bound of the
-    calibration runs (s), and `workdir` to keep the spec and per-rank records (default: a temporary directory)."""
+    True: emulated or NetemuError), calibration sizes (bytes), repeats and passes, replay spin (s), the time bound
+    of the calibration runs (s), and `workdir` to keep the spec and per-rank records (default: a temporary
+    directory)."""
 
     mode: str = "replay"
     warmup: int = 2
     emulate: bool | None = None
     calibration_sizes: tuple[int, ...] | None = None  # None: CALIBRATION_SIZES (gloo), NCCL_CALIBRATION_SIZES
-    calibration_repeats: int = 10
+    # 30 repeats in 10 passes through the sizes (each pass: every size 3 times), so a burst of load hits every size
+    # alike rather than one: on this 2-core host, fits of one layout in 4 calibrations, 10 repeats back to back vs
+    # 30 in 10 passes: 4 ranks at 200 Mbit/s alpha 297-366 vs 282-325 us, bandwidth 20.0-22.6 vs 22.0-23.1 MB/s;
+    # run to run, the bench's predicted times had swung with alpha by up to 35 % (ResNet-20 wfbp, 8 ranks)
+    calibration_repeats: int = 30
+    calibration_rounds: int = 10
     spin_s: float = 2e-4
     calibration_timeout_s: float = 300.0
     workdir: str | None = None
@@ -354,7 +360,8 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
 
     n_nodes = len(cluster.nodes)
     ranks = n_nodes * ranks_per_node
-    plan = make_plan(collectives, options.sizes, ranks, options.calibration_repeats, 1)
+    plan = make_plan(collectives, options.sizes, ranks, options.calibration_repeats, 1,
+                     min(options.calibration_rounds, options.calibration_repeats))
     out = work / f"calibration-{link}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))
@@ -366,7 +373,8 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
     where = "emulated network" if cluster.shaped else "plain loopback"
     notes = (f"{link} class: {ranks} rank(s) on {n_nodes} node(s) of an {where}; {options.calibration_repeats} "
-             f"repeats after 1 warm-up per size; scheduling {options.scheduling}; {TIMING}")
+             f"repeats in {plan['rounds']} passes through the sizes, 1 warm-up per size and pass; scheduling "
+             f"{options.scheduling}; {TIMING}")
     software = results[0].get("info", {}).get("software", {})
     return NetworkTrace(options.backend, "tcp" if options.backend == "gloo" else "nccl",
                         Provenance("validate.run calibration microbenchmarks", started, platform.node(), "measured",
