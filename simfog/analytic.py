@@ -148,6 +148,10 @@ def run(sim):
         from simfog import analytic_sharded
 
         return analytic_sharded.run(sim, PATH_ANALYTIC)
+    if getattr(sim.algorithm, "steps", None) is not None:  # dataflow: a Plan fixed before the run
+        from simfog import analytic_flow
+
+        return analytic_flow.run(sim, PATH_ANALYTIC)
 
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute
