@@ -54,8 +54,7 @@ class Phase:
         hier = st.hierarchical if isinstance(st, P2PStep) else alg.hier
         full = [b if not isinstance(st, P2PStep) or st.intra_bytes is None else st.intra_bytes for b in self.sizes]
         self.intra = [_node_costs(alg, "allreduce", f) for f in full] if hier else None
-        bcast = "broadcast"
-        self.bcast = [_node_costs(alg, bcast, f) for f in full] if hier else None
+        self.bcast = [_node_costs(alg, "broadcast", f) for f in full] if hier else None
         self.hier = hier
         if not isinstance(st, P2PStep):
             leaders = list(range(0, self.n, self.L))
@@ -108,20 +107,23 @@ class Phase:
         E = np.stack([np.repeat(i_e, L), last, np.where(leader, x_e, np.nan)], axis=1)
         return last, (S, E)
 
-    def _p2p(self, b, ready, add, timed):
-        st, n, L = self.step, self.n, self.L
+    def _exchange(self, b, ready, add):
+        """The exchange of bucket b up to its messages: (node allreduce starts or None, first: when a go rank's
+        node average ended (else its ready), go: when it starts sending (after any encode), message starts,
+        message ends)."""
+        st, i_s, first = self.step, None, ready
         if self.alg.negotiate:  # nothing moves before every rank has requested the operation
-            ready = np.full(n, ready.max())
+            first = np.full(self.n, ready.max())
         if self.hier:
-            i_s = ready.reshape(self.nodes, L).max(1)
+            i_s = first.reshape(self.nodes, self.L).max(1)
             first = add(i_s, self.intra[b])
-        else:
-            first = ready
-        go = first
-        if self.sender is not None:
-            go = np.where(self.sender, add(first, self.enc), first)
+        go = first if self.sender is None else np.where(self.sender, add(first, self.enc), first)
         ms = go[self.spos] if st.one_sided else np.maximum(go[self.spos], go[self.dpos])
-        me = add(ms, self.dur[b])
+        return i_s, first, go, ms, add(ms, self.dur[b])
+
+    def _p2p(self, b, ready, add, timed):
+        n, L = self.n, self.L
+        i_s, first, go, ms, me = self._exchange(b, ready, add)
         has = self.idx >= 0
         acc = np.maximum(go, np.where(has, me[self.idx], -np.inf).max(1, initial=-np.inf))
         after = np.where(self.sender, add(acc, self.dec), acc) if self.sender is not None else acc
@@ -149,14 +151,7 @@ class Phase:
 
     def messages(self, b: int, ready: np.ndarray):
         """(start, end) of every message of bucket b (the engine's message log), from the ranks' ready times."""
-        st = self.step
-        go = ready if not self.alg.negotiate else np.full(self.n, ready.max())
-        if self.hier:
-            go = go.reshape(self.nodes, self.L).max(1) + self.intra[b]
-        if self.sender is not None:
-            go = np.where(self.sender, go + self.enc, go)
-        ms = go[self.spos] if st.one_sided else np.maximum(go[self.spos], go[self.dpos])
-        return ms, ms + self.dur[b]
+        return self._exchange(b, ready, np.add)[3:]
 
 
 def _merge(L: np.ndarray, owned, last: np.ndarray) -> dict:
