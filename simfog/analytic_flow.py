@@ -21,6 +21,7 @@ merged into a running cover), summed as pandas sums the engine's records (simfog
 from __future__ import annotations
 
 import time
+
 import numpy as np
 
 from simfog.algorithms.dataflow import P2PStep, message_durations

@@ -31,7 +31,9 @@ bagua/torch_api/algorithms/decentralized.py and rust/bagua-core/.../comm_ops/dec
   exchange is placed between backward's end and the optimizer step: the same iteration time, and its time shows as
   exposed communication.
 
-Ranks are never assumed identical here (`symmetric = False`): placement makes some messages intra-node.
+Ranks are never assumed identical here (`symmetric = False`): placement makes some messages intra-node. The Plan
+is fixed before the run, so simfog.analytic_flow evaluates it over every rank at once (numpy), the event engine's
+times bit for bit; the event engine runs it only when asked (path = "events").
 """
 
 from __future__ import annotations
