@@ -18,7 +18,9 @@ the event engine. The per-(rank, iteration) columns the summary needs (compute, 
 are summed in the order and with the summation (np.add.reduceat) pandas uses on the engine's sorted records,
 so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
 (`Result.intervals()`), from the same recurrence. The sharded algorithms (fsdp, hsdp, zero1-3: whole iterations
-from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded; `run` hands them to it.
+from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded, and the dataflow algorithms
+(neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized: a max-plus Plan per iteration) theirs,
+simfog.analytic_flow; `run` hands them over.
 """
 
 from __future__ import annotations
@@ -148,6 +150,10 @@ def run(sim):
         from simfog import analytic_sharded
 
         return analytic_sharded.run(sim, PATH_ANALYTIC)
+    if getattr(sim.algorithm, "steps", None) is not None:  # dataflow: a Plan fixed before the run
+        from simfog import analytic_flow
+
+        return analytic_flow.run(sim, PATH_ANALYTIC)
 
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute

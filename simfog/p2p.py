@@ -21,9 +21,10 @@ fluid max-min model with rates recomputed at each completion gives.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from simfog.cluster import Cluster
 
@@ -35,18 +36,22 @@ class Message:
     nbytes: float
 
 
-def _resources(cluster: Cluster, m: Message) -> tuple[tuple, tuple]:
-    """(sender-side resource, receiver-side resource) used by message m."""
-    a, b = cluster.node_of(m.src), cluster.node_of(m.dst)
-    if a == b:
-        return ("intra-out", m.src), ("intra-in", m.dst)
-    return ("nic-out", a), ("nic-in", b)
+def flows_of(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Per message (src[i] -> dst[i]): the most concurrent messages on a resource it crosses (0 for a message to
+    oneself). Resources: a rank's intra-node link out and in (messages inside a node), a node's NIC out and in."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    n, L = cluster.ranks, cluster.ranks_per_node
+    a, b = src // L, dst // L
+    same = a == b
+    out_key = np.where(same, src, 2 * n + a)              # intra-out rank | nic-out node
+    in_key = np.where(same, n + dst, 2 * n + cluster.nodes + b)  # intra-in rank | nic-in node
+    live = src != dst
+    load = np.bincount(np.concatenate([out_key[live], in_key[live]]), minlength=2 * n + 2 * cluster.nodes)
+    return np.where(live, np.maximum(load[out_key], load[in_key]), 0)
 
 
 def _flows(cluster: Cluster, messages: Sequence[Message]) -> list[int]:
-    """Per message: the most concurrent messages on a resource it crosses (0 for a message to oneself)."""
-    load = Counter(r for m in messages if m.src != m.dst for r in _resources(cluster, m))
-    return [0 if m.src == m.dst else max(load[r] for r in _resources(cluster, m)) for m in messages]
+    return flows_of(cluster, [m.src for m in messages], [m.dst for m in messages]).tolist()
 
 
 def flow_rates(cluster: Cluster, messages: Sequence[Message]) -> list[float]:
@@ -65,15 +70,46 @@ def flow_rates(cluster: Cluster, messages: Sequence[Message]) -> list[float]:
 def exchange_times(cluster: Cluster, messages: Sequence[Message]) -> list[float]:
     """Seconds each message takes when all of `messages` start together: α + M / rate (flow_rates); a message to
     oneself costs 0."""
-    return [_message_time(cluster, m, k) for m, k in zip(messages, _flows(cluster, messages), strict=True)]
+    src, dst = [m.src for m in messages], [m.dst for m in messages]
+    return message_times(cluster, src, dst, np.array([m.nbytes for m in messages], dtype=float)).tolist()
 
 
-def _message_time(cluster: Cluster, m: Message, flows: int) -> float:
-    """Seconds of message `m` while `flows` messages share the busiest resource it crosses (0 for flows = 0, a
-    message to oneself): α + max(M / flow cap, flows·M / bandwidth) of its link."""
-    if not flows:
-        return 0.0
-    return cluster.link_between(m.src, m.dst).time(m.nbytes, flows=flows)
+def links_of(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per message, what cluster.link_between(src, dst) gives: (latency_s, bandwidth_Bps, flow cap or nan)."""
+    L = cluster.ranks_per_node
+    a, b = np.asarray(src) // L, np.asarray(dst) // L
+    same = a == b
+    intra, inter = cluster.intra, cluster.inter
+    lat = np.where(same, intra.latency_s, inter.latency_s)
+    bw = np.where(same, intra.bandwidth_Bps, inter.bandwidth_Bps)
+    cap = np.where(same, _cap(intra), _cap(inter))
+    if cluster.degraded_nics:  # slowest_inter((a, b)): the slower of the two NICs, when below the NIC's rate
+        node_bw = np.full(cluster.nodes, np.inf)
+        nodes, bws = zip(*cluster.degraded_nics)
+        np.minimum.at(node_bw, np.array(nodes), np.array(bws, dtype=float))
+        low = np.minimum(node_bw[a], node_bw[b])
+        slow = ~same & (low < cluster.nic.bandwidth_Bps)
+        bw = np.where(slow, low / (cluster.oversubscription if cluster.nodes > 1 else 1.0), bw)
+        lat = np.where(slow, cluster.nic.latency_s, lat)
+        cap = np.where(slow, _cap(cluster.nic), cap)
+    return lat, bw, cap
+
+
+def _cap(link) -> float:
+    return np.nan if link.flow_bandwidth_Bps is None else link.flow_bandwidth_Bps
+
+
+def message_times(cluster: Cluster, src, dst, nbytes, flows: np.ndarray | None = None) -> np.ndarray:
+    """exchange_times over arrays: message i (src[i] -> dst[i], nbytes (scalar or per message)) takes
+    α + max(M / flow cap, flows·M / bandwidth) of its link (Link.time, the same operations), 0 to oneself."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    k = flows_of(cluster, src, dst) if flows is None else flows
+    lat, bw, cap = links_of(cluster, src, dst)
+    t = lat + k * nbytes / bw
+    capped = ~np.isnan(cap)
+    if capped.any():
+        t = np.where(capped, np.maximum(t, lat + nbytes / np.where(capped, cap, 1.0)), t)
+    return np.where(k > 0, t, 0.0)
 
 
 def exchange_makespan(cluster: Cluster, messages: Sequence[Message]) -> float:

@@ -323,8 +323,11 @@ def _circulant(name: str, n: int, L: int, offsets: Sequence[int], detail: str) -
     builds these as np.roll of one row normalised to sum 1)."""
     weight = 1.0 / (len(offsets) + 1)
     weights = (weight,) * len(offsets)
-    ex = tuple(Exchange(i, tuple((i + d) % n for d in offsets), tuple((i - d) % n for d in offsets), weight, weights)
-               for i in range(n))
+    # Rows of i ± d mod n made with numpy (exact integers; % floors as Python's does): 131,072 ranks in a
+    # fraction of the time a per-rank generator takes.
+    i, d = np.arange(n)[:, None], np.asarray(offsets, dtype=np.int64)[None, :]
+    send, recv = map(tuple, ((i + d) % n).tolist()), map(tuple, ((i - d) % n).tolist())
+    ex = tuple(Exchange(r, s, v, weight, weights) for r, s, v in zip(range(n), send, recv))
     return Topology(name, n, 1, lambda _phase: ex, L, detail=detail, symmetry="circulant")
 
 

@@ -11,7 +11,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from simfog.p2p import Message, exchange_times
+import numpy as np
+
+from simfog.p2p import links_of, message_times
 from simfog.topology import Topology
 
 if TYPE_CHECKING:
@@ -87,16 +89,22 @@ def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[i
     sends and receives. `latencies` > 1 adds that many link latencies in all (fused buffers sent back to back).
     One-sided messages (puts) depend on the sender only and belong to it only. Returns the ops of each rank."""
     live = [(s, d) for s, d in pairs if s != d]
-    times = exchange_times(cluster, [Message(s, d, nbytes) for s, d in live])
+    src, dst = (np.array([p[i] for p in live], dtype=np.int64) for i in (0, 1))
+    times = message_durations(cluster, src, dst, nbytes, latencies).tolist()
     mine: dict[int, list[int]] = {r: [] for r in ready}
     for (s, d), t in zip(live, times, strict=True):
-        t += (latencies - 1) * cluster.link_between(s, d).latency_s
         o = plan.op((ready[s],) if one_sided else (ready[s], ready[d]), t)
         plan.sends[s].append((o, d, nbytes))
         mine[s].append(o)
         if not one_sided:
             mine[d].append(o)
     return mine
+
+
+def message_durations(cluster, src: np.ndarray, dst: np.ndarray, nbytes: float, latencies: int = 1) -> np.ndarray:
+    """Seconds of each message src[i] -> dst[i] (no message to oneself) of one exchange step, all sent at once
+    (simfog.p2p.message_times), plus latencies − 1 more link latencies (fused buffers sent back to back)."""
+    return message_times(cluster, src, dst, nbytes) + (latencies - 1) * links_of(cluster, src, dst)[0]
 
 
 def split_by_iteration(starts: Sequence[float], iteration: int, s: float, e: float) -> list[tuple[int, float, float]]:
@@ -127,7 +135,8 @@ def mixing_of(topo: Topology | None, eps: float, name: str | None = None) -> dic
 
 class DataflowAlgorithm:
     """Base of the algorithms whose iteration is a Plan. Subclasses set `period`, `name` and implement
-    `_build(phase) -> Plan` and `_inputs(rank, iteration, sample, t_backward) -> launch times`."""
+    `steps(phase) -> (bucket sizes, step)` (the Plan is chain(sizes, step)) and `_inputs(rank, iteration, sample,
+    t_backward) -> launch times` (numpy-friendly: simfog.analytic_flow passes every rank at once as arrays)."""
 
     symmetric = False
     period = 1
@@ -144,11 +153,19 @@ class DataflowAlgorithm:
         self._plans: dict[int, Plan] = {}
         self._runs: dict[int, Run] = {}
         self.log: list[tuple] = []
+        self.make_log: Callable[[], list] | None = None
 
     # --- what subclasses provide --------------------------------------------------------------------------------
 
     def _build(self, phase: int) -> Plan:
-        raise NotImplementedError
+        return self.chain(*self.phase_steps(phase))
+
+    def phase_steps(self, phase: int) -> tuple[list[float], Callable]:
+        """steps(phase), made once per phase (the event engine's Plan and the analytic path share it)."""
+        memo = self.__dict__.setdefault("_steps", {})
+        if phase not in memo:
+            memo[phase] = self.steps(phase)
+        return memo[phase]
 
     def _inputs(self, rank: int, iteration: int, sample: int, t_backward: float) -> list[float]:
         return [t_backward]
@@ -203,15 +220,16 @@ class DataflowAlgorithm:
         """Every point-to-point message sent: iteration, src, dst, bytes, start_s, end_s."""
         import pandas as pd
 
+        if self.make_log is not None:  # the analytic path (simfog.analytic_flow) builds the log when asked
+            self.log, self.make_log = self.make_log(), None
         return pd.DataFrame.from_records(self.log, columns=MESSAGE_COLUMNS)
 
     def describe_buckets(self) -> list[dict]:
         if self.n == 1:
             return []
-        plan = self.plan(0)
-        sent = [len(s) for s in plan.sends]
+        sent = self.sent_per_rank()
         return [{"bucket": 0, "tensors": len(self.trace.tensors), "bytes": int(self.nbytes), "algorithm": self.name,
-                 "messages_per_rank_max": max(sent), "messages_per_iteration": sum(sent)}]
+                 "messages_per_rank_max": int(sent.max()), "messages_per_iteration": int(sent.sum())}]
 
     # --- building blocks for _build -----------------------------------------------------------------------------
 
@@ -237,46 +255,82 @@ class DataflowAlgorithm:
         return range(node * L, (node + 1) * L)
 
     def p2p_step(self, pairs, *, hierarchical: bool, latencies: int = 1, one_sided: bool = False, codec=None,
-                 intra_bytes: float | None = None):
-        """A step function for `chain`: messages between `pairs`. Hierarchical: each node first averages among its
-        ranks (intra-node allreduce; BAGUA's reduce moves the same bytes under a ring), local ranks 0 exchange,
-        then broadcast inside the node (on `intra_bytes`, default the message size). codec = (encode_s, decode_s)
-        per rank adds compression around the messages of the ranks that exchange."""
-        cluster, cost = self.sim.experiment.cluster, self.sim.cost
+                 intra_bytes: float | None = None) -> P2PStep:
+        """A step function for `chain`: messages between `pairs`, (src, dst) pairs or a (messages, 2) array (see
+        P2PStep)."""
+        return P2PStep(self, pairs, hierarchical, latencies, one_sided, codec, intra_bytes)
 
-        def step(plan: Plan, ready: list[int], nbytes: float):
-            n = self.n
-            last, owned = list(ready), [[] for _ in range(n)]
-            if self.negotiate:  # nothing moves before every rank has requested the operation
-                ready = [plan.op(ready)] * n
-            senders = {s for pair in pairs for s in pair}
-            full = nbytes if intra_bytes is None else intra_bytes
-            if hierarchical:
-                intra, bcast = {}, {}
-                for u in range(cluster.nodes):
-                    members = self.node_ranks(u)
-                    intra[u] = plan.op([ready[r] for r in members], cost.time("allreduce", full, members))
-                first = {u * cluster.ranks_per_node: intra[u] for u in range(cluster.nodes)}
-            else:
-                first = {r: ready[r] for r in range(n)}
-            go = dict(first)
-            if codec is not None:
-                for r in senders:
-                    go[r] = plan.op((first[r],), codec[0][r])
-                    owned[r].append(go[r])
-            msgs = exchange(plan, cluster, go, pairs, nbytes, latencies=latencies, one_sided=one_sided)
-            after = {}
-            for r, start_op in go.items():
-                after[r] = plan.op([start_op] + msgs[r], codec[1][r] if codec is not None and r in senders else 0.0)
-                owned[r] += msgs[r] + ([after[r]] if codec is not None and r in senders else [])
-            if not hierarchical:
-                return [after[r] for r in range(n)], owned
+    def steps(self, phase: int) -> tuple[list[float], Callable]:
+        """(bucket sizes, step) of phase `phase`: the Plan is chain(sizes, step). Subclasses provide it."""
+        raise NotImplementedError
+
+    def sent_per_rank(self) -> np.ndarray:
+        """Messages each rank sends per iteration (phase 0), counted without building the Plan."""
+        sizes, step = self.phase_steps(0)
+        if not isinstance(step, P2PStep):
+            return np.zeros(self.n, dtype=int)
+        return np.bincount(step.src, minlength=self.n) * len(sizes)
+
+    def analytic_blocker(self) -> str | None:
+        """None: the Plan is fixed before the run, so simfog.analytic_flow solves it over every rank at once."""
+        return None
+
+
+class P2PStep:
+    """A step function for `DataflowAlgorithm.chain`: messages between `pairs`. Hierarchical: each node first
+    averages among its ranks (intra-node allreduce; BAGUA's reduce moves the same bytes under a ring), local ranks 0
+    exchange, then broadcast inside the node (on `intra_bytes`, default the message size). codec = (encode_s,
+    decode_s) per rank adds compression around the messages of the ranks that exchange. Its fields are what
+    simfog.analytic_flow reads to evaluate the same ops over arrays."""
+
+    def __init__(self, alg: DataflowAlgorithm, pairs, hierarchical: bool, latencies: int, one_sided: bool, codec,
+                 intra_bytes: float | None):
+        self.alg, self.hierarchical, self.latencies = alg, hierarchical, latencies
+        self.one_sided, self.codec, self.intra_bytes = one_sided, codec, intra_bytes
+        self.both = both = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.named = np.zeros(alg.n, dtype=bool)  # every rank named in a pair (also a pair with itself)
+        self.named[both.ravel()] = True
+        live = both[both[:, 0] != both[:, 1]]
+        self.src, self.dst = live[:, 0].copy(), live[:, 1].copy()
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        return list(map(tuple, self.both.tolist()))
+
+    def __call__(self, plan: Plan, ready: list[int], nbytes: float):
+        alg = self.alg
+        cluster, cost, codec, hierarchical = alg.sim.experiment.cluster, alg.sim.cost, self.codec, self.hierarchical
+        n = alg.n
+        last, owned = list(ready), [[] for _ in range(n)]
+        if alg.negotiate:  # nothing moves before every rank has requested the operation
+            ready = [plan.op(ready)] * n
+        senders = set(np.flatnonzero(self.named).tolist())
+        full = nbytes if self.intra_bytes is None else self.intra_bytes
+        if hierarchical:
+            intra, bcast = {}, {}
             for u in range(cluster.nodes):
-                members = self.node_ranks(u)
-                leader = members[0]
-                bcast[u] = plan.op((after[leader],), cost.time("broadcast", full, members))
-                for r in members:
-                    last[r] = bcast[u]
-                    owned[r] += [intra[u], bcast[u]]
-            return last, owned
-        return step
+                members = alg.node_ranks(u)
+                intra[u] = plan.op([ready[r] for r in members], cost.time("allreduce", full, members))
+            first = {u * cluster.ranks_per_node: intra[u] for u in range(cluster.nodes)}
+        else:
+            first = {r: ready[r] for r in range(n)}
+        go = dict(first)
+        if codec is not None:
+            for r in senders:
+                go[r] = plan.op((first[r],), codec[0][r])
+                owned[r].append(go[r])
+        msgs = exchange(plan, cluster, go, self.pairs, nbytes, latencies=self.latencies, one_sided=self.one_sided)
+        after = {}
+        for r, start_op in go.items():
+            after[r] = plan.op([start_op] + msgs[r], codec[1][r] if codec is not None and r in senders else 0.0)
+            owned[r] += msgs[r] + ([after[r]] if codec is not None and r in senders else [])
+        if not hierarchical:
+            return [after[r] for r in range(n)], owned
+        for u in range(cluster.nodes):
+            members = alg.node_ranks(u)
+            leader = members[0]
+            bcast[u] = plan.op((after[leader],), cost.time("broadcast", full, members))
+            for r in members:
+                last[r] = bcast[u]
+                owned[r] += [intra[u], bcast[u]]
+        return last, owned

@@ -31,10 +31,16 @@ bagua/torch_api/algorithms/decentralized.py and rust/bagua-core/.../comm_ops/dec
   exchange is placed between backward's end and the optimizer step: the same iteration time, and its time shows as
   exposed communication.
 
-Ranks are never assumed identical here (`symmetric = False`): placement makes some messages intra-node.
+Ranks are never assumed identical here (`symmetric = False`): placement makes some messages intra-node. The Plan
+is fixed before the run, so simfog.analytic_flow evaluates it over every rank at once (numpy), the event engine's
+times bit for bit; the event engine runs it only when asked (path = "events").
 """
 
 from __future__ import annotations
+
+import itertools
+
+import numpy as np
 
 from simfog import merge
 from simfog.algorithms.codecs import codec_bandwidth, minmax_uint8_bytes
@@ -51,6 +57,17 @@ def bluefog_fused_buffers(trace, threshold_bytes: float | None) -> list[merge.Bu
     return merge.horovod_fuse(merge.grad_tensors(trace), threshold_bytes or BLUEFOG_FUSION_BYTES)
 
 
+def graph_pairs(exchanges) -> np.ndarray:
+    """(messages, 2) array of (src, dst) of a topology phase's exchanges, in their order (arrays: a graph of
+    131,072 ranks has millions of messages, too many for tuples)."""
+    counts = np.fromiter((len(e.send_to) for e in exchanges), dtype=np.int64, count=len(exchanges))
+    out = np.empty((int(counts.sum()), 2), dtype=np.int64)
+    out[:, 0] = np.repeat(np.fromiter((e.rank for e in exchanges), dtype=np.int64, count=len(exchanges)), counts)
+    out[:, 1] = np.fromiter(itertools.chain.from_iterable(e.send_to for e in exchanges), dtype=np.int64,
+                            count=len(out))
+    return out
+
+
 class TopologyAlgorithm(DataflowAlgorithm):
     """Averaging over a simfog.topology graph (rank level), hierarchical when the graph says so."""
 
@@ -65,8 +82,9 @@ class TopologyAlgorithm(DataflowAlgorithm):
     def _topology(self, cluster) -> Topology:
         return topology(self.comm.topology or self.default_topology, self.n, ranks_per_node=cluster.ranks_per_node)
 
-    def pairs(self, phase: int) -> list[tuple[int, int]]:
-        return [(e.rank, d) for e in self.topo.exchanges(phase) for d in e.send_to]
+    def pairs(self, phase: int) -> np.ndarray:
+        """(messages, 2) array of (src, dst): every rank's sends of phase `phase`, rank by rank."""
+        return graph_pairs(self.topo.exchanges(phase))
 
     @property
     def hierarchical(self) -> bool:
@@ -93,12 +111,11 @@ class NeighborAveraging(TopologyAlgorithm):
             self.offsets = [sim.compute.layer_end_s[:, [layer[name] for name in b.tensors]].max(axis=1)
                             for b in self.fused]
 
-    def _build(self, phase: int) -> Plan:
+    def steps(self, phase: int):
         if self.atc:
-            step = self.p2p_step(self.pairs(phase), hierarchical=self.hierarchical)
-            return self.chain([b.nbytes for b in self.fused], step)
+            return [b.nbytes for b in self.fused], self.p2p_step(self.pairs(phase), hierarchical=self.hierarchical)
         step = self.p2p_step(self.pairs(phase), hierarchical=self.hierarchical, latencies=max(1, len(self.fused)))
-        return self.chain([self.nbytes], step)
+        return [self.nbytes], step
 
     def _inputs(self, rank, iteration, sample, t_backward):
         if not self.atc:
@@ -109,7 +126,7 @@ class NeighborAveraging(TopologyAlgorithm):
     def describe_buckets(self) -> list[dict]:
         if self.n == 1:
             return []
-        sent = max(len(s) for s in self.plan(0).sends)
+        sent = int(self.sent_per_rank().max())
         per_bucket = sent // (len(self.fused) if self.atc else 1)
         if not self.atc:
             return [{"bucket": 0, "tensors": len(self.trace.tensors), "bytes": int(self.nbytes),
@@ -130,11 +147,10 @@ class HierarchicalNeighborAveraging(NeighborAveraging):
             return None
         return topology(self.comm.topology or self.default_topology, cluster.nodes)
 
-    def pairs(self, phase: int) -> list[tuple[int, int]]:
+    def pairs(self, phase: int) -> np.ndarray:
         if self.topo is None:
-            return []
-        L = self.sim.experiment.cluster.ranks_per_node
-        return [(e.rank * L, d * L) for e in self.topo.exchanges(phase) for d in e.send_to]
+            return np.zeros((0, 2), dtype=np.int64)
+        return graph_pairs(self.topo.exchanges(phase)) * self.sim.experiment.cluster.ranks_per_node
 
     @property
     def hierarchical(self) -> bool:
@@ -166,29 +182,10 @@ class BaguaDecentralized(TopologyAlgorithm):
             return None
         return topology("shift_one", self.n, ranks_per_node=cluster.ranks_per_node, hierarchical=self.hier)
 
-    def _build(self, phase: int) -> Plan:
+    def steps(self, phase: int):
         if self.topo is not None:
-            return self.chain([self.nbytes], self.p2p_step(self.pairs(phase), hierarchical=self.hierarchical))
-        return self.chain([self.nbytes], self._allreduce_step)
-
-    def _allreduce_step(self, plan: Plan, ready: list[int], nbytes: float):
-        """peer_selection_mode "all": an allreduce of the weights (hierarchical: node reduce, leaders' allreduce,
-        node broadcast), a synchronization of every rank."""
-        cluster, cost, n = self.sim.experiment.cluster, self.sim.cost, self.n
-        if not self.hier:
-            op = plan.op(ready, cost.allreduce(nbytes))
-            return [op] * n, [[op] for _ in range(n)]
-        intra = [plan.op([ready[r] for r in self.node_ranks(u)], cost.time("allreduce", nbytes, self.node_ranks(u)))
-                 for u in range(cluster.nodes)]
-        leaders = [u * cluster.ranks_per_node for u in range(cluster.nodes)]
-        inter = plan.op(intra, cost.time("allreduce", nbytes, leaders))
-        last, owned = [0] * n, [[] for _ in range(n)]
-        for u in range(cluster.nodes):
-            b = plan.op((inter,), cost.time("broadcast", nbytes, self.node_ranks(u)))
-            for r in self.node_ranks(u):
-                last[r] = b
-                owned[r] = [intra[u], b] + ([inter] if r == leaders[u] else [])
-        return last, owned
+            return [self.nbytes], self.p2p_step(self.pairs(phase), hierarchical=self.hierarchical)
+        return [self.nbytes], AllreduceStep(self)
 
     def _inputs(self, rank, iteration, sample, t_backward):
         # Launched at the forward pre-hook: when this iteration's forward (and any straggler delay) began.
@@ -199,6 +196,32 @@ class BaguaDecentralized(TopologyAlgorithm):
         if self.n == 1:
             return None
         return mixing_of(self.topo, self.eps)
+
+
+class AllreduceStep:
+    """peer_selection_mode "all": an allreduce of the weights (hierarchical: node reduce, leaders' allreduce, node
+    broadcast), a synchronization of every rank. A step function for `chain`; simfog.analytic_flow reads `alg`."""
+
+    def __init__(self, alg: BaguaDecentralized):
+        self.alg = alg
+
+    def __call__(self, plan: Plan, ready: list[int], nbytes: float):
+        alg = self.alg
+        cluster, cost, n = alg.sim.experiment.cluster, alg.sim.cost, alg.n
+        if not alg.hier:
+            op = plan.op(ready, cost.allreduce(nbytes))
+            return [op] * n, [[op] for _ in range(n)]
+        intra = [plan.op([ready[r] for r in alg.node_ranks(u)], cost.time("allreduce", nbytes, alg.node_ranks(u)))
+                 for u in range(cluster.nodes)]
+        leaders = [u * cluster.ranks_per_node for u in range(cluster.nodes)]
+        inter = plan.op(intra, cost.time("allreduce", nbytes, leaders))
+        last, owned = [0] * n, [[] for _ in range(n)]
+        for u in range(cluster.nodes):
+            b = plan.op((inter,), cost.time("broadcast", nbytes, alg.node_ranks(u)))
+            for r in alg.node_ranks(u):
+                last[r] = b
+                owned[r] = [intra[u], b] + ([inter] if r == leaders[u] else [])
+        return last, owned
 
 
 @REGISTRY.register("low_precision_decentralized")
@@ -222,13 +245,13 @@ class BaguaLowPrecisionDecentralized(DataflowAlgorithm):
         self.codec = ([self.nbytes / bw * slow[r] for r in range(self.n)],
                       [3 * self.nbytes / bw * slow[r] for r in range(self.n)])
 
-    def _build(self, phase: int) -> Plan:
+    def steps(self, phase: int):
         N, u = self.units, self.unit
         # Ring peers: send to and receive from left and right (twice the same peer when N = 2, as BAGUA does).
         pairs = [] if N < 2 else [(i * u, ((i + k) % N) * u) for i in range(N) for k in (-1, 1)]
         step = self.p2p_step(pairs, hierarchical=self.hier, codec=self.codec if N > 1 else None,
                              intra_bytes=self.nbytes)
-        return self.chain([self.wire], step)
+        return [self.wire], step
 
     def _inputs(self, rank, iteration, sample, t_backward):
         # After the optimizer step; placed before it (module docstring), once backward has ended.

@@ -1,0 +1,105 @@
+"""The analytic path of the dataflow algorithms (simfog.analytic_flow) equals the event engine bit for bit: every
+algorithm and option it takes, on one and several nodes, mean and sampled compute, slowdowns and stragglers,
+capped flows, oversubscription and degraded NICs, over several iterations and seeds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from simfog import analytic
+from simfog.cluster import Cluster, Link
+from simfog.experiment import Heterogeneity
+from simfog.simulation import new_simulation, simulate
+from tests.conftest import make_experiment
+from tests.test_analytic import TRACES, assert_same
+
+OPTIONS = [
+    ("neighbor", {}),                                   # exp2, awc, negotiated
+    ("neighbor", {"negotiate": False}),
+    ("neighbor", {"combine": "atc", "threshold_bytes": 3e6}),  # several fused buffers, launched during backward
+    ("neighbor", {"combine": "atc", "negotiate": False}),
+    ("neighbor", {"topology": "ring"}),
+    ("neighbor", {"topology": "one_peer_exp2"}),        # dynamic: a phase per iteration
+    ("neighbor", {"topology": "star"}),                 # uneven load on one rank
+    ("neighbor", {"topology": "inner_outer_exp2"}),
+    ("neighbor", {"topology": "machine_one_peer_exp2"}),  # hierarchical: node average, leaders, broadcast
+    ("hierarchical_neighbor", {}),
+    ("hierarchical_neighbor", {"topology": "ring", "negotiate": False}),
+    ("decentralized", {}),                              # full: hierarchical allreduce
+    ("decentralized", {"hierarchical": False}),
+    ("decentralized", {"topology": "shift_one"}),
+    ("decentralized", {"topology": "shift_one", "hierarchical": False}),
+    ("low_precision_decentralized", {}),
+    ("low_precision_decentralized", {"hierarchical": False}),
+]
+SHAPES = [(1, 4), (2, 2), (4, 2), (2, 4)]
+NIC = Link(5e-6, 2e9, 6e8)  # a flow cap below the NIC: flows add up until they fill it
+HETERO = Heterogeneity(rank_slowdown=((1, 1.7),), node_slowdown=((0, 1.2),), straggler_rate=0.3,
+                       straggler_delay_s=4e-3, straggler_distribution="exponential")
+
+
+def _experiment(algorithm, options, nodes, gpus, compute, iterations, seed, network=False):
+    exp = make_experiment(TRACES["sampled" if compute == "samples" else "fixed"], nodes=nodes, gpus_per_node=gpus,
+                          algorithm=algorithm, compute=compute, iterations=iterations, seed=seed,
+                          collective="ring", **options)
+    exp = replace(exp, heterogeneity=HETERO if seed % 2 else Heterogeneity())
+    if network:
+        c = exp.cluster
+        exp = replace(exp, cluster=Cluster(c.nodes, c.ranks_per_node, c.intra, NIC, oversubscription=1.5,
+                                           degraded_nics=((nodes - 1, 5e8),)))
+    return exp
+
+
+def _runs(exp) -> bool:
+    """Whether the configuration exists (some graphs need an even number of nodes or several ranks per node)."""
+    from simfog.errors import Infeasible
+
+    try:
+        new_simulation(exp)
+    except Infeasible:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("algorithm,options", OPTIONS, ids=[f"{a}-{'-'.join(map(str, o.values())) or 'default'}"
+                                                           for a, o in OPTIONS])
+@pytest.mark.parametrize("compute", ["mean", "samples"])
+def test_dataflow_analytic_equals_events(algorithm, options, compute):
+    ran = 0
+    for k, (nodes, gpus) in enumerate(SHAPES):
+        for iterations, seed, network in ((1, 2 * k, False), (3, 2 * k + 1, k % 2 == 1)):
+            exp = _experiment(algorithm, options, nodes, gpus, compute, iterations, seed, network)
+            if not _runs(exp):
+                continue
+            a, b = assert_same(exp)
+            assert a.summary()["iteration_time_s"] > 0
+            assert (a.iterations().comm_s > 0).any() and (a.iterations().wait_s >= 0).all()
+            ran += 1
+    assert ran >= 2
+
+
+def test_messages_are_the_engines():
+    exp = _experiment("neighbor", {"combine": "atc", "negotiate": False}, 2, 2, "samples", 2, 3, True)
+    sims = [new_simulation(exp), new_simulation(exp, path="events")]
+    for sim in sims:
+        sim.run()
+    a, b = (sim.algorithm.messages().sort_values(["iteration", "src", "dst", "start_s"], kind="stable")
+            .reset_index(drop=True) for sim in sims)
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_one_rank_and_the_path_taken():
+    for algorithm, _ in OPTIONS[::4]:
+        one = make_experiment(TRACES["sampled"], nodes=1, gpus_per_node=1, algorithm=algorithm, compute="samples")
+        assert_same(one)
+    sim = new_simulation(_experiment("decentralized", {}, 2, 2, "samples", 2, 1))
+    assert analytic.why_events(sim) is None
+    result = sim.run()
+    assert result.path == "analytic" and result.summary()["path"] == "analytic" and result.records is None
+    win_put = new_simulation(_experiment("win_put", {}, 2, 2, "mean", 1, 0))
+    assert "event engine" in analytic.why_events(win_put)
+    assert simulate(win_put.experiment).path == "events"
