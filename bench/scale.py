@@ -15,9 +15,9 @@ Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] 
                              [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3] [--events]
 
 --events adds the configurations that only the event engine runs (EVENT_PATH: what they decide while running is
-said there), ResNet-50 with samples and GPT-2 with mean, each child stopped after --timeout seconds; they print
-their own line, `events: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>`, before the last one,
-which stays the worst of the configurations the analytic paths run.
+said there), ResNet-50 with samples and GPT-2 with mean, each child stopped after --timeout seconds. Rows that took
+the event engine print their own line, `events: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>`,
+before the last one, which is the worst of the rows the analytic paths ran (the path column says which).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
 MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
 COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
 SHARDED = ["fsdp", "hsdp", "zero1", "zero2", "zero3"]
+# the compressed allreduces and the synchronous decentralized algorithms (simfog.analytic_flow), with their defaults
+OTHERS = ["bytegrad", "fp16", "powersgd", "qadam", "neighbor", "hierarchical_neighbor", "decentralized",
+          "low_precision_decentralized"]
 RANKS = [8, 1024, 8192, 131072]
 # Configurations the event engine runs, and why no fixed schedule (max-plus) can stand for them:
 EVENT_PATH = [
@@ -44,12 +47,6 @@ EVENT_PATH = [
     dict(algorithm="allreduce", merge="horovod", collective="ring"),
     # several communication streams share each link: a collective's rate depends on which others run beside it
     dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2),
-    # the dataflow algorithms: since issue 14 their Plan is solved analytically (simfog.analytic_flow; the path
-    # column says so); kept in this list so that their times compare with the event engine's earlier ones
-    dict(algorithm="neighbor", merge="-", collective="ring"),
-    dict(algorithm="hierarchical_neighbor", merge="-", collective="ring"),
-    dict(algorithm="decentralized", merge="-", collective="ring"),
-    dict(algorithm="low_precision_decentralized", merge="-", collective="ring"),
     # wait-avoiding group collectives start when their FIRST member arrives: who waits is decided by the run
     dict(algorithm="wagma", merge="-", collective="ring"),
     # one-sided and asynchronous: no rank waits for another, a background loop runs on its own clock
@@ -60,18 +57,18 @@ EVENT_PATH = [
 
 def configs(quick: bool) -> list[dict]:
     """Every trace × compute mode × (allreduce: each merge over ring, and ddp over each collective; each sharded
-    algorithm over ring); --quick: resnet50 with samples and gpt2 with mean, merges over ring, ddp over nccl and
-    hierarchical, fsdp, zero2 and zero3."""
+    algorithm and each of OTHERS over ring); --quick: resnet50 with samples and gpt2 with mean, merges over ring, ddp
+    over nccl and hierarchical, fsdp, zero2, zero3 and neighbor."""
     out = []
     for trace, compute in itertools.product(TRACES, ["mean", "samples"]):
         if quick and (trace, compute) not in (("resnet50", "samples"), ("gpt2", "mean")):
             continue
         pairs = [(m, "ring") for m in MERGES] + [("ddp", c) for c in COLLECTIVES if c != "ring"]
-        sharded = SHARDED
+        sharded = SHARDED + OTHERS
         if quick:
             pairs = [(m, "ring") for m in ("wfbp", "ddp", "mgwfbp", "optimal")] + [("ddp", "nccl"),
                                                                                      ("mgwfbp", "hierarchical")]
-            sharded = ["fsdp", "zero2", "zero3"]
+            sharded = ["fsdp", "zero2", "zero3", "neighbor"]
         out += [dict(trace=trace, compute=compute, algorithm="allreduce", merge=m, collective=c) for m, c in pairs]
         out += [dict(trace=trace, compute=compute, algorithm=a, merge="-", collective="ring") for a in sharded]
     return out
@@ -164,7 +161,7 @@ def main() -> int:
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma-separated")
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--no-sweep", action="store_true", help="skip the 1000-configuration sweep")
-    p.add_argument("--algorithms", default=",".join(["allreduce"] + SHARDED),
+    p.add_argument("--algorithms", default=",".join(["allreduce"] + SHARDED + OTHERS),
                    help="training algorithms to run, comma-separated (allreduce: the merge and collective rows)")
     p.add_argument("--events", action="store_true", help="also the event-engine configurations (EVENT_PATH)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before an --events child is stopped")
@@ -193,7 +190,7 @@ def main() -> int:
                   f"{spec['collective']:12} {n:>7} "
                   f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
             failed += r["rc"] not in (0, "timeout")
-            into = events if timeout_s is not None else worst
+            into = events if r.get("path") == "events" or (r["rc"] != 0 and timeout_s) else worst
             if n == 8192:
                 into["seconds_8192"] = max(into["seconds_8192"], r["wall_s"])
             if n == 131072:
