@@ -45,6 +45,9 @@ for _d in (
     Device("h100", {"fp32": 67e12, "tf32": 494.5e12, "fp16": 989.5e12, "bf16": 989.5e12}, 3.35e12,
            "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32, 494.5 TF32 tensor, 989.5 FP16/BF16 tensor "
            "(dense, half the sparse figures), 3.35 TB/s HBM3"),
+    Device("h200", {"fp32": 67e12, "tf32": 494.5e12, "fp16": 989.5e12, "bf16": 989.5e12}, 4.8e12,
+           "NVIDIA H200 SXM datasheet: the H100 SXM's tensor and FP32 peaks (67 FP32, 494.5 TF32, 989.5 FP16/BF16 "
+           "dense), 4.8 TB/s HBM3e"),
 ):
     DEVICES.register(_d.name)(_d)
 

@@ -1,4 +1,6 @@
 import json
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +109,33 @@ def test_sample_ranks_are_optional_validated_and_round_trip(tmp_path):
                        ([0, 0, 1, -1], "integers >= 0"), ([0, 0, 1, True], "integers >= 0")):
         with pytest.raises(ConfigError, match=match):
             model_trace_from_dict({**d, "sample_ranks": bad})
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "traces").glob("*.json.gz"))
+GPU_TRACES = [p for p in SHIPPED if "-h200-" in p.name]
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if not p.name.startswith("net-")], ids=lambda p: p.name)
+def test_every_shipped_model_trace_loads_and_says_where_it_was_measured(path):
+    trace = load_model_trace(path)
+    p = trace.provenance
+    assert p.command.startswith(("simfog collect model", "simfog retarget")) and datetime.fromisoformat(p.date)
+    assert p.estimated == ("estimated" in path.name) and trace.device["name"]
+    assert path.name in (path.parent / "README.md").read_text()   # every file is described
+
+
+@pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
+def test_gpu_traces_add_up_to_steps_measured_without_hooks(path):
+    """The H200 traces: CUDA events, and each phase's layers scaled so that the median step adds up to the median
+    step measured with no hook (the factors and both sets of raw figures are in the file)."""
+    import statistics
+
+    trace = load_model_trace(path)
+    info = trace.extra["instrumentation"]
+    assert trace.device["kind"] == "cuda" and "H200" in trace.device["name"] and "CUDA events" in trace.provenance.notes
+    for phase, values in (("forward_wall_s", [sum(x.forward_s[k] for x in trace.layers) for k in range(trace.samples)]),
+                          ("backward_wall_s", [sum(x.backward_s[k] for x in trace.layers) for k in range(trace.samples)]),
+                          ("optimizer_s", list(trace.optimizer_s))):
+        plain, hooked = statistics.median(info["plain"][phase]), statistics.median(info["instrumented"][phase])
+        assert 0 < info["scale"][phase] <= 1
+        assert statistics.median(values) == pytest.approx(min(plain, hooked), rel=1e-9)

@@ -22,7 +22,7 @@ ITERATIONS = 3
 
 def _timed(name: str, batch_size: int, **kw):
     start = time.perf_counter()
-    trace = collect_model(name, batch_size, iterations=ITERATIONS, warmup=1, threads=1, **kw)
+    trace = collect_model(name, batch_size, iterations=ITERATIONS, warmup=1, threads=1, device="cpu", **kw)
     return trace, time.perf_counter() - start
 
 
@@ -91,6 +91,32 @@ def test_per_layer_times_add_up_to_each_iteration_s_wall_time(measured):
     # The measured steps happened inside the call: together they cannot exceed its duration.
     steps = sum(trace.extra["forward_wall_s"]) + sum(trace.extra["backward_wall_s"]) + sum(trace.optimizer_s)
     assert steps <= elapsed_s
+
+
+def test_layers_are_scaled_to_steps_without_hooks(measured):
+    """The hooks' own time is taken out: each phase's layers add up to (instrumented wall) x (plain median /
+    instrumented median), never more than instrumented; the raw figures stay in the trace."""
+    trace, _ = measured
+    info = trace.extra["instrumentation"]
+    for phase in ("forward_wall_s", "backward_wall_s", "optimizer_s"):
+        raw, plain = info["instrumented"][phase], info["plain"][phase]
+        assert len(raw) == len(plain) == ITERATIONS and min(plain) > 0
+        factor = min(1.0, sorted(plain)[ITERATIONS // 2] / sorted(raw)[ITERATIONS // 2])
+        assert info["scale"][phase] == pytest.approx(factor, rel=1e-12)
+        measured = trace.optimizer_s if phase == "optimizer_s" else trace.extra[phase]
+        assert measured == pytest.approx([t * factor for t in raw], rel=1e-12)
+    assert "instrumentation" in trace.provenance.notes and "without hooks" in trace.provenance.notes
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the collector's CUDA path")
+def test_collect_on_cuda_times_layers_with_cuda_events():
+    trace = collect_model("mlp", 64, iterations=ITERATIONS, warmup=1, device="cuda")
+    assert trace.device["kind"] == "cuda" and trace.device["name"] == torch.cuda.get_device_name()
+    assert "CUDA events" in trace.provenance.notes
+    for k in range(ITERATIONS):
+        assert sum(layer.forward_s[k] for layer in trace.layers) == pytest.approx(
+            trace.extra["forward_wall_s"][k], rel=1e-9, abs=1e-12)
+    assert trace.extra["comm_overheads"]["bucket_copy_Bps"] > 0
 
 
 def test_mlp_flops_and_bytes_are_the_closed_forms(mlp):

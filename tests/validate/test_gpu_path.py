@@ -142,6 +142,27 @@ def test_cuda_clock_maps_device_time_onto_perf_counter():
     assert clock.between(a, b) > 1e-3 and clock.seconds(b) > clock.seconds(a)
 
 
+@pytest.mark.skipif(GPUS == 0, reason=NO_GPU)
+@pytest.mark.parametrize("mode", ["replay", "model"])
+def test_one_rank_validation_on_one_gpu(tmp_path, mode):
+    """One rank on one GPU through the CLI with --backend nccl: DDP on the GPU, the NCCL calibration, CUDA clocks;
+    replay waits on the host while the gradients live on the GPU (a CUDA stamp once reached the host's deadlines)."""
+    import csv
+
+    from simfog.cli import main
+    from validate.collect.collect_model import collect_model
+
+    collect_model("mlp", 256, iterations=3, warmup=1, device="cuda").save(tmp_path / "trace.json.gz")
+    (tmp_path / "exp.toml").write_text(
+        'seed = 3\niterations = 4\n[workload]\ntrace = "trace.json.gz"\ncompute = "replay"\n'
+        '[cluster]\nnodes = 1\ngpus_per_node = 1\nnic_bandwidth = "100Gbit/s"\n[comm]\nmerge = "ddp"\n')
+    out = tmp_path / "v.csv"
+    main(["validate", str(tmp_path / "exp.toml"), "--loopback", "--backend", "nccl", "--mode", mode,
+          "--csv", str(out)])
+    (row,) = list(csv.DictReader(open(out, newline="")))
+    assert row["error"] == "" and float(row["measured_iteration_s"]) > 0 and float(row["predicted_iteration_s"]) > 0
+
+
 @pytest.mark.skipif(GPUS < 2, reason=NO_GPU.replace("a CUDA GPU", "2 CUDA GPUs"))
 def test_small_validation_on_two_gpus(tmp_path):
     """2 ranks on one machine's GPUs, replay of a small trace, wfbp and ddp, through the CLI with --backend nccl."""

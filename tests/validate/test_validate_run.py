@@ -102,6 +102,18 @@ def test_compare_row_and_stats(experiment):
     assert robust["worst_abs_rel_error"] == pytest.approx(0.1) and robust["worst_id"] == "b"
 
 
+def test_a_failed_row_names_the_rank_s_exception_on_its_one_line():
+    error = ("launch failed: rank 0 (node 0) exited with code 1; last stderr lines:\n[rank0]: Traceback (most "
+             "recent call last):\n[rank0]:   File \"w.py\", line 3\n[rank0]: TypeError: unsupported operand\n\n")
+    assert compare.failure_line(error) == ("launch failed: rank 0 (node 0) exited with code 1; last stderr lines: "
+                                           "... TypeError: unsupported operand")
+    assert compare.failure_line("calibration failed") == "calibration failed"
+    assert compare.failure_line("x" * 300).endswith("...") and len(compare.failure_line("x" * 300)) == 200
+    row = {"model": "mlp", "merge": "ddp", "ranks": 1, "nodes": 1, "ranks_per_node": 1, "nic_bandwidth_Bps": 1e9,
+           "error": error}
+    assert "FAILED: launch failed" in compare.format_table([row]) and "TypeError" in compare.format_table([row])
+
+
 def test_what_cannot_be_emulated_is_refused(experiment):
     with pytest.raises(ConfigError, match="oversubscription"):
         check_experiment(replace(experiment, cluster=replace(experiment.cluster, oversubscription=2.0)), "replay")

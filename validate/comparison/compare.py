@@ -18,6 +18,7 @@ those, and the interval carries the simulator's name ("neighbor", "group", "glob
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -155,6 +156,17 @@ def algorithm_of(row: Mapping) -> str:
     return row.get("algorithm") or "allreduce"
 
 
+def failure_line(error: object, width: int = 200) -> str:
+    """One line for a failed row: the error's first line and, when more follows (a rank's stderr), its last
+    non-empty line without the `[rankN]: ` prefix, which is where Python puts the exception."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    cause = re.sub(r"^\[rank\d+\]:\s*", "", lines[-1]) if len(lines) > 1 else ""
+    text = lines[0] + (f" ... {cause}" if cause and cause != lines[0] else "")
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def format_table(rows: Sequence[Mapping]) -> str:
     """Measured and predicted iteration time and the relative error, one line per configuration, then the stats
     (over all rows, and per algorithm when there are several), then the rows' notes."""
@@ -166,7 +178,7 @@ def format_table(rows: Sequence[Mapping]) -> str:
         name = (f"{r['model']} {what} {r['ranks']}r {r['nodes']}x{r['ranks_per_node']} "
                 f"{units.format_bandwidth(r['nic_bandwidth_Bps']) if r['nodes'] > 1 else 'intra'}")
         if r.get("error"):
-            lines.append(f"{name:48s} FAILED: {str(r['error']).splitlines()[0][:120]}")
+            lines.append(f"{name:48s} FAILED: {failure_line(r['error'])}")
             continue
         lines.append(f"{name:48s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
                      f"{units.format_time(r['measured_iteration_std_s']):>9s} "

@@ -101,8 +101,9 @@ class CudaClock:
         return self.reference_s + self.reference.elapsed_time(stamp) / 1e3
 
     def between(self, a, b) -> float:
-        """Seconds from stamp `a` to stamp `b` (both recorded and reached: after settle())."""
-        return a.elapsed_time(b) / 1e3  # elapsed_time is in milliseconds
+        """Seconds from stamp `a` to stamp `b` (both recorded and reached: after settle()); both measured from the
+        reference, so that consecutive intervals add up exactly to the interval they tile."""
+        return (self.reference.elapsed_time(b) - self.reference.elapsed_time(a)) / 1e3  # elapsed_time: milliseconds
 
 
 def clock_for(device: torch.device):

@@ -205,8 +205,8 @@ def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=N
                 clock.settle()
                 wait_until(time.perf_counter() + delay)
             t_f = clock.stamp()
-            if replay is not None:
-                replay.start_backward(t_f)
+            if replay is not None:  # the waits are the host's: a CUDA stamp is no anchor for them
+                replay.start_backward(t_f if isinstance(t_f, float) else time.perf_counter())
             if averaging is not None:
                 averaging.launch(i)
             if sharded is not None:
