@@ -133,8 +133,9 @@ def test_gpu_traces_add_up_to_steps_measured_without_hooks(path):
     trace = load_model_trace(path)
     info = trace.extra["instrumentation"]
     assert trace.device["kind"] == "cuda" and "H200" in trace.device["name"] and "CUDA events" in trace.provenance.notes
-    for phase, values in (("forward_wall_s", [sum(x.forward_s[k] for x in trace.layers) for k in range(trace.samples)]),
-                          ("backward_wall_s", [sum(x.backward_s[k] for x in trace.layers) for k in range(trace.samples)]),
+    steps = range(trace.samples)
+    for phase, values in (("forward_wall_s", [sum(x.forward_s[k] for x in trace.layers) for k in steps]),
+                          ("backward_wall_s", [sum(x.backward_s[k] for x in trace.layers) for k in steps]),
                           ("optimizer_s", list(trace.optimizer_s))):
         plain, hooked = statistics.median(info["plain"][phase]), statistics.median(info["instrumented"][phase])
         assert 0 < info["scale"][phase] <= 1

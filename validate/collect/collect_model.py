@@ -86,7 +86,8 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
              + (", layers from rank 0, every rank's step totals in concurrent.iteration_s" if concurrent > 1 else "")
              + f". Clock: {run['clock']}. Layer times scaled to steps without hooks: forward x"
              f"{run['scale']['forward_wall_s']:.4f}, backward x{run['scale']['backward_wall_s']:.4f}, optimizer x"
-             f"{run['scale']['optimizer_s']:.4f} (see instrumentation). Each layer is charged the time from the previous leaf module's hook to its "
+             f"{run['scale']['optimizer_s']:.4f} (see instrumentation). Each layer is charged the time from the "
+             "previous leaf module's hook to its "
              "own (work between leaf modules, e.g. residual adds, attention, the loss, goes to the next layer), so "
              "per-layer sums equal each step's forward/backward wall time. FLOPs: FlopCounterMode, forward only; "
              "bytes_accessed: parameters + leaf inputs + outputs, an estimate. "
