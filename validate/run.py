@@ -116,6 +116,8 @@ class Options:
     workdir: str | None = None
     launcher: str = "local"       # validate.launch.torchrun.LAUNCHERS: local (simfog starts each rank), torchrun, slurm
     srun: str = "srun"            # the srun program (tests give a stub)
+    hosts: tuple[str, ...] | None = None  # torchrun on a real cluster: its hosts, one node agent each (shared_dir)
+    rdzv_port: int = 29400        # the rendezvous port on the first host (validate.launch.torchrun.RDZV_PORT)
     priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
     #                              at real-time priority would starve the rest of the machine)
     backend: str = "gloo"         # BACKENDS: gloo on CPUs; nccl with one GPU per rank (calibrated with NCCL's model)
@@ -133,6 +135,9 @@ class Options:
             raise ConfigError("launcher", self.launcher, f"one of {', '.join(LAUNCHERS)}")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", self.backend, f"one of {', '.join(BACKENDS)}")
+        if self.hosts is not None and (self.launcher != "torchrun" or not self.workdir):
+            raise ConfigError("hosts", ",".join(self.hosts), "with --launcher torchrun and a --workdir every host "
+                              "sees")
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -345,6 +350,7 @@ class _Nodes:
 
     def __init__(self, cluster, nodes):
         self.cluster, self.nodes, self.shaped = cluster, tuple(nodes), getattr(cluster, "shaped", False)
+        self.agents = getattr(cluster, "agents", None)
 
     def run_in(self, node: int, argv, **kwargs):
         return self.cluster.run_in(node, argv, **kwargs)
@@ -383,13 +389,17 @@ def _microbenchmark(cluster, ranks_per_node: int, link: str, options: Options, w
 
 
 def launch_ranks(cluster, ranks_per_node: int, argv: list[str], options: Options, timeout_s: float) -> None:
-    """Run `argv` (a `python -m validate.ranks.worker ...` command) on every rank with the chosen launcher: simfog itself
-    ("local"), one torchrun agent per node ("torchrun") or srun inside a Slurm allocation ("slurm"); see
+    """Run `argv` (a `python -m validate.ranks.worker ...` command) on every rank with the chosen launcher: simfog
+    itself ("local"), one torchrun agent per node ("torchrun": started here in the emulated nodes, or by the node
+    agents of a real cluster's hosts, validate.launch.shared_dir) or srun inside a Slurm allocation ("slurm"); see
     validate.launch.torchrun. Raises LaunchError."""
     from validate.launch.launcher import launch
     from validate.launch.torchrun import launch_slurm, launch_torchrun
 
-    if options.launcher == "torchrun":
+    if getattr(cluster, "agents", None) is not None:  # a real cluster's node agents (validate.launch.shared_dir)
+        cluster.agents.launch([n.index for n in cluster.nodes], ranks_per_node, argv, env=_rank_env(),
+                              timeout_s=timeout_s)
+    elif options.launcher == "torchrun":
         launch_torchrun(cluster, ranks_per_node, argv, env=_rank_env(), timeout_s=timeout_s)
     elif options.launcher == "slurm":
         launch_slurm(len(cluster.nodes), ranks_per_node, argv, env=_rank_env(), timeout_s=timeout_s,
@@ -535,7 +545,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         work = Path(options.workdir) if options.workdir else tmp
         work.mkdir(parents=True, exist_ok=True)
         emulated = bool(getattr(cluster, "shaped", False))
-        note = "" if emulated else (f"not emulated: {cluster.reason}" if options.launcher == "slurm" else
+        real = options.launcher == "slurm" or options.hosts is not None
+        note = "" if emulated else (f"not emulated: {cluster.reason}" if real else
                                     f"not emulated: plain loopback ({getattr(cluster, 'reason', '')})")
         if options.launcher != "local":
             note = "; ".join(filter(None, [note, f"launched with {options.launcher}"]))
@@ -617,10 +628,17 @@ def _check_gpus(ranks: int) -> None:
 def _open(shape: Cluster, options: Options):
     """The nodes to run on: an emulated (or loopback) cluster of shape.nodes, or a Slurm allocation's nodes."""
     from validate.cluster.netemu import open_cluster
-    from validate.launch.torchrun import SlurmNodes
+    from validate.launch.shared_dir import AgentNodes
+    from validate.launch.torchrun import RealNodes
 
     if options.launcher == "slurm":
-        return SlurmNodes(shape.nodes, shape.nic.bandwidth_Bps)
+        return RealNodes([f"slurm-node{i}" for i in range(shape.nodes)], shape.nic.bandwidth_Bps,
+                         "a real cluster through Slurm (srun)")
+    if options.hosts is not None:
+        if len(options.hosts) != shape.nodes:
+            raise ConfigError("--hosts", ",".join(options.hosts), f"{shape.nodes} host names (cluster.nodes), the "
+                              "first hosting the rendezvous")
+        return AgentNodes(list(options.hosts), shape.nic.bandwidth_Bps, options.workdir, port=options.rdzv_port)
     # NCCL's GPUs talk over NVLink / PCIe, not through an emulated NIC: one machine's GPUs are one node
     emulate = False if options.backend == "nccl" else options.emulate
     return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=emulate)

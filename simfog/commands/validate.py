@@ -58,10 +58,14 @@ def add_arguments(parser) -> None:
                              "events time compute and each bucket; calibrated with simfog's NCCL model on the same "
                              "GPUs, and simulated with collective nccl)")
     parser.add_argument("--print-commands", action="store_true",
-                        help="with --launcher torchrun: print the torchrun command to start on each node of a real "
-                             "cluster (hosts from --hosts) and exit")
-    parser.add_argument("--hosts", help="with --print-commands: comma-separated node host names, the first hosts "
-                                        "the rendezvous")
+                        help="with --launcher torchrun --hosts: print the node-agent command to start on each host "
+                             "of a real cluster and exit")
+    parser.add_argument("--hosts", help="with --launcher torchrun: the real cluster's host names, comma-separated, "
+                                        "in node order (the first hosts the rendezvous); one node agent runs on "
+                                        "each (simfog prints their commands) and --workdir must be a folder every "
+                                        "host sees")
+    parser.add_argument("--rdzv-port", type=int, default=29400,
+                        help="with --hosts: the rendezvous port on the first host (default 29400)")
     parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
     parser.add_argument("--report", metavar="OUT.html",
                         help="also write one self-contained HTML page: the table, measured vs predicted with error "
@@ -82,10 +86,15 @@ def run(args) -> int:
     if args.launcher == "slurm" and not args.workdir:
         raise ConfigError("--workdir", "(missing)", "a folder on a filesystem every node of the allocation sees "
                           "(the ranks read the run spec and write their records there)")
-    options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir,
-                      launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"), backend=args.backend)
     if args.print_commands:
         return _print_commands(args)
+    hosts = _hosts(args)
+    if hosts is not None and not args.workdir:
+        raise ConfigError("--workdir", "(missing)", "with --hosts: a folder every host sees (the node agents read "
+                          "the launch requests there and the ranks write their records there)")
+    options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir,
+                      launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"), backend=args.backend,
+                      hosts=hosts, rdzv_port=args.rdzv_port)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     if args.bench:
         if args.file:
@@ -153,26 +162,35 @@ def _report(path, groups, title: str, log) -> None:
     log(f"wrote {write_report(path, groups, title=title)}")
 
 
+def _hosts(args) -> tuple[str, ...] | None:
+    """--hosts as a tuple (None when not given); ConfigError when given without --launcher torchrun."""
+    from simfog.errors import ConfigError
+
+    if args.hosts is None:
+        return None
+    hosts = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+    if args.launcher != "torchrun" or not hosts:
+        raise ConfigError("--hosts", args.hosts, "host names, comma-separated, with --launcher torchrun")
+    return hosts
+
+
 def _print_commands(args) -> int:
-    """The torchrun command for each node of a real cluster: what `--launcher torchrun` runs, for a user to start
-    on their nodes. The run spec must be written first (`--workdir` on a shared filesystem, then this)."""
+    """The node-agent command for each host of a real cluster (validate.launch.shared_dir), for a user to start
+    before or while `simfog validate --launcher torchrun --hosts ... --workdir DIR` runs."""
     from simfog import experiment
     from simfog.errors import ConfigError
-    from validate.launch.launcher import python_rank_argv
-    from validate.launch.torchrun import torchrun_commands
+    from validate.launch.shared_dir import agent_commands
 
-    if args.launcher != "torchrun" or not args.file:
-        raise ConfigError("--print-commands", True, "with --launcher torchrun and an experiment file")
+    hosts = _hosts(args)
+    if args.launcher != "torchrun" or not args.file or hosts is None:
+        raise ConfigError("--print-commands", True, "with --launcher torchrun, --hosts and an experiment file")
     exp = experiment.load(args.file)
-    hosts = [h.strip() for h in (args.hosts or "").split(",") if h.strip()]
     if len(hosts) != exp.cluster.nodes:
-        raise ConfigError("--hosts", args.hosts or "", f"{exp.cluster.nodes} host names (cluster.nodes), the first "
+        raise ConfigError("--hosts", args.hosts, f"{exp.cluster.nodes} host names (cluster.nodes), the first "
                           "hosting the rendezvous")
-    work = args.workdir or "SHARED_DIR"
-    argv = python_rank_argv("validate.ranks.worker", f"{work}/spec.json", f"{work}/ranks")
-    for host, command in zip(hosts, torchrun_commands(hosts, exp.cluster.ranks_per_node, argv), strict=True):
+    work = str(Path(args.workdir).resolve()) if args.workdir else "SHARED_DIR"
+    for host, command in zip(hosts, agent_commands(list(hosts), work, port=args.rdzv_port), strict=True):
         print(f"# on {host}:\n{command}")
-    print("note: these start the ranks of the training run; simfog does not yet write that run's spec (spec.json) "
-          "or collect and compare its records on a cluster without Slurm: for a complete real-cluster validation "
-          "use --launcher slurm inside an allocation", file=sys.stderr)
+    print(f"then, on any host: simfog validate {args.file} --launcher torchrun --hosts {','.join(hosts)} "
+          f"--workdir {work}", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ starts its tasks on this machine (no real Slurm was run: the stub stands in for 
 from __future__ import annotations
 
 import csv
+import json
 import shlex
 import stat
 import sys
@@ -13,7 +14,8 @@ import textwrap
 
 import pytest
 
-from validate.launch.torchrun import module_of, srun_argv, torchrun_argv, torchrun_commands
+from validate.launch.shared_dir import agent_commands
+from validate.launch.torchrun import module_of, srun_argv, torchrun_argv
 
 from ..conftest import make_trace
 from .conftest import emulation_available
@@ -32,11 +34,10 @@ def test_torchrun_agent_command():
         module_of(["python", "script.py"])
 
 
-def test_commands_for_each_node_of_a_real_cluster():
-    cmds = torchrun_commands(["gpu01", "gpu02"], 8, RANK, run_id="r1")
-    assert len(cmds) == 2 and all(c.startswith("python -m torch.distributed.run --nnodes 2 --nproc-per-node 8")
-                                  for c in cmds)
-    assert "--rdzv-endpoint gpu01:29400" in cmds[1] and "is_host=true" in cmds[0] and "is_host=false" in cmds[1]
+def test_node_agent_commands_for_each_host_of_a_real_cluster():
+    cmds = agent_commands(["gpu01", "gpu02"], "/shared/r", port=29500)
+    assert cmds == [f"python -m validate.launch.shared_dir --workdir /shared/r --node {i} --hosts gpu01,gpu02 "
+                    f"--port 29500" for i in (0, 1)]
 
 
 def test_srun_line():
@@ -142,7 +143,87 @@ def test_print_commands_for_a_real_cluster(tmp_path, capsys):
                  "--workdir", "/shared/r"]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert lines[0] == "# on gpu01:" and lines[2] == "# on gpu02:"
-    assert "--rdzv-endpoint gpu01:29400" in lines[3] and lines[3].endswith("/shared/r/spec.json /shared/r/ranks")
-    assert "does not yet write that run's spec" in err
+    assert lines == ["# on gpu01:", "python -m validate.launch.shared_dir --workdir /shared/r --node 0 --hosts "
+                     "gpu01,gpu02 --port 29400", "# on gpu02:", "python -m validate.launch.shared_dir --workdir "
+                     "/shared/r --node 1 --hosts gpu01,gpu02 --port 29400"]
+    assert "--launcher torchrun --hosts gpu01,gpu02 --workdir /shared/r" in err
     assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01"]) == 2
+    assert main(["validate", str(exp), "--launcher", "slurm", "--hosts", "gpu01,gpu02", "--workdir", "/x"]) == 2
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--hosts", "gpu01,gpu02"]) == 2  # no --workdir
+
+
+def test_torchrun_on_hosts_through_node_agents(tmp_path, capsys):
+    """A real cluster without Slurm, played on this machine: two hosts (both 127.0.0.1), the node-agent commands
+    that --print-commands gives started as a user would, then `--launcher torchrun --hosts` runs the calibration
+    and the training through them and compares; the agents exit when it is done."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from simfog.cli import main
+    from validate.collect.collect_network import free_port
+
+    exp, work, port = _experiment(tmp_path), tmp_path / "shared", str(free_port())
+    hosts = ["--launcher", "torchrun", "--hosts", "127.0.0.1,127.0.0.1", "--workdir", str(work), "--rdzv-port", port]
+    assert main(["validate", str(exp), *hosts, "--print-commands"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    agents = [subprocess.Popen([sys.executable, *shlex.split(c)[1:]], env=env, cwd=repo,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in commands]
+    try:
+        assert main(["validate", str(exp), *hosts, "--csv", str(tmp_path / "h.csv")]) == 0
+        codes = [a.wait(timeout=30) for a in agents]
+    finally:
+        for a in agents:
+            a.kill()
+    assert codes == [0, 0], [a.stderr.read() for a in agents]
+    row = _rows(tmp_path / "h.csv")[0]
+    assert row["error"] == "" and row["emulated"] == "False" and row["buckets_match"] == "True"
+    assert float(row["measured_iteration_s"]) > 0
+    assert "not emulated: a real cluster through node agents" in capsys.readouterr().err
+    assert sorted(p.name for p in (work / "ranks").iterdir()) == [f"rank{r}.json" for r in range(4)]
+    # calibration: the NIC class on both hosts, the intra class on the first only; then the training run
+    launches = [json.loads((work / "launches" / f"launch-{k}.json").read_text())["nodes"] for k in range(3)]
+    assert launches == [[0, 1], [0], [0, 1]]
+
+
+def test_node_agents_report_failures_and_absence(tmp_path):
+    """A launch whose program fails names the node, its exit code and its stderr; a host with no agent is named
+    once the wait for agents runs out; the agents exit on stop."""
+    pytest.importorskip("torch")
+    import threading
+
+    from validate.collect.collect_network import free_port
+    from validate.launch.launcher import LaunchError
+    from validate.launch.shared_dir import SharedDirLauncher, run_agent
+
+    hosts = ["127.0.0.1"]
+    launcher = SharedDirLauncher(tmp_path, hosts, port=free_port(), log=lambda s: None)
+    codes = []
+    agent = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts)))
+    agent.start()
+    try:
+        with pytest.raises(LaunchError, match=r"node 0 \(127.0.0.1\) torchrun exited with code [1-9]") as e:
+            launcher.launch([0], 1, [sys.executable, "-m", "validate.no_such_module"], timeout_s=120)
+        assert "no_such_module" in str(e.value)
+    finally:
+        launcher.stop()
+        agent.join(timeout=30)
+    assert codes == [0]
+    absent = SharedDirLauncher(tmp_path / "other", ["gpu01", "gpu02"], agents_timeout_s=0.3, log=lambda s: None)
+    with pytest.raises(LaunchError, match="no node agent started on gpu01, gpu02 within 0.3 s"):
+        absent.launch([0, 1], 1, RANK, timeout_s=1)
+
+
+def test_stderr_tail_keeps_the_workers_cause_before_torchrun_s_report():
+    from validate.launch.torchrun import stderr_tail
+
+    text = ("w1\nModuleNotFoundError: no x\nE1126 06:47:14.794000 1 torch/distributed/elastic/multiprocessing/"
+            "api.py:1002] failed (exitcode: 1) local_rank: 0\nTraceback (most recent call last):\n  File run.py\n"
+            + "boiler\n" * 30)
+    assert stderr_tail(text).splitlines() == ["    w1", "    ModuleNotFoundError: no x",
+                                              "    E1126 06:47:14.794000 1 torch/distributed/elastic/multiprocessing/"
+                                              "api.py:1002] failed (exitcode: 1) local_rank: 0"]
+    assert stderr_tail("a\nb\nc", lines=2) == "    b\n    c"

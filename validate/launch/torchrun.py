@@ -9,8 +9,8 @@ store). What differs is who starts it:
 - "torchrun": one `torchrun` agent per node, `--nnodes N --nproc-per-node G --rdzv-backend c10d
   --rdzv-endpoint HOST:PORT --rdzv-id ID --max-restarts 0`, the agents find each other through node 0's store. On
   the emulated cluster simfog starts one agent in each node namespace (node 0 hosts the store: `is_host`), so
-  the rendezvous and every collective cross the shaped links. On a real cluster, `torchrun_commands` gives the
-  exact command to start on each node (the user starts them; the files must be on a shared filesystem).
+  the rendezvous and every collective cross the shaped links. On a real cluster without Slurm, one node agent per
+  host (validate.launch.shared_dir, started by the user) runs this same agent command for each launch.
 - "slurm": `srun_argv` builds one `srun` line from the experiment's layout (N nodes, one task per node, each task
   a torchrun agent of G workers; the rendezvous host is the allocation's first node, `scontrol show hostnames`,
   its id the job id) to run inside an allocation (`salloc -N N` or an sbatch script). The command line is the
@@ -23,6 +23,7 @@ gets which node rank is the rendezvous' choice, which does not matter on identic
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -60,12 +61,18 @@ def torchrun_argv(nnodes: int, nproc_per_node: int, endpoint: str, run_id: str, 
             "--max-restarts", "0", "-m", module, *args]
 
 
-def torchrun_commands(hosts: list[str], nproc_per_node: int, rank_argv: list[str], *, port: int = RDZV_PORT,
-                      run_id: str | None = None) -> list[str]:
-    """One shell command per node of a real cluster (hosts[0] hosts the rendezvous): what a user starts on each."""
-    run_id = run_id or f"simfog-{uuid.uuid4().hex[:8]}"
-    return [shlex.join(torchrun_argv(len(hosts), nproc_per_node, f"{hosts[0]}:{port}", run_id, rank_argv,
-                                     is_host=(i == 0), python="python")) for i in range(len(hosts))]
+# torchrun's own report of a failed worker starts with this line (torch.distributed.elastic); what the workers
+# wrote themselves comes before it
+_TORCHRUN_REPORT = re.compile(r"elastic/multiprocessing/api\.py.*failed \(exitcode")
+
+
+def stderr_tail(text: str, lines: int = 12) -> str:
+    """The last `lines` lines a torchrun agent's workers wrote to stderr (the cause: their traceback), before
+    torchrun's own report of the failure, of which only the first line is kept; indented for a message."""
+    all_lines = text.rstrip().splitlines()
+    start = next((i for i, line in enumerate(all_lines) if _TORCHRUN_REPORT.search(line)), None)
+    keep = all_lines[-lines:] if start is None else all_lines[:start][-lines:] + [all_lines[start]]
+    return "\n".join("    " + line for line in keep)
 
 
 def launch_torchrun(cluster, ranks_per_node: int, rank_argv: list[str], *, env: dict | None = None,
@@ -138,25 +145,26 @@ def launch_slurm(nodes: int, ranks_per_node: int, rank_argv: list[str], *, env: 
                             err.read().decode(errors="replace"))
     if code != 0:
         what = f"passed the {timeout_s:g} s time bound" if code is None else f"exited with code {code}"
-        tail = "\n".join("    " + line for line in result.stderr.rstrip().splitlines()[-12:])
+        tail = stderr_tail(result.stderr)
         raise LaunchError(f"srun {what}: {shlex.join(argv[:6])} ...; last stderr lines:\n{tail}", (), [result])
     return result
 
 
-class SlurmNodes:
-    """The nodes of a Slurm allocation as validate.run sees a cluster: no emulation (the network is the real one)
-    and nothing started by simfog itself (srun does it)."""
+class RealNodes:
+    """The nodes of a real cluster as validate.run sees a cluster: no emulation (the network is the real one) and
+    nothing started by simfog itself (srun, or the node agents of validate.launch.shared_dir, do it). `names` in
+    node order; `reason` says which kind of cluster, for the run's note."""
 
     shaped = False
 
-    def __init__(self, nodes: int, nic_bandwidth_Bps: float):
+    def __init__(self, names: list[str], nic_bandwidth_Bps: float, reason: str):
         from validate.cluster.netemu import NodeSpec
 
-        self.nodes = [NodeSpec(i, "", f"slurm-node{i}", "") for i in range(nodes)]
+        self.nodes = [NodeSpec(i, "", name, "") for i, name in enumerate(names)]
         self.nic_bandwidth_Bps = nic_bandwidth_Bps
-        self.reason = "a real cluster through Slurm (srun)"
+        self.reason = reason
 
-    def __enter__(self) -> SlurmNodes:
+    def __enter__(self) -> RealNodes:
         return self
 
     def __exit__(self, *exc) -> None:
