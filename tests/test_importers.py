@@ -717,3 +717,49 @@ def test_cli_writes_the_trace_and_rejects_bad_options(tmp_path, capsys):
     with pytest.raises(ConfigError, match="nccl-tests log"):
         _cli("nccl-tests", MG / "allreduce4.log", "-o", tmp_path / "y.json")
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()
+
+
+H200_KINETO = Path(__file__).resolve().parents[1] / "traces" / "resnet50-h200-ddp1-kineto.json.gz"
+
+
+def _replay_one_rank(mt) -> float:
+    from simfog.cluster import Cluster, Link
+    from simfog.experiment import Comm, Experiment, Workload
+    from simfog.simulation import simulate
+
+    exp = Experiment(0, len(mt.host_s), Workload(mt, "<memory>", "replay"),
+                     Cluster(1, 1, Link(1e-6, 1e11), Link(1e-5, 1e10)), Comm(collective="ring", merge="ddp"))
+    return simulate(exp).summary()["iteration_time_s"]
+
+
+def test_h200_kineto_trace_imports_the_model_and_reproduces_the_profiled_step():
+    """The shipped H200 trace (traces/profile_ddp_kineto.py: ResNet-50 b32, DDP over NCCL, one rank): shapes were
+    recorded, so the parameters are ResNet-50's own 161 tensors; the step is compute + exposed comm + host time;
+    a replay at its layout takes the profiled step, and the importer says that host time is half of it."""
+    with pytest.warns(ImporterWarning, match=r"host time is 5\d% of the profiled step .* pass step_time="):
+        mt = import_file("kineto", H200_KINETO)
+    assert mt.batch_size == 32 and mt.device["name"] == "NVIDIA H200" and mt.software["nccl"] == "2.28.9"
+    assert len(mt.tensors) == 161 and sum(t.elements for t in mt.tensors.values()) == 25_557_032
+    its = mt.extra["kineto"]["iterations"]
+    for it in its:
+        assert it["compute_s"] + it["exposed_comm_s"] + it["host_s"] == pytest.approx(it["duration_s"])
+        assert it["exposed_comm_s"] == 0.0 and it["accumulate_grad"] == 161
+    profiled = sum(it["duration_s"] for it in its) / len(its)
+    assert _replay_one_rank(mt) == pytest.approx(profiled, rel=0.01)
+
+
+def test_step_time_replaces_the_profiler_s_host_time():
+    """Told the step without the profiler (20-24 ms measured on the same GPU just before profiling), host time is
+    that step minus compute and exposed communication; the replay takes it; the profiled host time is kept."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no host-share warning once the step is given
+        mt = import_file("kineto", H200_KINETO, step_time="21.9ms")
+    its = mt.extra["kineto"]["iterations"]
+    assert [h for h in mt.host_s] == pytest.approx([0.0219 - it["compute_s"] - it["exposed_comm_s"] for it in its])
+    assert mt.extra["kineto"]["step_time_s"] == 0.0219 and len(mt.extra["kineto"]["profiled_host_s"]) == 4
+    assert "step_time 21.9 ms" in mt.provenance.notes
+    assert _replay_one_rank(mt) == pytest.approx(0.0219, rel=0.01)
+    for bad in ("22", "0ms", "fast"):
+        with pytest.raises(ConfigError, match="step_time"):
+            import_file("kineto", H200_KINETO, step_time=bad)
+    assert importers_cli._options("kineto", ["step_time=21.9ms"]) == {"step_time": "21.9ms"}
