@@ -13,7 +13,7 @@ from simfog.errors import ConfigError, Infeasible
 from simfog.importers import import_file
 from simfog.trace import Measurement, NetworkTrace, Provenance
 
-from .conftest import REF
+from .conftest import REF, REPO
 
 US = 1e-6
 TRUE = nccl.NcclNetwork(intra_bus_Bps=230e9, inter_bus_Bps=120e9, latency_inter_s=4 * US, launch_s=6 * US,
@@ -146,7 +146,7 @@ def test_experiment_with_network_file_simulates_with_nccl(tmp_path):
 
     net = tmp_path / "network.toml"
     network_file.save(net, replace(TRUE, channels=16))
-    trace = REF.parent.parent / "main" / "traces" / "resnet20-cpu-b32.json.gz"
+    trace = REPO / "traces" / "resnet20-cpu-b32.json.gz"
     exp_path = tmp_path / "exp.toml"
     exp_path.write_text(f'[workload]\ntrace = "{trace}"\ncompute = "mean"\n[cluster]\nnodes = 2\ngpus_per_node = 8\n'
                         f'network = "network.toml"\n[comm]\nmerge = "ddp"\nnccl_proto = "Simple"\n')
