@@ -69,9 +69,9 @@ class Phase:
         self.sender = st.named[go_ranks] if st.codec is not None else None
         if st.codec is not None:
             self.enc, self.dec = (np.asarray(x, dtype=float)[go_ranks] for x in st.codec)
-        # Per go rank the messages it takes part in (sender; receiver unless one-sided), -1 padded.
+        # Per go rank the messages it takes part in (sender, unless buffered; receiver, unless one-sided), -1 padded.
         m = len(st.src)
-        owners = self.spos if st.one_sided else np.concatenate([self.spos, self.dpos])
+        owners = self.spos if st.one_sided else self.dpos if st.buffered else np.concatenate([self.spos, self.dpos])
         ids = np.arange(len(owners)) % max(m, 1)
         order = np.argsort(owners, kind="stable")
         counts = np.bincount(owners, minlength=G)

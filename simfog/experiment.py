@@ -70,6 +70,8 @@ class Comm:
     topology: str | None = None              # a name in simfog.topology.TOPOLOGIES
     combine: str = "awc"                     # neighbor averaging: "awc" adapt-with-combine, "atc" adapt-then-combine
     negotiate: bool | None = None            # BlueFog: ops wait for every rank's request (default true; win_put false)
+    buffered_sends: bool = False             # p2p: a send completes once the socket holds it (TCP, gloo), not when
+    #                                          delivered (MPI's rendezvous for large messages, NCCL): senders go on
     hierarchical: bool | None = None         # BAGUA decentralized / low-precision / bytegrad (default true)
     group_size: int | None = None            # WAGMA group size S (default 8, at most the rank count)
     global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
@@ -212,7 +214,8 @@ _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_b
             "intra_flow_bandwidth"}
 _COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
          "topology",
-         "combine", "negotiate", "hierarchical", "group_size", "global_every", "powersgd_rank", "encode_bandwidth",
+         "combine", "negotiate", "buffered_sends", "hierarchical", "group_size", "global_every", "powersgd_rank",
+         "encode_bandwidth",
          "async_period", "consensus_eps", "wait_for_group", "global_collective", "group_collective", "nccl_algo",
          "nccl_proto",
          "mpi_switch",
@@ -513,7 +516,8 @@ def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
     if "topology" in m:
         out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
     out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
-    for key in ("hierarchical", "negotiate", "wait_for_group", "global_collective", "group_collective"):
+    for key in ("hierarchical", "negotiate", "buffered_sends", "wait_for_group", "global_collective",
+                "group_collective"):
         if key in m:
             if not isinstance(m[key], bool):
                 raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)

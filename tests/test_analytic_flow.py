@@ -19,6 +19,8 @@ from tests.test_analytic import TRACES, assert_same
 OPTIONS = [
     ("neighbor", {}),                                   # exp2, awc, negotiated
     ("neighbor", {"negotiate": False}),
+    ("neighbor", {"negotiate": False, "buffered_sends": True, "topology": "one_peer_exp2"}),  # as the validator
+    ("neighbor", {"combine": "atc", "threshold_bytes": 3e6, "buffered_sends": True}),
     ("neighbor", {"combine": "atc", "threshold_bytes": 3e6}),  # several fused buffers, launched during backward
     ("neighbor", {"combine": "atc", "negotiate": False}),
     ("neighbor", {"topology": "ring"}),
@@ -32,6 +34,7 @@ OPTIONS = [
     ("decentralized", {"hierarchical": False}),
     ("decentralized", {"topology": "shift_one"}),
     ("decentralized", {"topology": "shift_one", "hierarchical": False}),
+    ("decentralized", {"topology": "shift_one", "hierarchical": False, "buffered_sends": True}),
     ("low_precision_decentralized", {}),
     ("low_precision_decentralized", {"hierarchical": False}),
 ]

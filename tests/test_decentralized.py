@@ -92,6 +92,25 @@ def test_one_peer_exp2_on_two_ranks_per_node_under_a_flow_cap(cap, shared):
         assert np.allclose(d.end_s - d.start_s, want, rtol=1e-12), (it, want)
 
 
+def test_buffered_sends_complete_a_rank_s_exchange_with_its_receives():
+    """2 nodes x 2 ranks, one-peer exp2, first iteration (shift 1): rank 1 receives from rank 0 (same node: the intra
+    link, 1 us + 4 MB at 100 GB/s = 41 us) and sends to rank 2 (the NIC: 1 + 4 = 5 ms). Delivered sends (MPI's
+    rendezvous, the default): rank 1's exchange ends with its send, 5 ms, longer than backward (2 ms): iteration
+    10 + 5 + 5 ms. Buffered (comm.buffered_sends: TCP, gloo): it ends with its receive, under backward: 10 + 2 + 5.
+    Rank 0 receives from rank 3 over the NIC either way."""
+    trace = make_trace([T_F], [0.002], [M // 4], optimizer=T_OPT)
+    intra = Link(1e-6, 1e11)
+    ends = {}
+    for buffered in (False, True):
+        exp = make_experiment(trace, nodes=2, gpus_per_node=2, nic=NIC, algorithm="neighbor",
+                              topology="one_peer_exp2", negotiate=False, buffered_sends=buffered, iterations=1)
+        exp = replace(exp, cluster=replace(exp.cluster, intra=intra))
+        ends[buffered] = simulate(exp).iterations().set_index("rank")["iteration_s"]
+    assert ends[False][1] == pytest.approx(T_F + A + M / BW + T_OPT, rel=1e-9)
+    assert ends[True][1] == pytest.approx(T_F + 0.002 + T_OPT, rel=1e-9)
+    assert ends[True][0] == pytest.approx(ends[False][0], rel=1e-12) == pytest.approx(T_F + A + M / BW + T_OPT)
+
+
 @pytest.mark.parametrize("n", [8, 12])
 def test_one_peer_exp2_sends_one_model_sized_message_per_rank_per_iteration(n):
     sim, _ = run(0.002, nodes=n, algorithm="neighbor", topology="one_peer_exp2", iterations=5)
@@ -282,7 +301,7 @@ def test_comm_keys_parse(tmp_path):
 @pytest.mark.parametrize("extra, field", [
     ('topology = "torus"', "comm.topology"), ('combine = "cta"', "comm.combine"),
     ("consensus_eps = 1.5", "comm.consensus_eps"), ('hierarchical = "yes"', "comm.hierarchical"),
-    ("negotiate = 1", "comm.negotiate"),
+    ("negotiate = 1", "comm.negotiate"), ("buffered_sends = \"yes\"", "comm.buffered_sends"),
 ])
 def test_bad_comm_keys_name_the_field(tmp_path, extra, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

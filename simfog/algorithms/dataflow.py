@@ -84,10 +84,12 @@ class Run:
 
 
 def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[int, int]], nbytes: float, *,
-             latencies: int = 1, one_sided: bool = False) -> dict[int, list[int]]:
+             latencies: int = 1, one_sided: bool = False, buffered: bool = False) -> dict[int, list[int]]:
     """Add one message of `nbytes` per (src, dst) pair, all sent at once; ready[r] is the op after which rank r
     sends and receives. `latencies` > 1 adds that many link latencies in all (fused buffers sent back to back).
-    One-sided messages (puts) depend on the sender only and belong to it only. Returns the ops of each rank."""
+    One-sided messages (puts) depend on the sender only and belong to it only; buffered ones (comm.buffered_sends)
+    start when both sides are ready and belong to the receiver only (the sender's send completed into its socket).
+    Returns the ops of each rank."""
     live = [(s, d) for s, d in pairs if s != d]
     src, dst = (np.array([p[i] for p in live], dtype=np.int64) for i in (0, 1))
     times = message_durations(cluster, src, dst, nbytes, latencies).tolist()
@@ -95,7 +97,8 @@ def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[i
     for (s, d), t in zip(live, times, strict=True):
         o = plan.op((ready[s],) if one_sided else (ready[s], ready[d]), t)
         plan.sends[s].append((o, d, nbytes))
-        mine[s].append(o)
+        if not buffered:
+            mine[s].append(o)
         if not one_sided:
             mine[d].append(o)
     return mine
@@ -287,6 +290,7 @@ class P2PStep:
                  intra_bytes: float | None):
         self.alg, self.hierarchical, self.latencies = alg, hierarchical, latencies
         self.one_sided, self.codec, self.intra_bytes = one_sided, codec, intra_bytes
+        self.buffered = not one_sided and alg.comm.buffered_sends
         self.both = both = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         self.named = np.zeros(alg.n, dtype=bool)  # every rank named in a pair (also a pair with itself)
         self.named[both.ravel()] = True
@@ -319,7 +323,8 @@ class P2PStep:
             for r in senders:
                 go[r] = plan.op((first[r],), codec[0][r])
                 owned[r].append(go[r])
-        msgs = exchange(plan, cluster, go, self.pairs, nbytes, latencies=self.latencies, one_sided=self.one_sided)
+        msgs = exchange(plan, cluster, go, self.pairs, nbytes, latencies=self.latencies, one_sided=self.one_sided,
+                        buffered=self.buffered)
         after = {}
         for r, start_op in go.items():
             after[r] = plan.op([start_op] + msgs[r], codec[1][r] if codec is not None and r in senders else 0.0)

@@ -212,10 +212,10 @@ def import_kineto(path, *, model: str | None = None, batch_size: int | None = No
     without iterations/backward, or bad options.
     """
     path = str(path)
-    check_options(path, clock=clock, skip=skip, step_time=step_time)
+    step_s = check_options(path, clock=clock, skip=skip, step_time=step_time)
     data = ke.load(path)
     return import_loaded(path, data, ke.Trace(data, path), model=model, batch_size=batch_size, clock=clock,
-                         skip=skip, step_time=step_time)
+                         skip=skip, step_s=step_s)
 
 
 # A GPU trace whose host time is more than this share of its profiled step is warned about (without step_time).
@@ -223,8 +223,9 @@ HOST_SHARE_WARNING = 0.3
 
 
 def import_loaded(path: str, data: dict, trace: ke.Trace, *, model, batch_size, clock, skip,
-                  step_time: str | None = None) -> ModelTrace:
-    """import_kineto of a file already read (`data`) and parsed (`trace`); options already checked."""
+                  step_s: float | None = None) -> ModelTrace:
+    """import_kineto of a file already read (`data`) and parsed (`trace`); options already checked (`step_s`: the
+    step time in seconds, check_options' result)."""
     main = trace.main_thread()
     windows = trace.windows(main)
     if skip >= len(windows):
@@ -273,7 +274,6 @@ def import_loaded(path: str, data: dict, trace: ke.Trace, *, model, batch_size, 
         raise _bad(path, "batch_size", "(not in the trace: no input shapes recorded)", "pass batch_size=N")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise _bad(path, "batch_size", batch, "an integer >= 1")
-    step_s = check_options(path, clock=clock, skip=skip, step_time=step_time)
     profiled_host_s = [it.host_us * 1e-6 for it in its]
     if step_s is not None:
         for it in its:
@@ -287,8 +287,8 @@ def import_loaded(path: str, data: dict, trace: ke.Trace, *, model, batch_size, 
                  "GPU compute and exposed communication are the rest). The profiler's own overhead (record_shapes, "
                  "with_stack, with_modules) lengthens it, so a replay takes the profiled step: if the step runs "
                  "faster without the profiler, pass step_time=<that step> (-s step_time=22ms)")
-    trace_out = _assemble(path, data, trace, its, layers, tuple(ready[k] for k in sorted(ready)), shapes, use_gpu,
-                     model, batch, batch_size is None)
+    trace_out = _assemble(path, data, trace, its, layers, tuple(ready[k] for k in sorted(ready)), shapes,
+                          use_gpu, model, batch, batch_size is None)
     if step_s is not None:
         extra = dict(trace_out.extra)
         extra["kineto"] = {**extra["kineto"], "profiled_host_s": profiled_host_s, "step_time_s": step_s}

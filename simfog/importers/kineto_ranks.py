@@ -91,11 +91,11 @@ def import_folder(folder, *, model=None, batch_size=None, clock="auto", skip=0, 
     timed across ranks. Options as import_kineto. Raises ConfigError naming the file or folder for a bad file,
     two files of one rank, or ranks that disagree (layers, parameters, batch size, iterations, collectives)."""
     folder = str(folder)
-    kt.check_options(folder, clock=clock, skip=skip, step_time=step_time)
+    step_s = kt.check_options(folder, clock=clock, skip=skip, step_time=step_time)
     ranks = _ranks(folder)
     name = Path(folder).name
     mts = [kt.import_loaded(r.path, r.data, r.trace, model=model or name, batch_size=batch_size, clock=clock,
-                            skip=skip, step_time=step_time) for r in ranks]
+                            skip=skip, step_s=step_s) for r in ranks]
     first, ref = ranks[0], mts[0]
     for r, mt in zip(ranks[1:], mts[1:], strict=True):
         for field, mine, theirs in (

@@ -11,6 +11,7 @@ import shlex
 import stat
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -185,8 +186,10 @@ def test_torchrun_on_hosts_through_node_agents(tmp_path, capsys):
     assert "not emulated: a real cluster through node agents" in capsys.readouterr().err
     assert sorted(p.name for p in (work / "ranks").iterdir()) == [f"rank{r}.json" for r in range(4)]
     # calibration: the NIC class on both hosts, the intra class on the first only; then the training run
-    launches = [json.loads((work / "launches" / f"launch-{k}.json").read_text())["nodes"] for k in range(3)]
-    assert launches == [[0, 1], [0], [0, 1]]
+    run = work / "launches" / json.loads((work / "launches" / "current.json").read_text())["run"]
+    launches = [json.loads((run / f"launch-{k}.json").read_text())["nodes"] for k in range(3)]
+    assert launches == [[0, 1], [0], [0, 1]] and (run / "stop").exists()
+    assert not list((work / "agents").iterdir())   # each agent removed its announcement on leaving
 
 
 def test_node_agents_report_failures_and_absence(tmp_path):
@@ -212,6 +215,16 @@ def test_node_agents_report_failures_and_absence(tmp_path):
         launcher.stop()
         agent.join(timeout=30)
     assert codes == [0]
+    # an agent started after that run ended waits for the next run instead of taking the old one's stop
+    late = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts)))
+    late.start()
+    time.sleep(1.0)
+    assert late.is_alive()
+    second = SharedDirLauncher(tmp_path, hosts, port=free_port(), log=lambda s: None)
+    time.sleep(2.0)  # the agent (polling every 0.2 s) takes the new run before it is stopped
+    second.stop()
+    late.join(timeout=30)
+    assert codes == [0, 0]
     absent = SharedDirLauncher(tmp_path / "other", ["gpu01", "gpu02"], agents_timeout_s=0.3, log=lambda s: None)
     with pytest.raises(LaunchError, match="no node agent started on gpu01, gpu02 within 0.3 s"):
         absent.launch([0, 1], 1, RANK, timeout_s=1)

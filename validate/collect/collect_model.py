@@ -452,7 +452,7 @@ def plain_scale(instrumented: dict, plain: dict) -> dict[str, float]:
 def _plain_steps(model, entry, inputs, targets, optimizer, clock, iterations: int, barrier=None) -> dict:
     """`iterations` more training steps with no hook on the model: only the step's phases are stamped. Returns
     {"forward_wall_s", "backward_wall_s", "optimizer_s"}: lists of seconds, one per step."""
-    plain = {"forward_wall_s": [], "backward_wall_s": [], "optimizer_s": []}
+    plain = {phase: [] for phase in PHASES}
     for _ in range(iterations):
         optimizer.zero_grad(set_to_none=True)
         if barrier is not None:
@@ -466,8 +466,8 @@ def _plain_steps(model, entry, inputs, targets, optimizer, clock, iterations: in
         optimizer.step()
         t3 = clock.stamp()
         clock.settle()
-        for key, (a, b) in zip(plain, ((t0, t1), (t1, t2), (t2, t3))):
-            plain[key].append(clock.between(a, b))
+        for phase, (a, b) in zip(PHASES, ((t0, t1), (t1, t2), (t2, t3)), strict=True):
+            plain[phase].append(clock.between(a, b))
     return plain
 
 

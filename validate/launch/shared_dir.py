@@ -5,17 +5,19 @@ h0,h1,... --workdir DIR` runs (the validator prints the exact commands, and `--p
 
     python -m validate.launch.shared_dir --workdir DIR --node I --hosts h0,h1,...
 
-Every launch of the validation (the calibration microbenchmarks of each link class, then the training runs) is one
-request file the validator writes, DIR/launches/launch-<k>.json: the nodes it runs on, the rendezvous endpoint
-(the first of those nodes' hosts, `port`), its id and the rank program. Each agent takes the requests in order;
-an agent whose node takes part runs one torchrun agent (validate.launch.torchrun.torchrun_argv: c10d rendezvous,
+Each validation is a run of its own: the validator makes DIR/launches/<run>/ and points DIR/launches/current.json
+at it. Every launch of the validation (the calibration microbenchmarks of each link class, then the training runs)
+is one request file there, launch-<k>.json: the nodes it runs on, the rendezvous endpoint (the first of those
+nodes' hosts, `port`), its id and the rank program. Each agent takes the current run's requests in order; an agent
+whose node takes part runs one torchrun agent (validate.launch.torchrun.torchrun_argv: c10d rendezvous,
 `nproc_per_node` workers of the rank program, the same as under Slurm), then writes launch-<k>.node<I>.json with
 its exit code and last stderr lines; a node that does not take part writes that file at once. The validator waits
-for every node's file (or its time bound), and when it is done writes DIR/launches/stop, on which the agents exit.
-Files are written whole (a temporary name, then rename), so a reader never sees half of one.
+for every node's file (or its time bound), and when it is done writes `stop` in the run's folder, on which the
+agents exit. An agent started while current.json still names a finished run waits for the next one. Files are
+written whole (a temporary name, then rename), so a reader never sees half of one.
 
-Each agent also writes DIR/agents/node<I>.json when it starts (its host and Python), which is how the validator
-knows that every node is there before it sends the first request.
+Each agent writes DIR/agents/node<I>.json while it runs (its host and Python; removed when it exits), which is how
+the validator knows that every node is there before it sends the first request.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from simfog.errors import ConfigError
@@ -85,10 +88,11 @@ class SharedDirLauncher:
                               "requests there and the ranks write their records there)")
         self.dir = Path(workdir).resolve()
         self.hosts, self.port, self.agents_timeout_s, self.log = list(hosts), port, agents_timeout_s, log
-        self.launches = self.dir / "launches"
-        self.launches.mkdir(parents=True, exist_ok=True)
-        (self.launches / "stop").unlink(missing_ok=True)
-        self.k = len(list(self.launches.glob("launch-*.json")))  # a reused folder: continue its numbering
+        self.run = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.launches = self.dir / "launches" / self.run
+        self.launches.mkdir(parents=True)
+        _write(self.dir / "launches" / "current.json", {"run": self.run})
+        self.k = 0
         self._agents_seen = False
 
     def wait_for_agents(self) -> None:
@@ -122,7 +126,7 @@ class SharedDirLauncher:
         module, args = module_of(rank_argv)
         k, self.k = self.k, self.k + 1
         request = {"k": k, "nodes": list(nodes), "nproc_per_node": nproc_per_node, "module": module, "args": args,
-                   "endpoint": f"{self.hosts[nodes[0]]}:{self.port}", "run_id": f"simfog-{os.getpid()}-{k}",
+                   "endpoint": f"{self.hosts[nodes[0]]}:{self.port}", "run_id": f"simfog-{self.run}-{k}",
                    "env": dict(env or {})}
         _write(self.launches / f"launch-{k}.json", request)
         deadline = time.monotonic() + timeout_s
@@ -151,27 +155,37 @@ class SharedDirLauncher:
 
 def run_agent(workdir: str | Path, node: int, hosts: list[str], *, port: int = RDZV_PORT,
               idle_timeout_s: float = 24 * 3600.0) -> int:
-    """The agent loop of node `node` (see the module docstring): returns 0 once DIR/launches/stop appears, 1 after
+    """The agent loop of node `node` (see the module docstring): returns 0 once its run is stopped, 1 after
     `idle_timeout_s` without a request."""
     root = Path(workdir).resolve()
-    launches = root / "launches"
-    _write(root / "agents" / f"node{node}.json", {"host": socket.gethostname(), "python": sys.executable,
-                                                 "pid": os.getpid(), "started": time.time()})
-    k, idle_since = 0, time.monotonic()
-    while True:
-        request = _read(launches / f"launch-{k}.json")
-        if request is None:
-            if (launches / "stop").exists():
-                return 0
-            if time.monotonic() - idle_since > idle_timeout_s:
-                return 1
-            time.sleep(POLL_S)
-            continue
-        result = {"rc": 0, "stderr": ""}
-        if node in request["nodes"]:
-            result = _run_torchrun(request, node, port)
-        _write(launches / f"launch-{k}.node{node}.json", result)
-        k, idle_since = k + 1, time.monotonic()
+    announced = root / "agents" / f"node{node}.json"
+    _write(announced, {"host": socket.gethostname(), "python": sys.executable, "pid": os.getpid(),
+                       "started": time.time()})
+    run, k, idle_since = None, 0, time.monotonic()
+    try:
+        while True:
+            current = (_read(root / "launches" / "current.json") or {}).get("run")
+            if current is not None and current != run:
+                if run is None and (root / "launches" / current / "stop").exists():
+                    current = None  # a finished run, from before this agent: wait for the next
+                else:
+                    run, k = current, 0
+            folder = root / "launches" / run if run is not None else None
+            request = _read(folder / f"launch-{k}.json") if folder is not None else None
+            if request is None:
+                if folder is not None and (folder / "stop").exists():
+                    return 0
+                if time.monotonic() - idle_since > idle_timeout_s:
+                    return 1
+                time.sleep(POLL_S)
+                continue
+            result = {"rc": 0, "stderr": ""}
+            if node in request["nodes"]:
+                result = _run_torchrun(request, node, port)
+            _write(folder / f"launch-{k}.node{node}.json", result)
+            k, idle_since = k + 1, time.monotonic()
+    finally:
+        announced.unlink(missing_ok=True)
 
 
 def _run_torchrun(request: dict, node: int, port: int) -> dict:
