@@ -382,21 +382,8 @@ def _measure(job: dict, barrier=None) -> dict:
             # Steps of a large model take seconds each: a bar on a terminal, from one process only.
             for step in progress_bar(range(job["warmup"] + job["iterations"]), desc=f"collect {job['name']}",
                                      unit="step", enabled=barrier is None):
-                optimizer.zero_grad(set_to_none=True)
-                if barrier is not None:
-                    barrier.wait()
-                clock.start_iteration()  # a reference per step keeps CUDA event times short and exact to subtract
-                fwd_events.clear()
-                bwd_events.clear()
-                ready.clear()
-                t0 = clock.stamp()
-                loss = entry.loss(model(*inputs), targets)
-                t1 = clock.stamp()
-                loss.backward()
-                t2 = clock.stamp()
-                optimizer.step()
-                t3 = clock.stamp()
-                clock.settle()
+                t0, t1, t2, t3 = _step(model, entry, inputs, targets, optimizer, clock, barrier,
+                                       before=lambda: (fwd_events.clear(), bwd_events.clear(), ready.clear()))
                 if step < job["warmup"]:
                     continue
                 fwd, bwd = {}, {}
@@ -454,21 +441,29 @@ def _plain_steps(model, entry, inputs, targets, optimizer, clock, iterations: in
     {"forward_wall_s", "backward_wall_s", "optimizer_s"}: lists of seconds, one per step."""
     plain = {phase: [] for phase in PHASES}
     for _ in range(iterations):
-        optimizer.zero_grad(set_to_none=True)
-        if barrier is not None:
-            barrier.wait()
-        clock.start_iteration()
-        t0 = clock.stamp()
-        loss = entry.loss(model(*inputs), targets)
-        t1 = clock.stamp()
-        loss.backward()
-        t2 = clock.stamp()
-        optimizer.step()
-        t3 = clock.stamp()
-        clock.settle()
+        t0, t1, t2, t3 = _step(model, entry, inputs, targets, optimizer, clock, barrier)
         for phase, (a, b) in zip(PHASES, ((t0, t1), (t1, t2), (t2, t3)), strict=True):
             plain[phase].append(clock.between(a, b))
     return plain
+
+
+def _step(model, entry, inputs, targets, optimizer, clock, barrier=None, before=lambda: None) -> tuple:
+    """One training step, stamped at its start and at the end of forward, backward and the optimizer step (stamps
+    readable on return: the device has settled). `before` runs after the barrier, just before the first stamp."""
+    optimizer.zero_grad(set_to_none=True)
+    if barrier is not None:
+        barrier.wait()
+    clock.start_iteration()  # a reference per step keeps CUDA event times short and exact to subtract
+    before()
+    t0 = clock.stamp()
+    loss = entry.loss(model(*inputs), targets)
+    t1 = clock.stamp()
+    loss.backward()
+    t2 = clock.stamp()
+    optimizer.step()
+    t3 = clock.stamp()
+    clock.settle()
+    return t0, t1, t2, t3
 
 
 def _worker(rank: int, job: dict, barrier, queue) -> None:
