@@ -215,6 +215,10 @@ class Simulation:
                 return analytic.run(self)
             if self.path_requested == analytic.PATH_ANALYTIC:
                 raise ValueError(f"the analytic path was requested, but {why}")
+        else:
+            only = getattr(self.algorithm, "events_blocker", lambda: None)()
+            if only is not None:
+                raise ValueError(f"the event engine was requested, but {only}")
         from simfog.progress import bar
 
         started = time.perf_counter()
