@@ -29,9 +29,11 @@ fitted rate is what ONE flow reaches: on an emulated cluster it becomes the per-
 the tbf rate's TCP payload (`flow_link`, `nic_capacity`; simfog.p2p's flow-level model), so that exchanges with
 several flows on a NIC are not charged the fit's shortfall twice. neighbor is simulated with comm.negotiate =
 false (the real run does not negotiate) and comm.buffered_sends (gloo's isend completes once the socket holds the
-message: a rank's exchange ends with its receives). Still off: mlp-neighbor-8r-4x2-1Gbit (+19/+20/+24 % in three
-bench runs, +24 % with buffered sends): without a barrier the ranks drift apart, so the two flows of a node's NIC
-overlap only in part (measured transfers ~9 ms in steady state where simfog, which starts both at once, gives 15.7). wagma is run as a blocking group allreduce, which waits for the group's
+message: a rank's exchange ends with its receives). Without a barrier the ranks drift apart, so the two flows of
+a node's NIC overlap only in part (measured transfers ~9 ms in steady state): simfog's fluid sharing
+(comm.p2p_sharing, the default) times them as they overlap; starting both at once (15.7 ms) had
+mlp-neighbor-8r-4x2-1Gbit +19/+20/+24 % off in three bench runs. wagma is run as a blocking group allreduce, which
+waits for the group's
 members where simfog's model (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is
 refused for it (see validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
