@@ -22,12 +22,16 @@ from simfog.importers import import_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# cluster -> (NCCL release the logs were measured with, training logs, held-out logs); paths under nccl-tests/.
-# ABCI ran NCCL 2.8.4 (its README); Echo's release is not recorded, so the current tables are used.
+# cluster -> (NCCL release the logs were measured with, the hosts' CPU vendor, training logs, held-out logs); paths
+# under nccl-tests/. ABCI ran NCCL 2.8.4 (its README); Echo's release is not recorded, so the current tables are
+# used. CPU vendors are the machines' (NCCL's model charges AMD hosts 2 us per intra-node step on several nodes,
+# Intel 1 us): Azure ND A100 v4 has AMD EPYC 7V12 (Rome) processors, an ABCI compute node (V) two Intel Xeon Gold
+# 6148.
 CLUSTERS = {
-    "a100-azure": ("2.30", [f"echo-a100-azure/nccl_{n}.log" for n in (1, 2, 4, 8, 16)],
+    "a100-azure": ("2.30", "amd", [f"echo-a100-azure/nccl_{n}.log" for n in (1, 2, 4, 8, 16)],
                    [f"echo-a100-azure/nccl_{n}.log" for n in (32, 64, 128)]),
-    "v100-abci": ("2.8", ["abci-v100/intra_vnode/job04.sh.7280532.nccl", "abci-v100/inter_vnode/job02.sh.7194532.nccl"],
+    "v100-abci": ("2.8", "intel",
+                  ["abci-v100/intra_vnode/job04.sh.7280532.nccl", "abci-v100/inter_vnode/job02.sh.7194532.nccl"],
                   ["abci-v100/inter_vnode/job04.sh.7194533.nccl", "abci-v100/inter_vnode/job08.sh.7194534.nccl",
                    "abci-v100/inter_vnode/job16.sh.7194535.nccl", "abci-v100/inter_vnode/job32.sh.7194536.nccl"]),
 }
@@ -42,8 +46,9 @@ def main() -> None:
     all_points, started = [], time.perf_counter()
     print(f"{'cluster':11s} {'GPUs':>5s} {'nodes':>5s} {'size':>10s} {'measured':>10s} {'predicted':>10s} "
           f"{'error':>7s}  {'choice':14s} flag")
-    for name, (version, train, test) in CLUSTERS.items():
-        cal = nccl_fit.fit([import_file("nccl-tests", ref / f) for f in train], version=version, source=name)
+    for name, (version, cpu_vendor, train, test) in CLUSTERS.items():
+        cal = nccl_fit.fit([import_file("nccl-tests", ref / f) for f in train], version=version, source=name,
+                           cpu_vendor=cpu_vendor)
         n = cal.network
         print(f"# {name}: fitted on {len(train)} logs (<= 2 nodes): channels {n.channels}, bus bw one node "
               f"{n.intra_bus_Bps / 1e9:.4g} GB/s, several {n.inter_bus_Bps / 1e9:.4g} GB/s, latencyInter "
