@@ -251,8 +251,9 @@ class _HorovodCycles:
                                     yield from self._busy(it, f"fused{fused}.{what}", cost)
                             start = env.now
                             yield env.timeout(duration)
-                            for r in range(sim.simulated_ranks):
-                                sim.record(r, it, "comm", f"fused{fused}", start, env.now)
+                            # the same interval on every rank: one block of records (simfog.interval_log)
+                            sim.log.record_block(range(sim.simulated_ranks), it, "comm", f"fused{fused}", start,
+                                                 env.now)
                             if copy > 0:
                                 yield from self._busy(it, f"fused{fused}.unpack", copy)
                             if it == 0:
@@ -269,5 +270,4 @@ class _HorovodCycles:
         env = self.sim.env
         start = env.now
         yield env.timeout(seconds)
-        for r in range(self.sim.simulated_ranks):
-            self.sim.record(r, it, "comm", name, start, env.now)
+        self.sim.log.record_block(range(self.sim.simulated_ranks), it, "comm", name, start, env.now)
