@@ -327,6 +327,29 @@ def test_numpy_summary_of_overlapping_and_unsorted_intervals():
         assert np.array_equal(cols[c].ravel().view(np.int64), want[c].to_numpy().view(np.int64)), c
 
 
+def test_split_rounds_is_split_by_iteration_for_every_rank():
+    """BAGUA async's round, cut for every rank at once, gives split_by_iteration's pieces rank by rank, also where
+    rounds start or end exactly on an iteration's start and where iterations take no time."""
+    from simfog.algorithms.asynchronous import split_rounds
+    from simfog.algorithms.dataflow import split_by_iteration
+
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        n, iters = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        known = rng.integers(0, iters + 1, n)
+        table = np.full((n, iters + 1), np.inf)
+        table[:, 0] = 0.0
+        for r in range(n):
+            steps = rng.choice([0.0, 0.5, 1.0, 1.7], known[r])
+            table[r, 1:known[r] + 1] = np.cumsum(steps)
+        grid = np.unique(table[np.isfinite(table)])
+        s, e = sorted(rng.choice(np.concatenate([grid, rng.uniform(0, 6, 3)]), 2))
+        want = [(r, j, a, b) for r in range(n)
+                for j, a, b in split_by_iteration(table[r, :known[r] + 1].tolist(), int(known[r]), s, e)]
+        got = list(zip(*(x.tolist() for x in split_rounds(table, known, s, e))))
+        assert got == want, trial
+
+
 if __name__ == "__main__":
     print("PINNED = {")
     for name in CONFIGS:
