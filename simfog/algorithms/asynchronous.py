@@ -10,7 +10,9 @@ Neither makes a rank wait for another, so a straggler slows only itself; the net
   examples set bf.set_skip_negotiate_stage(True); comm.negotiate = true puts it back). Puts start when the sender
   launches them (one-sided, no receiver involvement); their durations come from simfog.p2p.exchange_times over all
   puts of the step (the receivers' NICs are shared too) with one latency per 8 MiB fused buffer, as for BlueFog's
-  neighbour averaging.
+  neighbour averaging. Nothing is decided while running (a put's start and length are fixed by its sender's
+  launch), so its Plan takes the dataflow algorithms' analytic path (simfog.analytic_flow), bit for bit the event
+  engine's (tests/test_analytic_flow.py).
 - async (BaguaSys/bagua bagua/torch_api/algorithms/async_model_average.py, AsyncModelAverageAlgorithm): a background
   thread loops: negotiate (a 1-byte broadcast from rank 0), allreduce a snapshot of the weights among all ranks,
   sleep comm.async_period (sync_interval_ms = 500). The training loop never waits. The weight lock the thread
@@ -50,9 +52,6 @@ class WinPut(TopologyAlgorithm):
         step = self.p2p_step(self.pairs(phase), hierarchical=False, latencies=max(1, len(self.fused)),
                              one_sided=True)
         return [self.nbytes], step
-
-    def analytic_blocker(self) -> str | None:
-        return "algorithm 'win_put' is kept on the event engine (one-sided puts: not covered by the analytic tests)"
 
     def mixing(self) -> dict | None:
         out = super().mixing()
