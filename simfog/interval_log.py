@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 KINDS = ("forward", "backward", "optimizer", "comm", "wait")
-FIELDS = ("rank", "iteration", "kind", "start_s", "end_s")
+DTYPES = {"rank": np.int64, "iteration": np.int64, "kind": np.int16, "start_s": np.float64, "end_s": np.float64}
+FIELDS = tuple(DTYPES)
 
 
 class IntervalLog:
@@ -59,9 +60,6 @@ class IntervalLog:
         are scalars (the same for every rank) or arrays along `ranks`."""
         self.blocks.append((len(self.rows), ranks, iteration, kind, name, start, end))
 
-    def __len__(self) -> int:
-        return len(self.rows) + sum(len(b[1]) for b in self.blocks)
-
     def _code(self, kind: str) -> int:
         if kind not in self.kinds:
             self.kinds.append(kind)
@@ -74,10 +72,10 @@ class IntervalLog:
             rank, iteration, kind, _name, start, end = zip(*rows)
             codes = {k: self._code(k) for k in dict.fromkeys(kind)}
             table = {"rank": np.array(rank, dtype=np.int64), "iteration": np.array(iteration, dtype=np.int64),
-                     "kind": np.fromiter(map(codes.__getitem__, kind), dtype=np.int16, count=len(kind)),
+                     "kind": np.fromiter(map(codes.__getitem__, kind), dtype=DTYPES["kind"], count=len(kind)),
                      "start_s": np.array(start, dtype=float), "end_s": np.array(end, dtype=float)}
         else:
-            table = {f: np.empty(0, dtype=float if f.endswith("_s") else np.int64) for f in FIELDS}
+            table = {f: np.empty(0, dtype=DTYPES[f]) for f in FIELDS}
         if not self.blocks:
             return table
         parts: dict[str, list] = {f: [] for f in FIELDS}
@@ -87,10 +85,9 @@ class IntervalLog:
             block = {"rank": ranks, "iteration": iteration, "kind": self._code(kind), "start_s": start, "end_s": end}
             for f in FIELDS:
                 parts[f].append(table[f][at:pos])
-                parts[f].append(np.broadcast_to(np.asarray(block[f], dtype=table[f].dtype), ranks.shape))
+                parts[f].append(np.broadcast_to(np.asarray(block[f], dtype=DTYPES[f]), ranks.shape))
             at = pos
-        return {f: np.concatenate(parts[f] + [table[f][at:]]).astype(np.int16 if f == "kind" else table[f].dtype)
-                for f in FIELDS}
+        return {f: np.concatenate(parts[f] + [table[f][at:]]) for f in FIELDS}
 
     def tuples(self) -> list[tuple]:
         """Every interval as (rank, iteration, kind, name, start_s, end_s), in record order."""
