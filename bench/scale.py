@@ -36,9 +36,10 @@ TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
 MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
 COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
 SHARDED = ["fsdp", "hsdp", "zero1", "zero2", "zero3"]
-# the compressed allreduces and the synchronous decentralized algorithms (simfog.analytic_flow), with their defaults
+# the compressed allreduces, the decentralized algorithms and win_put's one-sided puts (simfog.analytic_flow), with
+# their defaults
 OTHERS = ["bytegrad", "fp16", "powersgd", "qadam", "neighbor", "hierarchical_neighbor", "decentralized",
-          "low_precision_decentralized"]
+          "low_precision_decentralized", "win_put"]
 RANKS = [8, 1024, 8192, 131072]
 # Configurations the event engine runs, and why no fixed schedule (max-plus) can stand for them:
 EVENT_PATH = [
@@ -49,8 +50,8 @@ EVENT_PATH = [
     dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2),
     # wait-avoiding group collectives start when their FIRST member arrives: who waits is decided by the run
     dict(algorithm="wagma", merge="-", collective="ring"),
-    # one-sided and asynchronous: no rank waits for another, a background loop runs on its own clock
-    dict(algorithm="win_put", merge="-", collective="ring"),
+    # asynchronous: no rank waits for another, a background loop runs on its own clock and averages whatever the
+    # ranks have reached then
     dict(algorithm="async", merge="-", collective="ring"),
 ]
 

@@ -19,8 +19,8 @@ are summed in the order and with the summation (np.add.reduceat) pandas uses on 
 so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
 (`Result.intervals()`), from the same recurrence. The sharded algorithms (fsdp, hsdp, zero1-3: whole iterations
 from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded, and the dataflow algorithms
-(neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized: a max-plus Plan per iteration) theirs,
-simfog.analytic_flow; `run` hands them over.
+(neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized, win_put: a max-plus Plan per
+iteration) theirs, simfog.analytic_flow; `run` hands them over.
 """
 
 from __future__ import annotations

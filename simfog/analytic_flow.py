@@ -1,6 +1,7 @@
 """The analytic path of the dataflow algorithms (neighbor, hierarchical_neighbor, decentralized,
-low_precision_decentralized: simfog.algorithms.dataflow): their iteration is a `Plan` fixed before the run, so it
-is evaluated over every rank at once (numpy vectors), structure by structure, without building the Plan.
+low_precision_decentralized: simfog.algorithms.dataflow; win_put: simfog.algorithms.asynchronous): their iteration
+is a `Plan` fixed before the run, so it is evaluated over every rank at once (numpy vectors), structure by
+structure, without building the Plan.
 
 Per bucket b of the chain, with x_b the rank's launch input (the algorithm's `_inputs`, given arrays):
 

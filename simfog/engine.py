@@ -16,6 +16,7 @@ gives each recorded rank its own means.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ import numpy as np
 import simpy
 
 from simfog.experiment import Experiment
+from simfog.interval_log import IntervalLog, iteration_columns
 from simfog.results import Result
 
 
@@ -112,7 +114,10 @@ class Simulation:
         rng = np.random.default_rng(exp.seed)
         self.draws = self.compute.draw(rng, exp.iterations, self.ranks, replay=exp.workload.compute == "replay")
         self.slowdown, self.delays = _heterogeneity(exp, rng)
-        self.records: list[tuple] = []
+        # Every interval recorded, as numpy columns (simfog.interval_log). Algorithms call
+        # `record(rank, iteration, kind, name, start, end)` for one, `log.record_block` for a block of ranks.
+        self.log = IntervalLog()
+        self.record = self.log.record
         self.finished = [0] * self.simulated_ranks  # iterations each simulated rank has completed
         self.algorithm = algorithm(self)
         # Per trace sample, how long backward takes: an algorithm may lengthen it (comm.overlap_slowdown).
@@ -174,34 +179,43 @@ class Simulation:
                               f"{' ...' if len(short) > 8 else ''} did not finish all {want} iterations (rank "
                               f"{first} finished {got}): a collective never completed or a duration was infinite")
 
-    def record(self, rank: int, iteration: int, kind: str, name: str, start: float, end: float) -> None:
-        self.records.append((rank, iteration, kind, name, start, end))
+    def _step_times(self) -> tuple[list, list, list]:
+        """Per iteration and simulated rank (lists of Python floats), the engine's forward (with the straggler
+        delay), backward and optimizer durations: the products and sums `_rank` would take one by one, taken over
+        arrays at once (the same operations, so the same bits); SimPy's clock and heap then hold Python floats."""
+        c, n = self.compute, self.simulated_ranks
+        s, slow = self.draws[:, :n], self.slowdown[:n]
+        return ((c.forward_s[s] * slow + self.delays[:, :n]).tolist(), (self.backward_s[s] * slow).tolist(),
+                (c.optimizer_s[s] * slow).tolist())
 
-    def _rank(self, rank: int):
-        env, c, slow = self.env, self.compute, self.slowdown[rank]
+    def _rank(self, rank: int, times: tuple | None):
+        env, record = self.env, self.record
         # An algorithm whose communication gates compute (sharded data parallelism: a unit's forward waits for its
         # parameters' all-gather) runs each whole iteration itself and records its own intervals (forward and
         # backward may then come in several pieces).
         own = getattr(self.algorithm, "run_iteration", None)
-        for it in range(self.experiment.iterations):
-            s = self.draws[it, rank]
-            if own is not None:
-                yield from own(rank, it, s, slow, self.delays[it, rank])
+        if own is not None:
+            slow = self.slowdown[rank]
+            for it in range(self.experiment.iterations):
+                yield from own(rank, it, self.draws[it, rank], slow, self.delays[it, rank])
                 self.finished[rank] += 1
-                continue
+            return
+        forward, backward, optimizer = times
+        backward_started = self.algorithm.backward_started
+        for it in range(self.experiment.iterations):
             t0 = env.now
-            yield env.timeout(c.forward_s[s] * slow + self.delays[it, rank])
+            yield env.timeout(forward[it][rank])
             t_b = env.now
-            self.record(rank, it, "forward", "forward", t0, t_b)
-            comm_done = self.algorithm.backward_started(rank, it, s, t_b)
-            yield env.timeout(self.backward_s[s] * slow)
+            record(rank, it, "forward", "forward", t0, t_b)
+            comm_done = backward_started(rank, it, self.draws[it, rank], t_b)
+            yield env.timeout(backward[it][rank])
             t_e = env.now
-            self.record(rank, it, "backward", "backward", t_b, t_e)
+            record(rank, it, "backward", "backward", t_b, t_e)
             if comm_done is not None:
                 yield comm_done
             t_o = env.now
-            yield env.timeout(c.optimizer_s[s] * slow)
-            self.record(rank, it, "optimizer", "optimizer", t_o, env.now)
+            yield env.timeout(optimizer[it][rank])
+            record(rank, it, "optimizer", "optimizer", t_o, env.now)
             self.finished[rank] += 1
 
     def run(self, *, progress: bool = False) -> Result:
@@ -222,22 +236,34 @@ class Simulation:
         from simfog.progress import bar
 
         started = time.perf_counter()
+        times = None if getattr(self.algorithm, "run_iteration", None) is not None else self._step_times()
         for r in range(self.simulated_ranks):
-            self.env.process(self._rank(r))
+            self.env.process(self._rank(r, times))
         events = 0
         step, peek, inf = self.env.step, self.env.peek, float("inf")
-        with bar(desc="simulate", unit="event", enabled=progress) as shown:
-            while peek() < inf:
-                step()
-                events += 1
-                if not events & 0xFFFF:  # every 65,536 events: a bar update per event would cost more than it
-                    shown.update(0x10000)
+        # Millions of short-lived events and records: the cyclic garbage collector, run every few hundred
+        # allocations, would scan them all again and again (half the run at 10^5 ranks). Reference counting frees
+        # what it can; the collector runs again after the loop.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with bar(desc="simulate", unit="event", enabled=progress) as shown:
+                while peek() < inf:
+                    step()
+                    events += 1
+                    if not events & 0xFFFF:  # every 65,536 events: a bar update per event would cost more than it
+                        shown.update(0x10000)
+        finally:
+            if collecting:
+                gc.enable()
         self._check_finished()
-        return Result(self.experiment, self.records, symmetric=self.symmetric,
+        return Result(self.experiment, None, symmetric=self.symmetric,
                       single_rank_time_s=self.single_rank_time_s(),
                       buckets=self.algorithm.describe_buckets(),
                       events=events, wall_s=time.perf_counter() - started,
-                      mixing=getattr(self.algorithm, "mixing", lambda: None)(), memory=self.memory)
+                      mixing=getattr(self.algorithm, "mixing", lambda: None)(), memory=self.memory,
+                      columns=iteration_columns(self.log, self.simulated_ranks, self.experiment.iterations),
+                      make_records=self.log.tuples)
 
 
 def _heterogeneity(exp: Experiment, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

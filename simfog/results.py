@@ -25,26 +25,14 @@ ITERATION_COLUMNS = ["rank", "iteration", "start_s", "end_s", "iteration_s", "co
                      "optimizer_s", "comm_s", "comm_exposed_s", "idle_s", "wait_s"]
 
 
-def _union_after_backward(comm: pd.DataFrame) -> pd.Series:
-    """Per (rank, iteration): how long at least one collective ran between backward's end and the optimizer step
-    (collectives on several streams may overlap; overlapping time counts once)."""
-    import pandas as pd
-
-    w = pd.DataFrame({"rank": comm["rank"], "iteration": comm["iteration"],
-                      "s": comm[["start_s", "bwd_end"]].max(axis=1), "e": comm[["end_s", "opt_start"]].min(axis=1)})
-    w = w[w.e > w.s].sort_values(["rank", "iteration", "s"], kind="stable")
-    keys = [w["rank"], w["iteration"]]
-    covered = w.groupby(keys)["e"].cummax().groupby(keys).shift(fill_value=-np.inf)
-    part = (w.e - np.maximum(w.s, covered)).clip(lower=0)
-    return part.groupby(keys).sum()
-
-
 @dataclass
 class Result:
-    """What a run gives. The event engine fills `records` (per-interval tuples); the analytic path (simfog.analytic)
-    fills `columns` instead, per (rank, iteration) numpy arrays (simulated ranks, iterations) of the
-    ITERATION_COLUMNS it computes, and builds the records only when `intervals()` asks (`make_records`). `path`
-    names the path taken: "events" or "analytic". pandas is imported only by the methods that return frames."""
+    """What a run gives. Every path fills `columns`, per (rank, iteration) numpy arrays (simulated ranks, iterations)
+    of the ITERATION_COLUMNS it computes: the analytic paths (simfog.analytic) from their recurrence, the event
+    engine from its records (simfog.interval_log). The per-interval `records` are built only when `intervals()` asks
+    (`make_records`); a Result made from records alone (a measured run, validate) computes its columns from them
+    when first asked. `path` names the path taken: "events" or "analytic". pandas is imported only by the methods
+    that return frames."""
 
     experiment: object
     records: list | None
@@ -55,7 +43,7 @@ class Result:
     wall_s: float = 0.0
     mixing: dict | None = None  # how well models agree (decentralized algorithms): see summary()
     memory: object = None       # simfog.memory.Memory per rank, when known
-    columns: dict | None = None  # analytic path: name -> (simulated ranks, iterations) float array
+    columns: dict | None = None  # name -> (simulated ranks, iterations) float array
     path: str = "events"
     make_records: Callable[[], list] | None = field(default=None, repr=False)
     make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
@@ -83,36 +71,20 @@ class Result:
         comm_exposed_s, idle_s, wait_s (seconds)."""
         import pandas as pd
 
-        if self.columns is not None:
-            return pd.DataFrame(self._column_frame())[ITERATION_COLUMNS]
-        df = pd.DataFrame.from_records(self._records(), columns=INTERVAL_COLUMNS)
-        # Each (rank, iteration)'s intervals together, in the order they were recorded: the sums below then add
-        # the same numbers in the same order (pandas sums sorted groups with np.add.reduceat, unsorted ones with
-        # compensated sums) whatever order the engine's events came in; simfog.analytic sums alike.
-        df = df.sort_values(["rank", "iteration"], kind="stable", ignore_index=True)
-        dur = df["end_s"] - df["start_s"]
-        keys = ["rank", "iteration"]
-        g = df.assign(dur=dur).groupby(keys)
-        out = pd.DataFrame({"start_s": g["start_s"].min(), "end_s": g["end_s"].max()})
-        for kind in ("forward", "backward", "optimizer", "comm", "wait"):
-            out[f"{kind}_s"] = df[df.kind == kind].assign(d=dur).groupby(keys)["d"].sum()
-        out = out.fillna(0.0)
-        # Backward and the optimizer may come in pieces (sharded algorithms run them unit by unit): backward ends
-        # with its last piece, the optimizer starts with its first.
-        bwd_end = df[df.kind == "backward"].groupby(keys)["end_s"].max()
-        opt_start = df[df.kind == "optimizer"].groupby(keys)["start_s"].min()
-        comm = df[df.kind == "comm"].join(bwd_end.rename("bwd_end"), on=keys)
-        comm = comm.join(opt_start.rename("opt_start"), on=keys)
-        out["comm_exposed_s"] = _union_after_backward(comm)
-        out = out.fillna(0.0)
-        out["compute_s"] = out.forward_s + out.backward_s + out.optimizer_s
-        out["iteration_s"] = out.end_s - out.start_s
-        exposed = (opt_start - bwd_end).reindex(out.index).fillna(0.0)
-        out["idle_s"] = (exposed - out.comm_exposed_s).clip(lower=0)
-        return out.reset_index()[ITERATION_COLUMNS]
+        return pd.DataFrame(self._column_frame())[ITERATION_COLUMNS]
+
+    def _columns(self) -> dict:
+        """The per (rank, iteration) columns; from the records when the Result was made from records alone."""
+        if self.columns is None:
+            from simfog.interval_log import IntervalLog, iteration_columns
+
+            log = IntervalLog.of(self._records())
+            self.columns = iteration_columns(log, *log.shape())
+        return self.columns
 
     def _column_frame(self) -> dict:
-        """The analytic columns flattened rank-major (the row order of iterations()), with the derived ones."""
+        """The columns flattened rank-major (the row order of iterations()), with the derived ones."""
+        self._columns()
         if self.make_columns is not None:
             self.columns = {**self.columns, **self.make_columns()}
             self.make_columns = None
@@ -126,20 +98,14 @@ class Result:
         return flat
 
     def _stats(self) -> tuple:
-        """(per-iteration ends over ranks, means of compute_s, comm_s, comm_exposed_s, idle_s over (rank, iteration))."""
-        if self.columns is not None:
-            cols = self.columns
-            ends = cols["end_s"].max(axis=0)
-            flat = {k: np.ascontiguousarray(cols[k]).ravel() for k in ("forward_s", "backward_s", "optimizer_s",
-                                                                        "comm_s", "comm_exposed_s", "idle_s")}
-            flat["compute_s"] = flat["forward_s"] + flat["backward_s"] + flat["optimizer_s"]
-            means = [float(flat[k].sum() / flat[k].size) for k in ("compute_s", "comm_s", "comm_exposed_s", "idle_s")]
-            return ends, *means
-        it = self.iterations()
-        # Iteration k ends when the last rank has finished its optimizer step.
-        ends = it.groupby("iteration")["end_s"].max().to_numpy()
-        return ends, float(it.compute_s.mean()), float(it.comm_s.mean()), float(it.comm_exposed_s.mean()), \
-            float(it.idle_s.mean())
+        """(per-iteration ends over ranks, means of compute_s, comm_s, comm_exposed_s, idle_s per (rank, iteration))."""
+        cols = self._columns()
+        ends = cols["end_s"].max(axis=0)  # iteration k ends when the last rank has finished its optimizer step
+        flat = {k: np.ascontiguousarray(cols[k]).ravel() for k in ("forward_s", "backward_s", "optimizer_s", "comm_s",
+                                                                    "comm_exposed_s", "idle_s")}
+        flat["compute_s"] = flat["forward_s"] + flat["backward_s"] + flat["optimizer_s"]
+        means = [float(flat[k].sum() / flat[k].size) for k in ("compute_s", "comm_s", "comm_exposed_s", "idle_s")]
+        return ends, *means
 
     def summary(self) -> dict:
         """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was

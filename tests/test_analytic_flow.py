@@ -39,6 +39,11 @@ OPTIONS = [
     ("decentralized", {"topology": "shift_one", "hierarchical": False, "buffered_sends": True}),
     ("low_precision_decentralized", {}),
     ("low_precision_decentralized", {"hierarchical": False}),
+    ("win_put", {}),                                    # one-sided puts to exp2's out-neighbours, not negotiated
+    ("win_put", {"negotiate": True}),
+    ("win_put", {"topology": "ring", "threshold_bytes": 3e6}),  # several fused buffers: one latency each
+    ("win_put", {"topology": "one_peer_exp2"}),         # dynamic: a phase per iteration
+    ("win_put", {"topology": "star"}),                  # uneven load on one rank
 ]
 SHAPES = [(1, 4), (2, 2), (4, 2), (2, 4)]
 NIC = Link(5e-6, 2e9, 6e8)  # a flow cap below the NIC: flows add up until they fill it
@@ -105,6 +110,6 @@ def test_one_rank_and_the_path_taken():
     assert analytic.why_events(sim) is None
     result = sim.run()
     assert result.path == "analytic" and result.summary()["path"] == "analytic" and result.records is None
-    win_put = new_simulation(_experiment("win_put", {}, 2, 2, "mean", 1, 0))
-    assert "event engine" in analytic.why_events(win_put)
-    assert simulate(win_put.experiment).path == "events"
+    win_put = new_simulation(_experiment("win_put", {}, 2, 2, "mean", 1, 0))  # one-sided puts: a fixed Plan too
+    assert analytic.why_events(win_put) is None
+    assert simulate(win_put.experiment).path == "analytic"

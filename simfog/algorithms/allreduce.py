@@ -215,7 +215,8 @@ class _HorovodCycles:
         self.threshold = settings.threshold_bytes or merge.HOROVOD_FUSION_BYTES
         self.cycle = settings.cycle_time_s or merge.HOROVOD_CYCLE_S
         n_it = sim.experiment.iterations
-        self.ready_all = np.full((n_it, len(tensors)), -np.inf)
+        self.t_backward = np.zeros((n_it, sim.simulated_ranks))  # when each rank's backward started
+        self.ready_all: dict[int, np.ndarray] = {}  # per iteration, when each tensor is ready on every rank
         self.registered = [0] * n_it
         self.done = [sim.env.event() for _ in range(n_it)]
         self.fused: list[dict] = []
@@ -225,10 +226,25 @@ class _HorovodCycles:
         return self.fused
 
     def backward_started(self, rank, iteration, sample, t_backward):
-        ready = t_backward + self.offsets[sample] * self.sim.slowdown[rank]
-        np.maximum(self.ready_all[iteration], ready, out=self.ready_all[iteration])
+        self.t_backward[iteration, rank] = t_backward
         self.registered[iteration] += 1
         return self.done[iteration]
+
+    def _ready(self, it: int) -> np.ndarray:
+        """When each tensor of iteration `it` is ready on every rank (all have registered): the latest over ranks
+        of t_backward + offset·slowdown, taken over blocks of ranks (the same products and sums one rank at a
+        time would take; maxima are exact in any order)."""
+        if it not in self.ready_all:
+            sim, n = self.sim, self.sim.simulated_ranks
+            out = np.full(self.offsets.shape[1], -np.inf)
+            step = max(1, (1 << 20) // max(1, len(out)))
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                ready = self.t_backward[it, lo:hi, None] + self.offsets[sim.draws[it, lo:hi]] * \
+                    sim.slowdown[lo:hi, None]
+                np.maximum(out, ready.max(axis=0, initial=-np.inf), out=out)
+            self.ready_all[it] = out
+        return self.ready_all[it]
 
     def _loop(self):
         env, sim = self.sim.env, self.sim
@@ -238,7 +254,7 @@ class _HorovodCycles:
             while pending:
                 cycle_start = env.now
                 if self.registered[it] == sim.simulated_ranks:
-                    ready_at = self.ready_all[it]
+                    ready_at = self._ready(it)
                     ready = [i for i in pending if ready_at[i] <= env.now]
                     if ready:
                         done = set(ready)
@@ -251,8 +267,9 @@ class _HorovodCycles:
                                     yield from self._busy(it, f"fused{fused}.{what}", cost)
                             start = env.now
                             yield env.timeout(duration)
-                            for r in range(sim.simulated_ranks):
-                                sim.record(r, it, "comm", f"fused{fused}", start, env.now)
+                            # the same interval on every rank: one block of records (simfog.interval_log)
+                            sim.log.record_block(range(sim.simulated_ranks), it, "comm", f"fused{fused}", start,
+                                                 env.now)
                             if copy > 0:
                                 yield from self._busy(it, f"fused{fused}.unpack", copy)
                             if it == 0:
@@ -269,5 +286,4 @@ class _HorovodCycles:
         env = self.sim.env
         start = env.now
         yield env.timeout(seconds)
-        for r in range(self.sim.simulated_ranks):
-            self.sim.record(r, it, "comm", name, start, env.now)
+        self.sim.log.record_block(range(self.sim.simulated_ranks), it, "comm", name, start, env.now)

@@ -38,7 +38,7 @@ from simfog.algorithms.dataflow import DEFAULT_CONSENSUS_EPS, split_by_iteration
 from simfog.algorithms.registry import REGISTRY
 from simfog.errors import ConfigError, Infeasible
 from simfog.events import Collective
-from simfog.p2p import Message, exchange_times
+from simfog.p2p import message_times
 
 WAGMA_GROUP_SIZE = 8     # the released configuration: P = 64, S = 8
 WAGMA_GLOBAL_EVERY = 11  # τ = 10: a global average every τ + 1 iterations
@@ -66,6 +66,8 @@ class WAGMA:
         self.wait_for_group = bool(comm.wait_for_group)
         bits, width = n.bit_length() - 1, s.bit_length() - 1
         self.layouts = [tuple(range(lo, min(lo + width, bits))) for lo in range(0, bits, width)] or [()]
+        self.masks = [sum(1 << b for b in layout) for layout in self.layouts]  # a rank's group id: rank & ~mask
+        self.sizes = [2 ** len(layout) for layout in self.layouts]            # members per group
         self._group_s: dict[int, np.ndarray] = {}
         if n == 1:
             self.global_s = 0.0
@@ -89,7 +91,7 @@ class WAGMA:
         group = ranks & ~mask
         total = np.zeros(n)
         for b in bits:
-            times = np.array(exchange_times(cluster, [Message(r, r ^ (1 << b), self.nbytes) for r in range(n)]))
+            times = message_times(cluster, ranks, ranks ^ (1 << b), self.nbytes)  # exchange_times over arrays
             worst = np.zeros(n)
             np.maximum.at(worst, group, times)
             total += worst[group]
@@ -101,10 +103,11 @@ class WAGMA:
         ranks = np.arange(n)
         mask = sum(1 << b for b in bits)
         group = ranks & ~mask
-        members = {g: sorted(int(r) for r in ranks[group == g]) for g in np.unique(group)}
-        size = len(next(iter(members.values())))
-        successor = {m[i]: m[(i + 1) % size] for m in members.values() for i in range(size)}
-        times = np.array(exchange_times(cluster, [Message(r, successor[r], self.nbytes / size) for r in range(n)]))
+        size = 1 << len(bits)  # every group: the ranks that differ from its id only in `bits`
+        members = ranks[np.lexsort((ranks, group))].reshape(-1, size)  # per group its members, ascending
+        successor = np.empty(n, dtype=np.int64)
+        successor[members] = np.roll(members, -1, axis=1)
+        times = message_times(cluster, ranks, successor, self.nbytes / size)
         worst = np.zeros(n)
         np.maximum.at(worst, group, times)
         return 2 * (size - 1) * worst[group]
@@ -130,7 +133,7 @@ class WAGMA:
         if self.is_global(iteration):
             return sim.env.process(self._global(rank, iteration))
         layout = iteration % len(self.layouts)
-        gid = rank & ~sum(1 << b for b in self.layouts[layout])
+        gid = rank & ~self.masks[layout]
         if self.wait_for_group:
             return sim.env.process(self._blocking_group(rank, iteration, layout, gid))
         key, now = (iteration, gid), sim.env.now
@@ -139,7 +142,7 @@ class WAGMA:
             d = float(self.group_seconds(layout)[rank])
             op = self.ops[key] = [now, now + d, sim.env.timeout(d), 0]
         op[3] += 1
-        if op[3] == 2 ** len(self.layouts[layout]):
+        if op[3] == self.sizes[layout]:
             del self.ops[key]
         for it, s, e in split_by_iteration(self.starts[rank], iteration, op[0], op[1]):
             sim.record(rank, it, "comm", "group", s, e)
