@@ -147,7 +147,6 @@ def test_property_analytic_equals_events(merge, collective, nodes, gpus, iterati
 
 @pytest.mark.parametrize("why,changes", [
     ("fuses at run time", dict(merge="horovod")),
-    ("several streams", dict(streams=2)),
     ("kept on the event engine", dict(algorithm="win_put", topology="ring")),
     ("decides while running", dict(algorithm="wagma")),
 ])
