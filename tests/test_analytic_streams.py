@@ -32,7 +32,7 @@ def test_every_merge_and_collective(merge, collective):
         exp = make_experiment(TRACES["fixed" if compute == "mean" else "sampled"], nodes=nodes, gpus_per_node=gpus,
                               merge=merge, collective=collective, compute=compute, streams=streams,
                               iterations=1 + (nodes + streams) % 3, seed=nodes * 7 + streams, threshold_bytes=3e6)
-        assert_same(exp, frames=nodes * gpus <= 6)
+        assert_same(exp)
 
 
 @pytest.mark.parametrize("hetero,overheads,compute,iterations",
@@ -78,7 +78,7 @@ def test_shipped_traces(trace, merge, collective, compute, streams):
     exp = _shipped(trace).with_ranks(16).with_comm(merge=merge, collective=collective, threshold_bytes=25e6,
                                                     streams=streams)
     exp = replace(exp, iterations=2, workload=replace(exp.workload, compute=compute))
-    assert_same(exp, frames=False)
+    assert_same(exp)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,7 +96,7 @@ def test_property_analytic_equals_events(merge, collective, nodes, gpus, iterati
                           streams=streams, threshold_bytes=2e6, **(OVERHEADS["copies"] if copies else {}))
     exp = replace(exp, heterogeneity=Heterogeneity(rank_slowdown=((0, slow),), straggler_rate=rate,
                                                    straggler_delay_s=2e-3, straggler_distribution="uniform"))
-    assert_same(exp, frames=ranks <= 8)
+    assert_same(exp)
 
 
 def test_one_rank_takes_the_event_engine():
