@@ -1,7 +1,7 @@
 """Wall time of one explicit (every rank simulated) iteration of the ResNet-50 trace on 2048 ranks, ddp + ring, on
-the event engine (`--path events`, the default: what horovod, several streams and the decentralized algorithms
-run on) or the analytic path (`--path analytic`, what static buckets take by default; bench/scale.py measures it
-at up to 131,072 ranks).
+the event engine (`--path events`, the default: what horovod, WAGMA, one-sided and asynchronous averaging run on)
+or the analytic path (`--path analytic`, what static buckets take by default, on one stream or several;
+bench/scale.py measures it at up to 131,072 ranks).
 
 Prints a few lines, the last one `seconds=<float> events_per_s=<float>`. Run: python bench/engine.py [--ranks N]
 """

@@ -46,8 +46,6 @@ EVENT_PATH = [
     # Horovod's coordinator fuses, every cycle, the tensors that happen to be ready then: the buckets follow the
     # run's own timing
     dict(algorithm="allreduce", merge="horovod", collective="ring"),
-    # several communication streams share each link: a collective's rate depends on which others run beside it
-    dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2),
     # wait-avoiding group collectives start when their FIRST member arrives: who waits is decided by the run
     dict(algorithm="wagma", merge="-", collective="ring"),
     # asynchronous: no rank waits for another, a background loop runs on its own clock and averages whatever the
@@ -56,10 +54,15 @@ EVENT_PATH = [
 ]
 
 
+# Several communication streams sharing each link (a collective's rate depends on which others run beside it): every
+# collective is global, so simfog.analytic_streams' loop over the collectives runs them (it was an EVENT_PATH row).
+STREAMS = [dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2)]
+
+
 def configs(quick: bool) -> list[dict]:
-    """Every trace × compute mode × (allreduce: each merge over ring, and ddp over each collective; each sharded
-    algorithm and each of OTHERS over ring); --quick: resnet50 with samples and gpt2 with mean, merges over ring, ddp
-    over nccl and hierarchical, fsdp, zero2, zero3 and neighbor."""
+    """Every trace × compute mode × (allreduce: each merge over ring, ddp over each collective, and STREAMS; each
+    sharded algorithm and each of OTHERS over ring); --quick: resnet50 with samples and gpt2 with mean, merges over
+    ring, ddp over nccl and hierarchical, STREAMS, fsdp, zero2, zero3 and neighbor."""
     out = []
     for trace, compute in itertools.product(TRACES, ["mean", "samples"]):
         if quick and (trace, compute) not in (("resnet50", "samples"), ("gpt2", "mean")):
@@ -71,6 +74,7 @@ def configs(quick: bool) -> list[dict]:
                                                                                      ("mgwfbp", "hierarchical")]
             sharded = ["fsdp", "zero2", "zero3", "neighbor"]
         out += [dict(trace=trace, compute=compute, algorithm="allreduce", merge=m, collective=c) for m, c in pairs]
+        out += [dict(trace=trace, compute=compute, **c) for c in STREAMS]
         out += [dict(trace=trace, compute=compute, algorithm=a, merge="-", collective="ring") for a in sharded]
     return out
 

@@ -20,7 +20,8 @@ so summaries are equal too. Records (the per-interval list of the event engine) 
 (`Result.intervals()`), from the same recurrence. The sharded algorithms (fsdp, hsdp, zero1-3: whole iterations
 from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded, and the dataflow algorithms
 (neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized, win_put: a max-plus Plan per
-iteration) theirs, simfog.analytic_flow; `run` hands them over.
+iteration) theirs, simfog.analytic_flow, and allreduce on several streams sharing links (no fixed schedule, but every
+collective global) a loop over its collectives, simfog.analytic_streams; `run` hands them over.
 """
 
 from __future__ import annotations
@@ -34,12 +35,18 @@ PATH_ANALYTIC, PATH_EVENTS = "analytic", "events"
 
 def why_events(sim) -> str | None:
     """None when `sim` (an engine.Simulation) can take the analytic path, else why it needs the event engine. An
-    algorithm whose schedule is fixed before the run says so with `analytic_blocker()` (None: nothing blocks)."""
+    algorithm whose schedule is fixed before the run says so with `analytic_blocker()` (None: nothing blocks); a
+    run may still hand itself over to the event engine while running (simfog.errors.Handover)."""
     alg = sim.algorithm
     blocker = getattr(alg, "analytic_blocker", None)
     if blocker is None:
         return f"algorithm {sim.experiment.comm.algorithm!r} decides while running"
-    return blocker()
+    why = blocker()
+    if why is None and getattr(alg, "streams", 1) > 1:  # collectives sharing links: simfog.analytic_streams
+        from simfog import analytic_streams
+
+        why = analytic_streams.blocker(alg)
+    return why
 
 
 def _segment_sums(n: int, values: list, masks: list | None = None) -> np.ndarray:
@@ -154,6 +161,10 @@ def run(sim):
         from simfog import analytic_flow
 
         return analytic_flow.run(sim, PATH_ANALYTIC)
+    if getattr(sim.algorithm, "streams", 1) > 1:  # collectives sharing links: a fluid loop over them
+        from simfog import analytic_streams
+
+        return analytic_streams.run(sim, PATH_ANALYTIC)
 
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute

@@ -95,7 +95,8 @@ class Simulation:
     rank and is allowed only when all ranks are provably identical (see `symmetric_allowed`); None picks it
     automatically. `path`: "analytic"
     (simfog.analytic: schedules fixed before the run, solved in closed form over every rank at once), "events" (this
-    engine) or None: analytic where it applies (`simfog.analytic.why_events`), the same times bit for bit."""
+    engine) or None: analytic where it applies (`simfog.analytic.why_events`; a run that meets a tie only SimPy's
+    event order settles hands itself over, simfog.errors.Handover), the same times bit for bit."""
 
     def __init__(self, experiment: Experiment, algorithm: type, *, symmetric: bool | None = None,
                  path: str | None = None):
@@ -222,11 +223,15 @@ class Simulation:
         """Simulate every iteration of every rank. Returns the Result (intervals and summary). `progress`: count
         events on a bar (stderr, on a terminal only); the total is not known ahead."""
         from simfog import analytic
+        from simfog.errors import Handover
 
         if self.path_requested != analytic.PATH_EVENTS:
             why = analytic.why_events(self)
             if why is None:
-                return analytic.run(self)
+                try:
+                    return analytic.run(self)
+                except Handover as handover:  # a tie only SimPy's order of same-instant events settles
+                    why = str(handover)
             if self.path_requested == analytic.PATH_ANALYTIC:
                 raise ValueError(f"the analytic path was requested, but {why}")
         else:

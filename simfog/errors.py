@@ -36,3 +36,9 @@ def _short_repr(value: object, limit: int = 120) -> str:
 
 class Infeasible(SimfogError):
     """Well-formed input asking for something impossible (e.g. rhd on 6 ranks)."""
+
+
+class Handover(Exception):
+    """Raised by an analytic path that finds, while running, a case it cannot make bit-exact (where SimPy's order
+    of events at one instant decides); the engine then runs the event engine instead, so it never reaches a caller.
+    The message says why."""

@@ -147,7 +147,6 @@ def test_property_analytic_equals_events(merge, collective, nodes, gpus, iterati
 
 @pytest.mark.parametrize("why,changes", [
     ("fuses at run time", dict(merge="horovod")),
-    ("several streams", dict(streams=2)),
     ("decides while running", dict(algorithm="wagma")),
 ])
 def test_dynamic_schedules_take_the_event_engine(why, changes):

@@ -89,8 +89,9 @@ class AllreduceSGD:
             self.channel = SharedChannel(sim.env, _shared_allreduce_time(sim.cost))
 
     def analytic_blocker(self) -> str | None:
-        """None when simfog.analytic can solve this run in closed form (static buckets launched in order on one
-        stream: the schedule is fixed before the run), else why the event engine must run it."""
+        """None when simfog.analytic can solve this run in closed form (static buckets launched in order: the
+        schedule is fixed before the run; on several streams, the collectives sharing links are replayed by
+        simfog.analytic_streams, which says itself where it cannot), else why the event engine must run it."""
         name = self.sim.experiment.comm.algorithm
         for method in ("_comm_stream", "backward_started", "_collective"):  # a subclass (or a patch) that changes
             if getattr(getattr(self, method), "__func__", None) is not getattr(AllreduceSGD, method):  # the schedule
@@ -99,8 +100,6 @@ class AllreduceSGD:
             return "the algorithm runs whole iterations itself"
         if self.dynamic:
             return f"merge {self.sim.experiment.comm.merge!r} fuses at run time"
-        if self.streams != 1:
-            return "several streams share links (processor sharing)"
         return None
 
     def _start_collectives(self) -> None:
