@@ -64,7 +64,6 @@ class Phase:
                 [alg.sim.cost.allreduce(b) for b in self.sizes]
             return
         self.dur = [message_durations(cluster, st.src, st.dst, b, st.latencies) for b in self.sizes]
-        self.fluid = alg.comm.p2p_sharing == "fluid"
         G = self.nodes if hier else self.n  # ranks that exchange (go): leaders by node, or every rank
         self.spos, self.dpos = (st.src // self.L, st.dst // self.L) if hier else (st.src, st.dst)
         go_ranks = np.arange(G) * (self.L if hier else 1)
@@ -110,10 +109,10 @@ class Phase:
         E = np.stack([np.repeat(i_e, L), last, np.where(leader, x_e, np.nan)], axis=1)
         return last, (S, E)
 
-    def _exchange(self, b, ready, add, timed=True):
+    def _exchange(self, b, ready, add):
         """The exchange of bucket b up to its messages: (node allreduce starts or None, first: when a go rank's
         node average ended (else its ready), go: when it starts sending (after any encode), message starts,
-        message ends). Fluid sharing (comm.p2p_sharing) times the messages from their starts."""
+        message ends)."""
         st, i_s, first = self.step, None, ready
         if self.alg.negotiate:  # nothing moves before every rank has requested the operation
             first = np.full(self.n, ready.max())
@@ -122,15 +121,11 @@ class Phase:
             first = add(i_s, self.intra[b])
         go = first if self.sender is None else np.where(self.sender, add(first, self.enc), first)
         ms = go[self.spos] if st.one_sided else np.maximum(go[self.spos], go[self.dpos])
-        if timed and self.fluid:
-            st = self.step
-            return i_s, first, go, ms, ms + message_durations(self.alg.sim.experiment.cluster, st.src, st.dst,
-                                                              self.sizes[b], st.latencies, ms)
         return i_s, first, go, ms, add(ms, self.dur[b])
 
     def _p2p(self, b, ready, add, timed):
         n, L = self.n, self.L
-        i_s, first, go, ms, me = self._exchange(b, ready, add, timed)
+        i_s, first, go, ms, me = self._exchange(b, ready, add)
         has = self.idx >= 0
         acc = np.maximum(go, np.where(has, me[self.idx], -np.inf).max(1, initial=-np.inf))
         after = np.where(self.sender, add(acc, self.dec), acc) if self.sender is not None else acc

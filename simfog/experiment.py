@@ -72,8 +72,8 @@ class Comm:
     negotiate: bool | None = None            # BlueFog: ops wait for every rank's request (default true; win_put false)
     buffered_sends: bool = False             # p2p: a send completes once the socket holds it (TCP, gloo), not when
     #                                          delivered (MPI's rendezvous for large messages, NCCL): senders go on
-    p2p_sharing: str = "fluid"               # p2p messages share links as they overlap in time ("fluid") or as if
-    #                                          all of a step started together ("together"; simfog.p2p)
+    p2p_sharing: str = "together"            # p2p messages of a step share links as if all started together, or
+    #                                          as they overlap in time ("fluid", per step; simfog.p2p)
     hierarchical: bool | None = None         # BAGUA decentralized / low-precision / bytegrad (default true)
     group_size: int | None = None            # WAGMA group size S (default 8, at most the rank count)
     global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
@@ -519,7 +519,7 @@ def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
     if "topology" in m:
         out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
     out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
-    out["p2p_sharing"] = _choice(m, "p2p_sharing", p, source, "fluid", choices=P2P_SHARING)
+    out["p2p_sharing"] = _choice(m, "p2p_sharing", p, source, "together", choices=P2P_SHARING)
     for key in ("hierarchical", "negotiate", "buffered_sends", "wait_for_group", "global_collective",
                 "group_collective"):
         if key in m:

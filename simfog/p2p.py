@@ -15,18 +15,13 @@ until they fill the resource: 2 flows on one NIC take no longer than 1 while the
 
 Two sharing models (comm.p2p_sharing):
 
-- "together" (`message_times`): all messages of a step start together and keep their share: equal shares of each
-  resource at the start (not max-min: a flow slowed elsewhere leaves its share unused), rates unchanged when other
-  messages end. Exact when every message of a step starts at the same instant, has the same size and sees the same
-  busiest load (the symmetric exchanges the algorithms send in lockstep).
-- "fluid" (`fluid_times`, the default): each message starts at its own time (its sender and receiver ready), and
-  each resource is shared equally among the messages on it AT EACH INSTANT (processor sharing: a message's rate
-  is min(flow cap, bandwidth / messages on the resource now), recomputed at every arrival and completion there);
-  a message has crossed once it has drained on both of its resources (the slower). Ranks of one node that drift
-  apart (neighbour averaging has no barrier; a rank whose peer is on its own node finishes early) then use the NIC
-  one after the other rather than at half rate each: measured on the emulated cluster (BlueFog one-peer exp2,
-  4 nodes x 2 ranks, 1 Gbit/s), transfers took ~9 ms where "together" charges two flows, 15.7 ms. When all
-  messages on a message's resources start together the two models agree bit for bit.
+- "together" (`message_times`, the default): all messages of a step start together and keep their share: equal
+  shares of each resource at the start (not max-min: a flow slowed elsewhere leaves its share unused), rates
+  unchanged when other messages end. Exact when every message of a step starts at the same instant, has the same
+  size and sees the same busiest load (the symmetric exchanges the algorithms send in lockstep); when ranks drift
+  apart it charges flows that in truth overlap only in part.
+- "fluid" (simfog.flow_fluid): each resource shared at each instant among the messages on it, of any step, in time
+  order (processor sharing, rates recomputed at every arrival and completion).
 """
 
 from __future__ import annotations
@@ -46,17 +41,25 @@ class Message:
     nbytes: float
 
 
-def flows_of(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Per message (src[i] -> dst[i]): the most concurrent messages on a resource it crosses (0 for a message to
-    oneself). Resources: a rank's intra-node link out and in (messages inside a node), a node's NIC out and in."""
+def resource_keys(cluster: Cluster, src, dst) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per message (src[i] -> dst[i]) the two resources it crosses, as indices below `size`: (out, in, size).
+    Resources: a rank's intra-node link out and in (messages inside a node), a node's NIC out and in."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     n, L = cluster.ranks, cluster.ranks_per_node
     a, b = src // L, dst // L
     same = a == b
     out_key = np.where(same, src, 2 * n + a)              # intra-out rank | nic-out node
     in_key = np.where(same, n + dst, 2 * n + cluster.nodes + b)  # intra-in rank | nic-in node
+    return out_key, in_key, 2 * n + 2 * cluster.nodes
+
+
+def flows_of(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Per message (src[i] -> dst[i]): the most concurrent messages on a resource it crosses (0 for a message to
+    oneself; resource_keys)."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    out_key, in_key, size = resource_keys(cluster, src, dst)
     live = src != dst
-    load = np.bincount(np.concatenate([out_key[live], in_key[live]]), minlength=2 * n + 2 * cluster.nodes)
+    load = np.bincount(np.concatenate([out_key[live], in_key[live]]), minlength=size)
     return np.where(live, np.maximum(load[out_key], load[in_key]), 0)
 
 
@@ -126,96 +129,3 @@ def exchange_makespan(cluster: Cluster, messages: Sequence[Message]) -> float:
     """Seconds until every message of a simultaneous exchange has arrived."""
     return max(exchange_times(cluster, messages), default=0.0)
 
-
-def fluid_times(cluster: Cluster, src, dst, nbytes: float, starts) -> np.ndarray:
-    """Seconds message i (src[i] -> dst[i], `nbytes` each) takes when it starts at starts[i], under processor
-    sharing of each resource (module docstring, "fluid"): lat + its longer drain of the two resources it crosses.
-    A message whose two resources see all their messages start together takes message_times' time, the same bits;
-    so does every message on a resource whose messages differ in link (a degraded NIC on some of them: processor
-    sharing of unequal flows is not first-in first-out, and such resources keep the start-together shares)."""
-    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    starts = np.asarray(starts, dtype=float)
-    static = message_times(cluster, src, dst, nbytes)
-    live = np.flatnonzero(src != dst)
-    if len(live) < 2:
-        return static
-    n, L = cluster.ranks, cluster.ranks_per_node
-    a, b = src[live] // L, dst[live] // L
-    same = a == b
-    keys = np.concatenate([np.where(same, src[live], 2 * n + a),                       # intra-out | nic-out
-                           np.where(same, n + dst[live], 2 * n + cluster.nodes + b)])  # intra-in | nic-in
-    msg = np.concatenate([live, live])
-    lat, bw, cap = links_of(cluster, src, dst)
-    cap = np.where(np.isnan(cap), np.inf, cap)
-    size = 2 * n + 2 * cluster.nodes
-    t = starts[msg]
-    lo, hi = np.full(size, np.inf), np.full(size, -np.inf)
-    np.minimum.at(lo, keys, t)
-    np.maximum.at(hi, keys, t)
-    bw_lo, bw_hi, cap_lo, cap_hi = np.full(size, np.inf), np.zeros(size), np.full(size, np.inf), np.zeros(size)
-    np.minimum.at(bw_lo, keys, bw[msg])
-    np.maximum.at(bw_hi, keys, bw[msg])
-    np.minimum.at(cap_lo, keys, cap[msg])
-    np.maximum.at(cap_hi, keys, cap[msg])
-    uniform = (bw_lo == bw_hi) & (cap_lo == cap_hi)
-    varied = np.zeros(len(src), dtype=bool)
-    varied[msg[hi[keys] > lo[keys]]] = True
-    blocked = np.zeros(len(src), dtype=bool)
-    blocked[msg[~uniform[keys]]] = True
-    varied &= ~blocked
-    if not varied.any():
-        return static
-    # Processor sharing on every resource a varied message crosses, with all the messages on it.
-    use = np.zeros(size, dtype=bool)
-    use[keys[varied[msg]]] = True
-    pick = use[keys] & ~blocked[msg]
-    with np.errstate(invalid="ignore"):
-        share = np.nan_to_num(cap[msg[pick]] / bw[msg[pick]], nan=np.inf)  # inf / inf: an unlimited link
-    drain = _processor_sharing(keys[pick], t[pick], nbytes / bw[msg[pick]], share)
-    longest = np.zeros(len(src))
-    np.maximum.at(longest, msg[pick], drain)
-    return np.where(varied, lat + longest, static)
-
-
-def _processor_sharing(resource: np.ndarray, start: np.ndarray, alone_s: np.ndarray, cap_share: np.ndarray):
-    """Per job (resource[j], arriving at start[j], alone_s[j] seconds of work at the full rate, at most cap_share of
-    the full rate): seconds from its arrival until it has drained, when each resource serves its jobs at equal
-    rates min(cap_share, 1 / jobs there). A resource's jobs all have the same work and cap (fluid_times keeps
-    the others out), so they leave in the order they came: the head leaves when the resource's virtual time (work
-    one job received since time 0) has grown by alone_s since its arrival. All resources advance together, one
-    event (an arrival or the head's departure) each per round."""
-    order = np.lexsort((start, resource))
-    res, arr = resource[order], start[order]
-    work, share = alone_s[order], cap_share[order]
-    first = np.flatnonzero(np.r_[True, res[1:] != res[:-1]])
-    count = np.diff(np.r_[first, len(res)])
-    m = len(first)
-    now, virtual = arr[first].copy(), np.zeros(m)
-    jobs, came, left = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
-    v_in, out = np.empty(len(res)), np.empty(len(res))
-    active = np.arange(m)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while active.size:
-            base = first[active]
-            k = jobs[active]
-            nxt_in = np.where(came[active] < count[active], arr[np.minimum(base + came[active], len(arr) - 1)], np.inf)
-            head = base + left[active]
-            busy = k > 0
-            rate = np.where(busy, np.minimum(share[head], 1.0 / k), 0.0)
-            goal = np.where(busy, v_in[head] + work[head], 0.0)
-            nxt_out = np.where(busy, now[active] + (goal - virtual[active]) / rate, np.inf)
-            leaves = nxt_out <= nxt_in
-            t_next = np.where(leaves, nxt_out, nxt_in)
-            virtual[active] = np.where(leaves, goal, virtual[active] + rate * (t_next - now[active]))
-            now[active] = t_next
-            go, come = active[leaves], active[~leaves]
-            out[first[go] + left[go]] = now[go]
-            jobs[go] -= 1
-            left[go] += 1
-            v_in[first[come] + came[come]] = virtual[come]
-            jobs[come] += 1
-            came[come] += 1
-            active = active[left[active] < count[active]]
-    drain = np.empty(len(res))
-    drain[order] = out - arr
-    return drain

@@ -29,11 +29,10 @@ fitted rate is what ONE flow reaches: on an emulated cluster it becomes the per-
 the tbf rate's TCP payload (`flow_link`, `nic_capacity`; simfog.p2p's flow-level model), so that exchanges with
 several flows on a NIC are not charged the fit's shortfall twice. neighbor is simulated with comm.negotiate =
 false (the real run does not negotiate) and comm.buffered_sends (gloo's isend completes once the socket holds the
-message: a rank's exchange ends with its receives). Without a barrier the ranks drift apart, so the two flows of
-a node's NIC overlap only in part (measured transfers ~9 ms in steady state): simfog's fluid sharing
-(comm.p2p_sharing, the default) times them as they overlap; starting both at once (15.7 ms) had
-mlp-neighbor-8r-4x2-1Gbit +19/+20/+24 % off in three bench runs. wagma is run as a blocking group allreduce, which
-waits for the group's
+message: a rank's exchange ends with its receives) and comm.p2p_sharing = "fluid": without a barrier the ranks
+drift apart, so the two flows of a node's NIC overlap only in part (measured transfers ~9 ms in steady state), which
+simfog.flow_fluid times as they overlap; starting both at once (15.7 ms, "together") had mlp-neighbor-8r-4x2-1Gbit
++19/+20/+24 % off in three bench runs. wagma is run as a blocking group allreduce, which waits for the group's
 members where simfog's model (and real WAGMA) does not: the two agree only without stragglers, so heterogeneity is
 refused for it (see validate.ranks.decentralized). Not emulated, hence rejected: degraded NICs, oversubscription, other algorithms, and (in
 model mode) compute slowdown factors and decentralized algorithms.
@@ -310,8 +309,9 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     # are CPU time) that over-corrects: re-predicting the 96 allreduce rows of a bench run gave median/worst
     # |error| 1.7/21 % (ring), 2.1/23 % (gloo_ring), 3.1/46 % (gloo_ring, 2 streams). One stream it is.
     comm = replace(exp.comm, collective="gloo_ring")
-    if exp.comm.algorithm == "neighbor":  # gloo's isend completes once TCP holds the message (the bench's <= 1 MB)
-        comm = replace(comm, negotiate=False, buffered_sends=True)
+    if exp.comm.algorithm == "neighbor":  # gloo's isend completes once TCP holds the message (the bench's <= 1 MB);
+        # without a barrier the ranks drift apart: messages share the NICs as they overlap in time (simfog.flow_fluid)
+        comm = replace(comm, negotiate=False, buffered_sends=True, p2p_sharing="fluid")
     if exp.comm.algorithm == "wagma":  # the real run: blocking subgroup allreduces and a global one, gloo rings
         comm = replace(comm, wait_for_group=True, global_collective=True, group_collective=True)
     return replace(exp, cluster=cluster, comm=comm)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simfog.p2p import fluid_times, links_of, message_times
+from simfog.p2p import links_of, message_times
 from simfog.topology import Topology
 
 if TYPE_CHECKING:
@@ -104,13 +104,10 @@ def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[i
     return mine
 
 
-def message_durations(cluster, src: np.ndarray, dst: np.ndarray, nbytes: float, latencies: int = 1,
-                      starts: np.ndarray | None = None) -> np.ndarray:
+def message_durations(cluster, src: np.ndarray, dst: np.ndarray, nbytes: float, latencies: int = 1) -> np.ndarray:
     """Seconds of each message src[i] -> dst[i] (no message to oneself) of one exchange step, all sent at once
-    (simfog.p2p.message_times) or, given their `starts`, sharing links as they overlap (simfog.p2p.fluid_times),
-    plus latencies − 1 more link latencies (fused buffers sent back to back)."""
-    t = message_times(cluster, src, dst, nbytes) if starts is None else fluid_times(cluster, src, dst, nbytes, starts)
-    return t + (latencies - 1) * links_of(cluster, src, dst)[0]
+    (simfog.p2p.message_times), plus latencies − 1 more link latencies (fused buffers sent back to back)."""
+    return message_times(cluster, src, dst, nbytes) + (latencies - 1) * links_of(cluster, src, dst)[0]
 
 
 def split_by_iteration(starts: Sequence[float], iteration: int, s: float, e: float) -> list[tuple[int, float, float]]:
@@ -284,10 +281,10 @@ class DataflowAlgorithm:
     def events_blocker(self) -> str | None:
         """Why the event engine cannot run this configuration, or None. Its Plan gives each message a duration
         fixed when the message starts; under fluid sharing a message's duration depends on messages that start
-        later (they slow it down), which only the evaluation over every rank at once (simfog.analytic_flow) sees."""
+        later (they slow it down), which simfog.flow_fluid's evaluation in time order sees."""
         if self.n > 1 and self.comm.p2p_sharing == "fluid" and isinstance(self.phase_steps(0)[1], P2PStep):
             return ('point-to-point messages share links as they overlap in time (comm.p2p_sharing = "fluid"), '
-                    'which only the analytic path evaluates; p2p_sharing = "together" runs on the event engine')
+                    'which simfog.flow_fluid evaluates; p2p_sharing = "together" runs on the event engine')
         return None
 
 
