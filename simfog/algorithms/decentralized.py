@@ -6,10 +6,10 @@ point-to-point message, an intra-node collective, an encode) starts once all its
 fixed time, and a rank's optimizer step waits for the rank's last operation. A message starts when its sender has
 launched it and its receiver is ready, i.e. has launched its own exchange (receives are posted with the sends: MPI
 Isend/Irecv + Waitall in BlueFog's MPI controller, one NCCL group in BlueFog's NCCL controller and in BAGUA); a
-rank's exchange completes when all its sends and receives have. Message durations share NICs and links as the
-messages overlap in time (comm.p2p_sharing = "fluid", simfog.p2p.fluid_times: ranks that drift apart use a NIC one
-after the other), or, with "together", as if every rank exchanged at the same moment (simfog.p2p.message_times
-over all messages of the step, once per phase; the two agree when ranks run in step).
+rank's exchange completes when all its sends and receives have. Message durations are, by default ("together"),
+what they would be if every rank exchanged at the same moment (simfog.p2p.message_times over all messages of the
+step, once per phase; exact when ranks run in step), or, with comm.p2p_sharing = "fluid", what the links give as
+messages of any step overlap in time (simfog.flow_fluid, in time order: ranks that drift apart take turns).
 Intra-node steps of hierarchical variants are costed by the CostModel of comm.collective among the node's ranks.
 
 Launch points (sources: Bluefog-Lib/bluefog bluefog/torch/optimizers.py; BaguaSys/bagua
@@ -34,8 +34,8 @@ bagua/torch_api/algorithms/decentralized.py and rust/bagua-core/.../comm_ops/dec
 
 Ranks are never assumed identical here (`symmetric = False`): placement makes some messages intra-node. The Plan
 is fixed before the run, so simfog.analytic_flow evaluates it over every rank at once (numpy), the event engine's
-times bit for bit under "together"; the event engine runs it only when asked (path = "events"), and not under
-"fluid", where a message's duration depends on messages that start after it.
+times bit for bit; the event engine runs it only when asked (path = "events"), and not under "fluid", where a
+message's duration depends on messages that start after it.
 """
 
 from __future__ import annotations
