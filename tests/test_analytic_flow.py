@@ -1,8 +1,8 @@
 """The analytic path of the dataflow algorithms (simfog.analytic_flow) equals the event engine bit for bit: every
 algorithm and option it takes, on one and several nodes, mean and sampled compute, slowdowns and stragglers,
-capped flows, oversubscription and degraded NICs, over several iterations and seeds. The engine times messages as
-if a step's all started together (comm.p2p_sharing = "together"); fluid sharing is the analytic path's alone
-(tests/test_p2p_fluid.py)."""
+capped flows, oversubscription and degraded NICs, over several iterations and seeds. Both time messages as if
+a step's all started together (comm.p2p_sharing = "together", the default); fluid sharing has its own evaluation in
+time order (simfog.flow_fluid, tests/test_p2p_fluid.py)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ HETERO = Heterogeneity(rank_slowdown=((1, 1.7),), node_slowdown=((0, 1.2),), str
 def _experiment(algorithm, options, nodes, gpus, compute, iterations, seed, network=False):
     exp = make_experiment(TRACES["sampled" if compute == "samples" else "fixed"], nodes=nodes, gpus_per_node=gpus,
                           algorithm=algorithm, compute=compute, iterations=iterations, seed=seed,
-                          collective="ring", **{"p2p_sharing": "together", **options})
+                          collective="ring", **options)
     exp = replace(exp, heterogeneity=HETERO if seed % 2 else Heterogeneity())
     if network:
         c = exp.cluster

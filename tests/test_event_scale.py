@@ -60,19 +60,17 @@ CONFIGS = {
     "streams2": lambda: _synthetic(merge="ddp", threshold_bytes=5e6, streams=2),
     "wagma": lambda: _synthetic(algorithm="wagma", group_size=4, global_every=2, iterations=4),
     "wagma_blocking": lambda: _synthetic(algorithm="wagma", group_size=4, wait_for_group=True, group_collective=True),
-    # win_put pinned under the start-together message model these numbers were computed with (comm.p2p_sharing)
-    "win_put": lambda: _synthetic(algorithm="win_put", p2p_sharing="together"),
-    "win_put_negotiate": lambda: _synthetic(algorithm="win_put", negotiate=True, topology="ring",
-                                            p2p_sharing="together"),
+    "win_put": lambda: _synthetic(algorithm="win_put"),
+    "win_put_negotiate": lambda: _synthetic(algorithm="win_put", negotiate=True, topology="ring"),
     "async": lambda: _synthetic(algorithm="async", async_period_s=4e-3, iterations=4),
     "resnet50_horovod": lambda: _shipped("resnet50", "samples", 64, algorithm="allreduce", merge="horovod",
                                          threshold_bytes=25 * 2**20),
     "resnet50_wagma": lambda: _shipped("resnet50", "samples", 64, algorithm="wagma"),
-    "resnet50_win_put": lambda: _shipped("resnet50", "samples", 64, algorithm="win_put", p2p_sharing="together"),
+    "resnet50_win_put": lambda: _shipped("resnet50", "samples", 64, algorithm="win_put"),
     "resnet50_async": lambda: _shipped("resnet50", "samples", 64, algorithm="async"),
     "gpt2_horovod": lambda: _shipped("gpt2", "mean", 32, algorithm="allreduce", merge="horovod",
                                      threshold_bytes=25 * 2**20),
-    "gpt2_win_put": lambda: _shipped("gpt2", "mean", 32, algorithm="win_put", p2p_sharing="together"),
+    "gpt2_win_put": lambda: _shipped("gpt2", "mean", 32, algorithm="win_put"),
 }
 
 PINNED: dict[str, dict[str, str]] = {  # the code before issue 14's speed-ups (commit 04cf04d)
@@ -282,8 +280,8 @@ EVENT_GRID = {
     "hsdp": lambda: _synthetic(algorithm="hsdp", reshard_after_forward=False),
     "zero2_overlap": lambda: _synthetic(algorithm="zero2", overlap_comm=True, reduce_bucket_size=1_000_000),
     "zero3": lambda: _synthetic(algorithm="zero3", reduce_bucket_size=1_500_000),
-    "neighbor": lambda: _synthetic(algorithm="neighbor", p2p_sharing="together"),  # fluid: analytic path only
-    "hierarchical_neighbor": lambda: _synthetic(algorithm="hierarchical_neighbor", p2p_sharing="together"),
+    "neighbor": lambda: _synthetic(algorithm="neighbor"),
+    "hierarchical_neighbor": lambda: _synthetic(algorithm="hierarchical_neighbor"),
     "decentralized": lambda: _synthetic(algorithm="decentralized", buffered_sends=True),
     "powersgd": lambda: _synthetic(algorithm="powersgd"),
     "wagma_global": lambda: _synthetic(algorithm="wagma", group_size=2, global_every=3, global_collective=True),
