@@ -120,3 +120,28 @@ def test_the_event_engine_refuses_fluid_sharing_and_bad_values_are_named():
     with pytest.raises(ConfigError) as err:
         from_dict(d, source="exp.toml")
     assert "comm.p2p_sharing" in str(err.value) and "maxmin" in str(err.value) and "fluid" in str(err.value)
+
+
+def test_every_dataflow_option_runs_and_negotiated_exchanges_are_in_lockstep():
+    # BlueFog's negotiation starts every message of a step at one instant, after all of the step before have ended:
+    # fluid sharing then gives the start-together times (same operations in another order: equal to rounding).
+    from dataclasses import replace
+
+    from simfog.experiment import Heterogeneity
+    from tests.test_analytic_flow import OPTIONS, SHAPES, _experiment, _runs
+
+    ran = 0
+    for algorithm, options in OPTIONS:
+        for k, (nodes, gpus) in enumerate(SHAPES):
+            exp = replace(_experiment(algorithm, options, nodes, gpus, "mean", 3, 2 * k, k % 2 == 1),
+                          heterogeneity=Heterogeneity())
+            if not _runs(exp):
+                continue
+            fluid = simulate(replace(exp, comm=replace(exp.comm, p2p_sharing="fluid")))
+            f, t = fluid.summary()["iteration_time_s"], simulate(exp).summary()["iteration_time_s"]
+            assert f > 0 and fluid.iterations().comm_s.ge(0).all()
+            lockstep = algorithm in ("neighbor", "hierarchical_neighbor") and options.get("negotiate", True)
+            if lockstep:
+                assert f == pytest.approx(t, rel=1e-9)
+                ran += 1
+    assert ran >= 10
