@@ -158,12 +158,11 @@ def run(sim):
 
         return analytic_sharded.run(sim, PATH_ANALYTIC)
     if getattr(sim.algorithm, "steps", None) is not None:  # dataflow: a Plan fixed before the run
-        from simfog import analytic_flow
-
         if sim.experiment.comm.p2p_sharing == "fluid":  # message times decided by what overlaps: in time order
             from simfog import flow_fluid
 
             return flow_fluid.run(sim)
+        from simfog import analytic_flow
 
         return analytic_flow.run(sim, PATH_ANALYTIC)
     if getattr(sim.algorithm, "streams", 1) > 1:  # collectives sharing links: a fluid loop over them

@@ -142,9 +142,9 @@ class Simulation:
         if limit is not None and memory.peak_B > limit:
             from simfog.units import format_bytes
 
-            raise Infeasible(f"needs {format_bytes(memory.peak_B)} per rank (parameters {format_bytes(memory.parameters_B)}"
-                             f", gradients {format_bytes(memory.gradients_B)}, optimizer {format_bytes(memory.optimizer_B)}"
-                             f", buffers {format_bytes(memory.buffers_B)}, activations "
+            raise Infeasible(f"needs {format_bytes(memory.peak_B)} per rank (parameters "
+                             f"{format_bytes(memory.parameters_B)}, gradients {format_bytes(memory.gradients_B)}, "
+                             f"optimizer {format_bytes(memory.optimizer_B)}, buffers {format_bytes(memory.buffers_B)}, activations "
                              f"{format_bytes(memory.activations_B or 0)}, activation gradients "
                              f"{format_bytes(memory.activation_grads_B or 0)}), over cluster.gpu_memory = "
                              f"{format_bytes(limit)}")

@@ -135,7 +135,7 @@ def run(sim):
     runs: dict[int, Run] = {}
     msgs: dict[int, dict] = {}
     links = SharedLinks()
-    state: dict[tuple[int, int], tuple] = {}  # (rank, iteration) -> (t0, t_b, t_e, sample)
+    state: dict[tuple[int, int], tuple] = {}  # (rank, iteration) -> (end of backward, sample)
     drained: dict[int, int] = {}              # job -> resources it has drained on so far
     job_of: list[tuple[int, int]] = []        # job -> (iteration, message op)
 
@@ -143,23 +143,15 @@ def run(sim):
         if it not in runs:
             phase = it % alg.period
             plan = alg.plan(phase)
-            runs[it] = Run(plan, it, None)
+            runs[it] = Run(plan, it, lambda run, rank, t: rank_done(rank, run.iteration, t))
             if phase not in msgs:
                 msgs[phase] = _messages(alg, plan, phase)
         return runs[it]
 
     def op_ended(it: int, op: int, t: float) -> None:
         r = runs[it]
-        p = r.plan
-        r.end[op] = t
-        for s in p.succ[op]:
-            if t > r.start[s]:
-                r.start[s] = t
-            r.missing[s] -= 1
-            if not r.missing[s]:
-                begin(it, s, r.start[s])
-        if p.done_of[op] >= 0:
-            rank_done(p.done_of[op], it, t)
+        for s in r.ended(op, t):
+            begin(it, s, r.start[s])
 
     def begin(it: int, op: int, t: float) -> None:
         m = msgs[it % alg.period].get(op)
@@ -174,10 +166,12 @@ def run(sim):
         links.add(t, job, in_r, nbytes, bw, cap)
 
     def rank_done(rank: int, it: int, t: float) -> None:
-        t0, t_b, t_e, s = state.pop((rank, it))
+        t_e, s = state.pop((rank, it))
         if n > 1:
             alg._record(runs[it], rank)
             runs[it].finished += 1
+            if runs[it].finished == n:  # every op of the iteration has ended
+                del runs[it]
         t_o = max(t_e, t)
         t_end = t_o + c.optimizer_s[s] * sim.slowdown[rank]
         record(rank, it, "optimizer", "optimizer", t_o, t_end)
@@ -192,7 +186,7 @@ def run(sim):
         t_e = t_b + sim.backward_s[s] * slow
         record(rank, it, "forward", "forward", t0, t_b)
         record(rank, it, "backward", "backward", t_b, t_e)
-        state[(rank, it)] = (t0, t_b, t_e, s)
+        state[(rank, it)] = (t_e, s)
         if n == 1:
             rank_done(rank, it, t_e)
             return

@@ -66,21 +66,29 @@ class Run:
         self.finished = 0
 
     def give(self, rank: int, times: Sequence[float]) -> None:
-        p, start, end, missing = self.plan, self.start, self.end, self.missing
+        p, start = self.plan, self.start
         stack = [(op, t) for op, t in zip(p.inputs[rank], times, strict=True)]
         for op, t in stack:
             start[op] = t
         while stack:
             op, t = stack.pop()
-            end[op] = t
-            for s in p.succ[op]:
-                if t > start[s]:
-                    start[s] = t
-                missing[s] -= 1
-                if not missing[s]:
-                    stack.append((s, start[s] + p.dur[s]))
-            if p.done_of[op] >= 0:
-                self.on_done(self, p.done_of[op], t)
+            stack += [(s, start[s] + p.dur[s]) for s in self.ended(op, t)]
+
+    def ended(self, op: int, t: float) -> list[int]:
+        """Op `op` ends at t: its successors' starts move to t if later, and those with no input left are
+        returned (their start is final); a rank's completion op tells on_done."""
+        p, start, missing = self.plan, self.start, self.missing
+        self.end[op] = t
+        ready = []
+        for s in p.succ[op]:
+            if t > start[s]:
+                start[s] = t
+            missing[s] -= 1
+            if not missing[s]:
+                ready.append(s)
+        if p.done_of[op] >= 0:
+            self.on_done(self, p.done_of[op], t)
+        return ready
 
 
 def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[int, int]], nbytes: float, *,
