@@ -150,12 +150,13 @@ def _durations(sim, groups) -> tuple:
     """Each collective's duration (a float, or per group), as cost.time gives it for the group's members, asked once
     per distinct (op, bytes, group shape)."""
     alg, cost = sim.algorithm, sim.cost
+    overhead = alg.collective_overhead_s
     shapes: dict = {}
     memo: dict = {}
     out = []
     for coll, g in zip(alg.plan.colls, groups):
         if g.kind == "all":
-            out.append(cost.time(coll.op, coll.nbytes, None))
+            out.append(overhead + cost.time(coll.op, coll.nbytes, None))
             continue
         if g not in shapes:
             shapes[g] = _shapes(alg, g)
@@ -164,7 +165,7 @@ def _durations(sim, groups) -> tuple:
         for group, nodes in reps:
             key = (coll.op, coll.nbytes, group, None if nodes is None else frozenset(nodes))
             if key not in memo:
-                memo[key] = cost.group_time(coll.op, coll.nbytes, group, nodes)
+                memo[key] = overhead + cost.group_time(coll.op, coll.nbytes, group, nodes)
             times.append(memo[key])
         out.append(np.array(times)[index])
     return tuple(out)

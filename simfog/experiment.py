@@ -18,6 +18,7 @@ from simfog import files, nccl, network_file, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.network_file import NetworkFile
+from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
 
 if TYPE_CHECKING:
@@ -354,10 +355,11 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if comm.streams != 1 and comm.algorithm != "allreduce":
         raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
                           "flight are modelled for bucketed allreduce only)", source=source)
-    for key in ("bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"):
-        if key in m and comm.algorithm != "allreduce":
-            raise ConfigError(f"comm.{key}", m[key], 'only with algorithm = "allreduce" (the overheads are modelled '
-                              "for bucketed allreduce only)", source=source)
+    for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s"),
+                      ("overlap_slowdown", "overlap_slowdown")):
+        if key in m and comm.algorithm not in APPLIED_BY[name]:
+            raise ConfigError(f"comm.{key}", m[key], f"only with algorithm {' or '.join(APPLIED_BY[name])} (the "
+                              "algorithms that model it)", source=source)
     if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
         from simfog.algorithms.sharded import fsdp_units
 

@@ -1,6 +1,8 @@
 """What communication costs beyond the wire: bucket copies, per-collective launch overhead, overlap slowdown.
 
-Three inputs of the allreduce algorithm, each with where it came from:
+Three inputs of the allreduce algorithm, each with where it came from (the sharded algorithms, fsdp, hsdp and
+zero1-3, model the per-collective overhead only: each of their all-gathers and reduce-scatters takes it on top of
+its network cost; FSDP2's copy-in and copy-out are not modelled):
 
 - `bucket_copy_Bps`: bytes/s at which a rank copies gradients into a flat bucket buffer before the collective
   (pack) and back out after it (unpack). Each bucket of M bytes pays M/bw before and M/bw after its collective,
@@ -31,7 +33,10 @@ TRACE_KEY = "comm_overheads"
 #: (Comm attribute, trace key, value when unmeasured)
 INPUTS = (("bucket_copy_Bps", "bucket_copy_Bps", 0.0), ("collective_overhead_s", "collective_overhead_s", 0.0),
           ("overlap_slowdown", "overlap_slowdown", 1.0))
-APPLIED_BY = ("allreduce",)  # the algorithms that model these costs
+SHARDED = ("fsdp", "hsdp", "zero1", "zero2", "zero3")
+#: input -> the algorithms that model it
+APPLIED_BY = {"bucket_copy_Bps": ("allreduce",), "collective_overhead_s": ("allreduce", *SHARDED),
+              "overlap_slowdown": ("allreduce",)}
 
 
 @dataclass(frozen=True)
@@ -82,11 +87,11 @@ def _device_name(device: Mapping) -> str:
 
 def resolve(comm, trace) -> CommOverheads:
     """The overheads an experiment runs with: the experiment file's values, else the trace's measurements, else
-    unmeasured (0; 1.0 for the slowdown). Algorithms other than allreduce do not model them: 0 and said so."""
+    unmeasured (0; 1.0 for the slowdown). An input its algorithm does not model (APPLIED_BY): 0 and said so."""
     values, sources = {}, {}
     for name, key, unmeasured in INPUTS:
         given = getattr(comm, name)
-        if comm.algorithm not in APPLIED_BY:
+        if comm.algorithm not in APPLIED_BY[name]:
             values[name], sources[name] = unmeasured, f"not modelled by algorithm {comm.algorithm}: {unmeasured:g}"
         elif given is not None:
             values[name], sources[name] = float(given), EXPERIMENT_FILE

@@ -76,6 +76,9 @@ OTHER_CONFIGS = [
     dict(algorithm="zero2", allgather_bucket_size=2_500_000, param_dtype="float16"),
     dict(algorithm="zero3", prefetch_bucket_size=2_500_000, reduce_bucket_size=2_000_000, **MIXED),
     dict(algorithm="zero3", prefetch_bucket_size=10**9, overlap_comm=False),
+    dict(algorithm="fsdp", collective_overhead_s=7e-4),  # per collective, beside its network cost
+    dict(algorithm="hsdp", hsdp_group=2, collective_overhead_s=3e-4),
+    dict(algorithm="zero2", overlap_comm=True, reduce_bucket_size=2_000_000, collective_overhead_s=5e-4),
 ]
 CONFIGS = FSDP_CONFIGS + HSDP_CONFIGS + ZERO_CONFIGS + OTHER_CONFIGS
 

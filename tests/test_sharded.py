@@ -55,6 +55,15 @@ def test_fsdp_without_reshard_after_forward_by_hand():
     assert _iteration(TWO, "fsdp", reshard_after_forward=False) == pytest.approx(0.100, rel=1e-12)
 
 
+def test_fsdp_collective_overhead_lengthens_every_collective_by_hand():
+    # 0.5 ms of host work per collective (simfog.overheads): AG0 0-5.5, F0 5.5-15.5; AG1 15.5-25, F1 25-45;
+    # AG1' 45-54.5, B1 54.5-94.5, RS1 94.5-104; AG0' 104-109.5, B0 109.5-129.5, RS0 129.5-135 ms.
+    assert _iteration(TWO, "fsdp", prefetch=0, collective_overhead_s=5e-4) == pytest.approx(0.135, rel=1e-12)
+    exp = make_experiment(TWO, algorithm="fsdp", collective_overhead_s=5e-4)
+    assert exp.overheads().sources["collective_overhead_s"] == "experiment file"
+    assert exp.overheads().sources["bucket_copy_Bps"] == "not modelled by algorithm fsdp: 0"
+
+
 def test_fsdp_backward_waits_for_the_previous_reduce_scatter():
     # Three layers of 0, 1 and 20 M elements (l1: 4 MB, 5 ms; l2: 80 MB, 81 ms), every layer 1 ms, no reshard.
     # F0 0-1 (no parameters), AG1 0-5, F1 5-6, AG2 5-86 (prefetched at F1), F2 86-87. B2 87-88, RS2 88-169.
@@ -148,15 +157,17 @@ def test_symmetric_fast_path_matches_every_rank(algorithm):
 @settings(max_examples=25, deadline=None)
 @given(fwd=st.lists(st.floats(1e-4, 0.05), min_size=1, max_size=4), data=st.data(),
        alpha=st.floats(0, 5e-3), beta=st.floats(0, 5e-9), reshard=st.booleans(), prefetch=st.integers(0, 2),
-       optimizer=st.floats(0, 0.02), nodes=st.integers(1, 3))
-def test_one_unit_runs_everything_in_sequence(fwd, data, alpha, beta, reshard, prefetch, optimizer, nodes):
+       optimizer=st.floats(0, 0.02), nodes=st.integers(1, 3), overhead=st.sampled_from([0.0, 3e-4]))
+def test_one_unit_runs_everything_in_sequence(fwd, data, alpha, beta, reshard, prefetch, optimizer, nodes,
+                                              overhead):
     n = len(fwd)
     bwd = data.draw(st.lists(st.floats(1e-4, 0.05), min_size=n, max_size=n))
     elements = data.draw(st.lists(st.integers(1, 10**6), min_size=n, max_size=n))
     trace = make_trace(fwd, bwd, elements, optimizer=optimizer)
     exp = make_experiment(trace, algorithm="fsdp", fsdp_unit="model", alpha=alpha, beta=beta, nodes=nodes,
-                          reshard_after_forward=reshard, prefetch=prefetch, iterations=1)
-    coll = alpha + beta * 4 * sum(elements)
+                          reshard_after_forward=reshard, prefetch=prefetch, iterations=1,
+                          collective_overhead_s=overhead)
+    coll = overhead + alpha + beta * 4 * sum(elements)
     want = coll + sum(fwd) + (coll if reshard else 0.0) + sum(bwd) + coll + optimizer / exp.ranks
     assert simulate(exp).summary()["iteration_time_s"] == pytest.approx(want, rel=1e-9)
 
@@ -272,6 +283,8 @@ BASE = {"workload": {"trace": "t.json", "compute": "mean"}, "cluster": {"nodes":
     ({"algorithm": "zero2", "reduce_bucket_size": "5MB"}, "comm.reduce_bucket_size"),
     ({"algorithm": "zero3", "allgather_bucket_size": 5}, "comm.allgather_bucket_size"),
     ({"algorithm": "zero2", "zero_reduce": "scatter"}, "comm.zero_reduce"),
+    ({"algorithm": "fsdp", "bucket_copy_bandwidth": "10GB/s"}, "comm.bucket_copy_bandwidth"),  # allreduce only
+    ({"algorithm": "zero3", "overlap_slowdown": 1.2}, "comm.overlap_slowdown"),
 ])
 def test_config_errors_name_field_and_value(tmp_path, comm, field):
     TWO.save(tmp_path / "t.json")
@@ -287,6 +300,8 @@ def test_config_accepts_deepspeed_style_numbers(tmp_path):
     assert exp.comm.reduce_bucket_size == 500_000_000 and exp.comm.prefetch_bucket_size == 50_000_000
     exp = from_dict({**BASE, "comm": {"algorithm": "fsdp", "fsdp_unit": "50MB"}}, base_dir=tmp_path)
     assert exp.comm.fsdp_unit == 50e6
+    exp = from_dict({**BASE, "comm": {"algorithm": "zero2", "collective_overhead": "250us"}}, base_dir=tmp_path)
+    assert exp.overheads().collective_overhead_s == pytest.approx(2.5e-4)
 
 
 EXP = """

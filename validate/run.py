@@ -516,10 +516,12 @@ def _host_keys(host: HostSampler, per_rank: Sequence[dict]) -> dict:
 
 
 def _overhead_keys(sim_exp: Experiment) -> dict:
-    """The beyond-the-wire inputs the prediction used (simfog.overheads) and where the copy bandwidth came from."""
+    """The beyond-the-wire inputs the prediction used (simfog.overheads) and where the one that matters came from:
+    the copy bandwidth (allreduce), the per-collective overhead (the sharded algorithms)."""
     oh = sim_exp.overheads()
+    which = "collective_overhead_s" if sim_exp.comm.algorithm in SHARDED else "bucket_copy_Bps"
     return {"bucket_copy_Bps": oh.bucket_copy_Bps, "collective_overhead_s": oh.collective_overhead_s,
-            "overlap_slowdown": oh.overlap_slowdown, "overheads_source": oh.sources.get("bucket_copy_Bps", "")}
+            "overlap_slowdown": oh.overlap_slowdown, "overheads_source": oh.sources.get(which, "")}
 
 
 def run_group(experiments: Sequence[Experiment], options: Options = Options(), *, ids: Sequence[str] | None = None,
@@ -569,7 +571,12 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         fits = {c: calibration_of(net, c, options.backend) for c in collectives}
         calibration = fits[collectives[0]]
         capacity = nic_capacity(first, emulated) if options.backend == "gloo" else None
-        prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work, capacity)
+        fsdp_overhead = None
+        if options.backend == "gloo" and any(e.comm.algorithm == "fsdp" for e in experiments):
+            log("measuring FSDP2's host work per collective (validate.fsdp_calibration)")
+            fsdp_overhead = _fsdp_overhead(cluster, first, experiments[0], fits["allreduce"], options, work, cache)
+        prepared = [_prepare(vid, exp, fits[calibration_collective(exp)], options, work, capacity,
+                             fsdp_overhead if exp.comm.algorithm == "fsdp" else None)
                     for vid, exp in zip(ids, experiments, strict=True)]
         load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
         drops = _drops(cluster)
@@ -677,15 +684,41 @@ def _drops(cluster) -> int:
     return sum(n[d]["dropped_packets"] for n in cluster.shaper_stats() for d in ("upload", "download"))
 
 
+def _fsdp_overhead(cluster, shape: Cluster, like: Experiment, calibration, options: Options, work: Path,
+                   cache: dict | None) -> tuple[float, str]:
+    """(seconds, how): FSDP2's host work per collective on this cluster and layout, from the probe
+    (validate.fsdp_calibration), run and fitted before the validated runs; (0, why) when the probe failed."""
+    from validate import fsdp_calibration as probe
+
+    key = ("fsdp-overhead", shape.nodes, shape.ranks_per_node, shape.nic.bandwidth_Bps,
+           bool(getattr(cluster, "shaped", False)))
+    if cache is not None and key in cache:
+        return cache[key]
+    exp = probe.probe_experiment(like)
+    (work / "fsdp-probe").mkdir(parents=True, exist_ok=True)
+    prepared = _prepare(probe.PROBE_ID, exp, calibration, options, work / "fsdp-probe")
+    sim = new_simulation(prepared[0])
+    predicted = [sim.cost.time(c.op, c.nbytes, None) for c in sim.algorithm.plan.colls]
+    ranks, error = _run_ranks(cluster, shape, [prepared], options, work / "fsdp-probe", lambda s: None)
+    if ranks is None:
+        return 0.0, f"unmeasured, 0: the FSDP2 probe failed ({error.splitlines()[0]})"
+    result = probe.overhead(predicted, [r["configs"][0] for r in ranks])
+    if cache is not None:
+        cache[key] = result
+    return result
+
+
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path,
-             capacity_Bps: float | None = None):
+             capacity_Bps: float | None = None, collective_overhead: tuple[float, str] | None = None):
     """(simulated experiment, bucket plan, predicted Result, worker config) of one configuration. A decentralized
     algorithm's plan is one bucket, the whole model (its flat parameters). `capacity_Bps`: the NIC capacity of
-    point-to-point experiments (nic_capacity), None for the others."""
+    point-to-point experiments (nic_capacity), None for the others. `collective_overhead`: (seconds, how) measured
+    per collective (fsdp: _fsdp_overhead), else the host's record says none beyond the calibrated latency."""
     p2p = calibration_collective(exp) == "sendrecv"
-    sim_exp = simulated_experiment(exp, calibration, host_overheads(exp.workload.trace, options.mode,
-                                                                    options.backend),
-                                   capacity_Bps if p2p else None)
+    overheads = host_overheads(exp.workload.trace, options.mode, options.backend)
+    if collective_overhead is not None:
+        overheads["collective_overhead_s"], overheads["collective_overhead_s_how"] = collective_overhead
+    sim_exp = simulated_experiment(exp, calibration, overheads, capacity_Bps if p2p else None)
     sim = new_simulation(sim_exp)
     if exp.comm.algorithm in DECENTRALIZED:
         trace = exp.workload.trace

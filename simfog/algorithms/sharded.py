@@ -10,7 +10,8 @@ collective at a time, in the order the rank issued them on any stream: NCCL seri
 see NVIDIA/nccl#1262, and FSDP2 and DeepSpeed issue all-gathers and reduce-scatters on the same process group; gloo
 runs them on concurrent threads that share the link, which ends the last of them as late), and lasts the cluster
 cost model's time (`CostModel.time(op, bytes, members)`, M the
-full buffer: an all-gather's output, a reduce-scatter's input). Sources: torch 2.x FSDP2
+full buffer: an all-gather's output, a reduce-scatter's input) plus `collective_overhead_s` (simfog.overheads: the
+host's work per collective, 0 unless measured or given). Sources: torch 2.x FSDP2
 (torch/distributed/fsdp/_fully_shard/: _fsdp_param_group.py, _fsdp_state.py, _fsdp_collectives.py, _fsdp_param.py,
 _fully_shard.py) and DeepSpeed (deepspeed/runtime/zero/: config.py, stage_1_and_2.py, stage3.py,
 partitioned_param_coordinator.py; runtime/utils.py), read in 2026.
@@ -207,6 +208,8 @@ class _Sharded:
         # rank -> group -> the rank's last collective of that process group: one communicator runs its collectives
         # one at a time, in the order the rank issued them, whatever stream they were issued on (see the docstring)
         self._communicator_tails: dict = {}
+        # per collective, on top of its network cost (simfog.overheads: FSDP2's and the issuing thread's host work)
+        self.collective_overhead_s = exp.overheads().collective_overhead_s
 
     # --- sizes -------------------------------------------------------------------------------------------------
 
@@ -243,7 +246,7 @@ class _Sharded:
         if obj is None:
             sim = self.sim
             local = sim.simulated_ranks if members is None else sum(1 for m in members if m < sim.simulated_ranks)
-            duration = sim.cost.time(coll.op, coll.nbytes, members)
+            duration = self.collective_overhead_s + sim.cost.time(coll.op, coll.nbytes, members)
             obj = self._collectives[key] = Collective(sim.env, local, duration, coll.name)
         return key, obj
 

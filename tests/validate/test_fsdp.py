@@ -239,3 +239,78 @@ def test_zero2_model_mode_steps_the_partition_like_sgd_on_the_mean(one_rank_grou
     for n in params:
         assert torch.allclose(params[n].detach(), reference[n].detach(), rtol=0, atol=1e-6), n
     zero.close()
+
+
+class _FakeWork:
+    """A collective that completes when the test says so."""
+
+    def __init__(self, log, name):
+        import threading
+
+        self.finished, self.log, self.name = threading.Event(), log, name
+
+    def wait(self):
+        self.finished.wait(5)
+        self.log.append(("done", self.name))
+        return True
+
+
+def test_collectives_on_cpus_run_one_at_a_time_in_issue_order():
+    """gloo would run two of a group's collectives at once; the recorder issues each after the one before completed
+    (NCCL's one-at-a-time per communicator, what simfog models), stamps its real start and passes errors on."""
+    pytest.importorskip("torch")
+    import time
+
+    from validate.ranks.fsdp_comm import FSDPComm
+
+    log, works = [], {}
+
+    def start(name):
+        def go():
+            log.append(("start", name))
+            works[name] = _FakeWork(log, name)
+            return works[name]
+        return go
+
+    recorder = FSDPComm(["a", "b", "c"])
+    assert recorder.in_order
+    first, second = recorder.issue("a", start("a")), recorder.issue("b", start("b"))
+    time.sleep(0.05)
+    assert log == [("start", "a")] and not first.is_completed()   # b waits for a
+    works["a"].finished.set()
+    first.wait()
+    time.sleep(0.05)
+    assert log == [("start", "a"), ("done", "a"), ("start", "b")]
+    works["b"].finished.set()
+    second.wait()
+    assert recorder.launch_order == [0, 1] and recorder.done_s[0] <= recorder.launch_s[1] <= recorder.done_s[1]
+
+    def broken():
+        raise RuntimeError("peer gone")
+
+    failed = recorder.issue("c", broken)
+    with pytest.raises(RuntimeError, match="peer gone"):
+        failed.wait()
+
+
+def test_fsdp_overhead_probe_is_the_median_excess_over_the_calibrated_cost():
+    from simfog.simulation import new_simulation
+    from validate import fsdp_calibration as probe
+
+    exp = probe.probe_experiment(_fsdp_experiment())
+    sim = new_simulation(exp)
+    colls = sim.algorithm.plan.colls
+    assert exp.comm.fsdp_unit == "layer" and exp.comm.prefetch == 1 and exp.comm.reshard_after_forward
+    # one unit per layer, re-gathered in backward: 3 collectives per layer
+    assert len(colls) == 3 * probe.PROBE_LAYERS
+    predicted = [1e-3] * 3
+    # rank 0 starts every collective at 0 and rank 1 at 1 ms; they end at 2.5 and 3.5 ms (excess 2 ms over 1 ms),
+    # then in a second iteration at 2.5 and 2.5 (excess 0.5 ms): median of (2, 2, 2, 0.5, 0.5, 0.5) = 1.25 ms
+    per_rank = [{"iterations": [{"launch": [0.0] * 3, "done": [2.5e-3] * 3},
+                                {"launch": [0.0] * 3, "done": [2.5e-3] * 3}]},
+                {"iterations": [{"launch": [1e-3] * 3, "done": [3.5e-3] * 3},
+                                {"launch": [0.0] * 3, "done": [2.5e-3] * 3}]}]
+    value, how = probe.overhead(predicted, per_rank)
+    assert value == pytest.approx(1.25e-3) and "FSDP2 probe" in how
+    # never below 0: a faster-than-modelled collective is no overhead
+    assert probe.overhead([1.0] * 3, per_rank)[0] == 0.0

@@ -27,6 +27,14 @@ own extension points (torch 2.13, _fully_shard/_fully_shard.py):
   constants whose values nobody reads); in model mode FSDP2's division is switched off
   (set_force_sum_reduction_for_comms, set_gradient_divide_factor(1.0)) and the comm divides its input by the group
   size before summing, so the sharded gradient is the mean, written by gloo alone.
+- One collective at a time (CPUs): gloo runs two collectives of a process group at once (two worker threads), so
+  the root's prefetched all-gathers of units 0 and 1 shared the link and unit 0's ended twice as late as on NCCL,
+  which runs a communicator's collectives one at a time in issue order (simfog's model). On CPUs `FSDPComm.issue`
+  therefore hands each collective to an issuing thread that starts it once every collective issued before it has
+  completed, stamps its real start and completion, and lets FSDP2 wait on it (`_InOrder`); on GPUs (NCCL) the
+  collective is issued as FSDP2 issues it. Measured effect (ResNet-20, 300 kB units, 4 ranks, 200 Mbit/s): -8.4 %
+  -> -3.9 %; per-layer units then showed FSDP2's host work per collective, which validate.fsdp_calibration
+  measures before the runs and simfog adds to each collective (`collective_overhead_s`).
 - Waits in the rank's thread for a collective (an all-gather FSDP2 needs before a unit, the previous
   reduce-scatter) are timed and move the replay's remaining deadlines of the pass by as much
   (`ReplayModel.blocked`): the replay waits to absolute deadlines, which would otherwise absorb an exposed
@@ -72,12 +80,10 @@ torch is imported inside the functions that need it: the mapping and the checks 
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from collections.abc import Mapping, Sequence
 
 from simfog.errors import ConfigError
+from validate.ranks.fsdp_comm import FSDPComm, comms
 
 FSDP_NOTE = ("fsdp: FSDP2 fully_shard per unit on gloo, all-gathers async (_set_unshard_async_op) with explicit "
              "prefetch, reduce-scatters async through a custom comm; plain FSDP2 on CPU would block on each")
@@ -150,139 +156,6 @@ def communication_matches(cfg: Mapping, per_rank: Sequence[Mapping]) -> bool:
 
 # --- the real run (torch) ---------------------------------------------------------------------------------------------
 
-class FSDPComm:
-    """Per-iteration record of an FSDP2 model's collectives, by the plan's names: `launch_s`, `done_s` (perf_counter;
-    NaN when not run), `launch_order` (plan indices); `phase` ("fwd" | "bwd") names the all-gathers; `finish()` waits
-    for the reduce-scatters in flight."""
-
-    def __init__(self, names: Sequence[str], clock=None, blocked=lambda seconds: None):
-        from validate.ranks.timing import HostClock
-
-        self.names, self.clock, self.blocked = list(names), clock or HostClock(), blocked
-        self.index = {n: i for i, n in enumerate(self.names)}
-        self.start_iteration()
-
-    def start_iteration(self) -> None:
-        n = len(self.names)
-        self.launch_s, self.done_s = [float("nan")] * n, [float("nan")] * n
-        self.launch_order: list[int] = []
-        self.phase = "fwd"
-        self.reduce_scatters: list = []
-
-    def backward_started(self) -> None:
-        self.phase = "bwd"
-
-    def launched(self, name: str, work, launch_s: float) -> None:
-        i = self.index[name]
-        self.launch_s[i] = launch_s
-        self.launch_order.append(i)
-        try:
-            self.clock.on_done(work, self.done_s, i)
-        except RuntimeError:  # gloo's reduce_scatter_tensor work has no future: a thread waits and stamps
-            self._waiter().put((work, self.done_s, i))
-
-    def _waiter(self) -> queue.Queue:
-        if getattr(self, "_queue", None) is None:
-            self._queue = queue.Queue()
-            threading.Thread(target=self._wait_and_stamp, name="simfog-fsdp-waiter", daemon=True).start()
-        return self._queue
-
-    def _wait_and_stamp(self) -> None:
-        # in launch order: each reduce-scatter is issued after the one before completed (see TimedReduceScatter)
-        while True:
-            work, box, i = self._queue.get()
-            try:
-                work.wait()
-                box[i] = time.perf_counter()
-            except BaseException:  # the rank's own wait raises it
-                pass
-            del work, box  # a Work holds its buffers: not until the next one comes
-            self._queue.task_done()
-
-    def wait(self, work) -> None:
-        """Wait for `work` in the rank's thread, telling `blocked` how long that took."""
-        t = time.perf_counter()
-        work.wait()
-        self.blocked(time.perf_counter() - t)
-
-    def finish(self) -> None:
-        while self.reduce_scatters:  # the last one in flight (each waits for the one before)
-            work, input_tensor = self.reduce_scatters.pop()
-            work.wait()
-            _let_go(input_tensor)
-        if getattr(self, "_queue", None) is not None:
-            self._queue.join()  # every completion stamped
-
-    def record(self) -> dict:
-        return {"names": list(self.names)}
-
-
-def _let_go(tensor) -> None:
-    """Free `tensor`, a done collective's buffer FSDP2 let go of, in the rank's thread: its Work would free it a moment
-    later in gloo's or the waiter thread, unseen by torch.profiler, and MemoryProfile count it until its address is
-    reused (+0.8 MB, 10 %, in two of five 2-rank MLP runs at 200 Mbit/s)."""
-    tensor.untyped_storage().resize_(0)
-
-
-def _comms(unit_name: str, recorder: FSDPComm, predivide: bool = False):
-    """(all-gather, reduce-scatter) comm objects of one unit, FSDP2's Comm interface (_fsdp_api.py); `predivide`:
-    the reduce-scatter divides its input by the group size before summing."""
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
-
-    class BlockTimedWork(dist.Work):  # FSDP2 tests isinstance(work, Work) before waiting on it
-        def __init__(self, work, output):
-            super().__init__()
-            self._work, self._output = work, output
-
-        def __del__(self):  # FSDP2 drops its all-gather result, output and work together, once copied out
-            if self._work.is_completed():
-                _let_go(self._output)
-
-        def wait(self, timeout=None):
-            recorder.wait(self._work)
-            return True
-
-        def is_completed(self):
-            return self._work.is_completed()
-
-        def get_future(self):
-            return self._work.get_future()
-
-    class TimedAllGather(AllGather):
-        def allocate(self, size, *, dtype, device):
-            return torch.empty(*size, dtype=dtype, device=device)
-
-        def __call__(self, output_tensor, input_tensor, group, async_op=False):
-            t = time.perf_counter()
-            work = dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
-            recorder.launched(f"allgather.{recorder.phase}.{unit_name}", work, t)
-            if async_op:
-                return BlockTimedWork(work, output_tensor)
-            recorder.wait(work)
-            return None
-
-    class TimedReduceScatter(ReduceScatter):
-        def allocate(self, size, *, dtype, device):
-            return torch.empty(*size, dtype=dtype, device=device)
-
-        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-            if recorder.reduce_scatters:  # post_backward waits for the unit before's reduce-scatter
-                previous, previous_input = recorder.reduce_scatters.pop()  # and lets it go (FSDP2 dropped its input)
-                recorder.wait(previous)
-                _let_go(previous_input)
-            if predivide:  # the mean, computed before the sum (FSDP2's own division is switched off: see make)
-                input_tensor.div_(group.size())
-            t = time.perf_counter()
-            work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
-            recorder.launched(f"reduce_scatter.{unit_name}", work, t)
-            recorder.reduce_scatters.append((work, input_tensor))
-            return work
-
-    return TimedAllGather(), TimedReduceScatter()
-
-
 def make(model, cfg: Mapping, clock=None) -> FSDPComm:
     """Apply FSDP2 to `model` as the module docstring says; returns the FSDPComm that records its collectives.
     `model`: a ReplayModel built with cfg["units"] (replay mode), or the real model of the trace (model mode: each
@@ -306,7 +179,7 @@ def make(model, cfg: Mapping, clock=None) -> FSDPComm:
         handle = sharded[0] if isinstance(sharded, list) else sharded
         handles.append(handle)
         if _has_params(unit):  # a unit without parameters gathers nothing: no collectives
-            ag, rs = _comms(name, recorder, predivide=not replay)
+            ag, rs = comms(name, recorder, predivide=not replay)
             handle.set_custom_all_gather(ag)
             handle.set_custom_reduce_scatter(rs)
             if not replay:
