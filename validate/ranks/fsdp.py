@@ -54,16 +54,16 @@ issued) mapped onto FSDP2's explicit prefetching (`prefetch_lists`):
   post-forward order), set explicitly here. k = 0: the list [u] itself, because an empty list means "use the
   default" (FSDPState._pre_backward: default_prefetch = len(...) == 0); prefetching an unsharded unit is a no-op.
 
-Measured (bench fsdp rows, 200 Mbit/s, 2/4/8 ranks, session 6, one communicator per process group in simfog): rows
-the rig can emulate (not host-limited) median 11.3 / 9.1 % in two runs, worst -31.0 / -16.4 %; simfog is faster than
-the real run, more so with more ranks and collectives (ResNet-20 per layer on 4 ranks: measured communication 0.48 s
-per iteration against 0.23 s predicted over ~120 collectives, ~2 ms each of FSDP2's and gloo's per-collective CPU
-work on 2 shared cores, which the microbenchmark-fitted latency does not hold). Memory: simfog's walk of FSDP2's
-allocations (simfog.algorithms.fsdp_memory) against the allocator's peak of one profiled iteration
-(`MemoryProfile`, gloo's own temporaries left out): in two bench runs 23 and 24 of the 24 rows within 6.6 % (most
-to the byte); the exception, a host-limited 8-rank per-layer row (-30 % once, -3 to -20 % in other runs), depends
-on which rank peaks when gloo's threads complete (likely frees gloo's threads made unseen: `_let_go`, not re-run
-since). The earlier model, the sum of each part's own peak, over-predicted by 14 to 53 %.
+Measured (bench fsdp rows, 200 Mbit/s, 2/4/8 ranks; `simfog validate --bench --repeat 3`, idle machine,
+2026-11-26): the 14 rows the rig can emulate median 3.0 / 3.8 / 3.3 %, worst -11.3 / -11.2 / -13.9 % (mlp 300 kB
+units with reshard on 2 ranks, -11 to -14 % in every run: simfog faster); per-layer rows on 8 ranks are host-limited
+(-20 to -25 %). Before the collectives ran one at a time and FSDP2's host work per collective was measured
+(validate.fsdp_calibration): median 7.0 / 8.1 / 6.7 %, simfog faster on every 4- and 8-rank row (ResNet-20 per
+layer on 4 ranks: measured communication 0.48 s per iteration against 0.23 s predicted over ~120 collectives).
+Memory: simfog's walk of FSDP2's allocations (simfog.algorithms.fsdp_memory) against the allocator's peak of one
+profiled iteration (`MemoryProfile`, gloo's own temporaries left out): all 24 rows within 6.1 % in each of those
+three runs (most to the byte; a host-limited 8-rank per-layer row was once -30 %, in 2026-11-25's runs). The
+earlier model, the sum of each part's own peak, over-predicted by 14 to 53 %.
 
 Collectives are recorded under the simulator's names (simfog.algorithms.sharded_plans.FSDP: "allgather.fwd.<unit>",
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
