@@ -74,28 +74,7 @@ class FSDPComm:
         i = self.index[name]
         self.launch_s[i] = launch_s
         self.launch_order.append(i)
-        try:
-            self.clock.on_done(work, self.done_s, i)
-        except RuntimeError:  # gloo's reduce_scatter_tensor work has no future: a thread waits and stamps
-            self._waiter().put((work, self.done_s, i))
-
-    def _waiter(self) -> queue.Queue:
-        if getattr(self, "_queue", None) is None:
-            self._queue = queue.Queue()
-            threading.Thread(target=self._wait_and_stamp, name="simfog-fsdp-waiter", daemon=True).start()
-        return self._queue
-
-    def _wait_and_stamp(self) -> None:
-        # in launch order: each reduce-scatter is issued after the one before completed (see TimedReduceScatter)
-        while True:
-            work, box, i = self._queue.get()
-            try:
-                work.wait()
-                box[i] = time.perf_counter()
-            except BaseException:  # the rank's own wait raises it
-                pass
-            del work, box  # a Work holds its buffers: not until the next one comes
-            self._queue.task_done()
+        self.clock.on_done(work, self.done_s, i)
 
     def wait(self, work) -> None:
         """Wait for `work` in the rank's thread, telling `blocked` how long that took."""
@@ -108,10 +87,8 @@ class FSDPComm:
             work, input_tensor = self.reduce_scatters.pop()
             work.wait()
             _let_go(input_tensor)
-        if getattr(self, "_queue", None) is not None:
-            self._queue.join()  # every completion stamped
         if self._issue_queue is not None:
-            self._issue_queue.join()
+            self._issue_queue.join()  # every completion stamped
 
     def record(self) -> dict:
         return {"names": list(self.names)}
