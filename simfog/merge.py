@@ -297,7 +297,9 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
     GoogLeNet's 256 B–53 MB but is not every model's), and the sizes are log-spaced with relative errors (as
     simfog.calibrate), so that a, which the merge test weighs waits against, is set by the small messages and
     not swamped by the largest sizes (linear spacing with absolute errors tends to the large-message secant).
-    Sizes where T is 0 (or subnormal) are left out ((0, 0) when all are); a single size (lo >= hi) gives (T(lo), 0)."""
+    Sizes where T is 0 (or subnormal) are left out ((0, 0) when all are). A single size (lo >= hi) fixes no line:
+    the secant from the empty message, a = T(0), b = (T(lo) − T(0)) / lo (>= 0), exact for an affine cost (all of
+    T(lo) as start-up made MG-WFBP merge a gradient into an empty one for nothing, found by hypothesis)."""
     import numpy as np
 
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
@@ -305,7 +307,8 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
     if not (math.isfinite(lo_bytes) and math.isfinite(hi_bytes) and 0 < lo_bytes):
         raise ConfigError("lo_bytes", (lo_bytes, hi_bytes), "finite sizes in bytes, lo > 0")
     if hi_bytes <= lo_bytes:
-        return float(allreduce_time(lo_bytes)), 0.0
+        a = float(allreduce_time(0))
+        return a, max(0.0, (float(allreduce_time(lo_bytes)) - a) / lo_bytes)
     sizes = np.geomspace(lo_bytes, hi_bytes, points)
     sizes[0], sizes[-1] = lo_bytes, hi_bytes
     t = np.array([float(allreduce_time(float(m))) for m in sizes])

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import example as hypothesis_example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -233,7 +234,8 @@ def test_linear_cost_of_an_affine_cost_is_exact():
     # Closed form: T = a + b·M is its own least-squares line over any range (residuals 0).
     assert merge.linear_cost(linear(2e-3, 3e-9), 256, 5e7) == pytest.approx((2e-3, 3e-9), rel=1e-9)
     assert merge.linear_cost(linear(0.0, 3e-9), 256, 5e7) == pytest.approx((0.0, 3e-9), abs=1e-15)
-    assert merge.linear_cost(linear(2e-3, 3e-9), 1e6, 1e6) == (pytest.approx(5e-3), 0.0)  # one size: T(lo), 0
+    # one size: the secant from the empty message, exact for an affine cost
+    assert merge.linear_cost(linear(2e-3, 3e-9), 1e6, 1e6) == pytest.approx((2e-3, 3e-9), rel=1e-9)
     assert merge.linear_cost(linear(0.0, 0.0), 1, 1e6) == (0.0, 0.0)
     # subnormal times (beta = 5e-324, found by hypothesis through tune) count as 0, not as an SVD failure
     assert merge.linear_cost(linear(0.0, 5e-324), 4, 4e6) == (0.0, 0.0)
@@ -323,6 +325,8 @@ def test_horovod_buckets_stay_within_the_threshold_unless_alone(ts, threshold):
 
 @settings(max_examples=80, deadline=None)
 @given(ts=models(mixed=False), a=st.floats(0, 5e-3), b=st.floats(1e-12, 1e-8))
+@hypothesis_example(ts=[GradTensor("t0", 456000, 0.0), GradTensor("t1", 0, 0.00390625)], a=0.0, b=8.566374148196766e-09)
+@hypothesis_example(ts=[GradTensor("t0", 0, 0.0), GradTensor("t1", 456000, 0.00390625)], a=0.0, b=8.566374148196766e-09)
 def test_mgwfbp_never_slower_than_wfbp_and_free_merges_only_when_a_is_zero(ts, a, b):
     cost = linear(a, b)
     end_wfbp = merge.predicted_comm_end_s(ts, plan("wfbp", ts), cost)
