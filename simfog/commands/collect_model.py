@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and inputs (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     parser.add_argument("--overlap", action="store_true",
-                        help="also measure how much slower backward runs beside gloo allreduces (overlap_slowdown; "
-                             "starts a second process on loopback)")
+                        help="also measure how much slower backward runs beside a collective (overlap_slowdown): "
+                             "on CPU beside gloo allreduces with a second process on loopback; on a GPU beside "
+                             "one-GPU stand-ins for NCCL's kernels and copies (validate.collect.gpu_overlap)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.json[.gz]", help="trace file to write")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
 

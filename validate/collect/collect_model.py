@@ -72,7 +72,13 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
             torch.set_num_threads(threads)
         copy = measure_bucket_copy(name, device)
         activations = measure_activations(name, batch_size, seed=seed)
-        slow = measure_overlap_slowdown(name, device, batch_size=batch_size, seed=seed) if overlap else None
+        slow = gpu_slow = None
+        if overlap and device == "cuda":  # NCCL's kernels, stood in for on one GPU
+            from validate.collect.gpu_overlap import measure_gpu_overlap
+
+            gpu_slow = measure_gpu_overlap(name, batch_size=batch_size, seed=seed)
+        elif overlap:
+            slow = measure_overlap_slowdown(name, device, batch_size=batch_size, seed=seed)
     finally:
         torch.set_num_threads(threads_before)  # in-process runs must not change the caller's setting
     load_after = os.getloadavg()
@@ -129,12 +135,32 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
             "overlap_allreduce_bytes": slow["allreduce_bytes"],
             "not_measured": "collective_overhead_s: this collector does not measure it (simfog uses 0 unless the "
                             "experiment file sets it)"})
+    if gpu_slow is not None:
+        data["comm_overheads"].update(gpu_overlap_record(gpu_slow))
     if concurrent > 1:
         data["concurrent"] = {"processes": concurrent, "trace_from_rank": 0, "iteration_s": [
             [f + b + o for f, b, o in zip(r["forward_wall_s"], r["backward_wall_s"], r["optimizer_s"], strict=True)]
             for r in runs]}
     # Through JSON and the format-1 validator: what we return is exactly what a saved file reloads as.
     return model_trace_from_dict(json.loads(json.dumps(data)))
+
+
+def gpu_overlap_record(m: dict) -> dict:
+    """comm_overheads keys from a measure_gpu_overlap result: overlap_slowdown is the `kernel` stand-in's (NCCL's
+    reduction kernels holding SMs), every stand-in's figures kept beside it."""
+    kernel = m["standins"]["kernel"]
+    return {
+        "overlap_slowdown": kernel["slowdown"], "overlap_slowdown_raw": kernel["raw"],
+        "overlap_slowdown_estimated": True,
+        "overlap_slowdown_how": (
+            f"one-GPU stand-in, not a measured collective: backward of {m['model']} batch {m['batch_size']} on "
+            f"{m['device']} timed alone and with {kernel['how']} queued on a second stream before it (enough to "
+            f"outlast it); median of {m['repeats']} each, alternating; median with / median alone = "
+            f"{kernel['raw']:.3f}, clipped below at 1 (validate.collect.gpu_overlap)"),
+        "overlap_backward_s": {"alone": m["alone_s"], "with_comm": kernel["with_s"]},
+        "overlap_standins": m["standins"],
+        "not_measured": "collective_overhead_s: this collector does not measure it (simfog uses 0 unless the "
+                        "experiment file sets it)"}
 
 
 def measure_bucket_copy(name: str, device: str = "cpu", *, repeats: int = 15) -> dict:
