@@ -49,6 +49,7 @@ from simfog import units
 from simfog.cluster import Cluster, Link
 from simfog.experiment import Comm, Experiment, Workload
 from simfog.trace import load_model_trace
+from validate.cluster.fingerprint import fingerprint
 from validate.comparison import compare
 from validate.run import Options, run_group
 
@@ -142,6 +143,7 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
     cache: dict = {}
     rows: list[dict] = []
     started = time.monotonic()
+    log(f"host: {fingerprint().describe()}")  # two runs on two machines can be told apart
     plan = groups(traces, quick=quick)
     for k, ((n, rpn, bw), exps) in enumerate(plan):
         log(f"[{k + 1}/{len(plan)}] {n} ranks, {rpn} per node, {units.format_bandwidth(bw)} "
@@ -154,7 +156,8 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
         compare.write_csv(rows, csv_path)
     log(compare.format_table(rows))
     log(verdict(rows))
-    log(f"bench: {len(rows)} configurations in {time.monotonic() - started:.0f} s; CSV {csv_path}")
+    log(f"bench: {len(rows)} configurations in {time.monotonic() - started:.0f} s on {fingerprint().describe()}; "
+        f"CSV {csv_path}")
     return rows
 
 

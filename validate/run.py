@@ -70,6 +70,7 @@ from simfog.processes import pid_alive
 from simfog.results import Result
 from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace, Provenance
+from validate.cluster.fingerprint import fingerprint
 from validate.cluster.hostload import HostSampler
 from validate.cluster.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
 from validate.comparison import compare
@@ -535,6 +536,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
 
     if not experiments:
         return GroupRun([], None, None, False)
+    machine = fingerprint()  # measured before any rank runs (once per process)
     first = experiments[0].cluster
     shape = (first.nodes, first.ranks_per_node, first.nic.bandwidth_Bps)
     for exp in experiments:
@@ -587,7 +589,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     for k, (vid, exp) in enumerate(zip(ids, experiments, strict=True)):
         sim_exp, plan, predicted, config = prepared[k]
         keys = {**_row_keys(vid, exp, options, emulated, fits[calibration_collective(exp)]), "load_average": load,
-                "dropped_packets": drops, **_overhead_keys(sim_exp)}
+                "dropped_packets": drops, **_overhead_keys(sim_exp), **machine.row()}
         if sim_exp.cluster.nic.flow_bandwidth_Bps is not None:  # the flow-level model's NIC (flow_link)
             keys["nic_capacity_Bps"] = sim_exp.cluster.nic.bandwidth_Bps
         if ranks is None:

@@ -71,3 +71,33 @@ def test_repeat_summary_spread_and_per_run_verdicts():
     b = next(line for line in text if line.startswith("b "))
     assert "-30.0%" in b and b.rstrip().endswith("1") and " - " in b.replace("       -", " - ")
     assert any(line.startswith("run 2: target median <= 5%") for line in text)
+
+
+def test_steal_is_the_hypervisors_share_of_the_window(tmp_path):
+    from validate.cluster.hostload import _read
+
+    p = tmp_path / "stat"
+    p.write_text("cpu  10 0 20 60 5 0 0 5 0 0\nprocs_running 2\n")  # user nice system idle iowait irq softirq steal
+    assert _read(str(p)) == (2, 65, 100, 5)
+    s = HostSampler(stat_path=str(p))
+    # (t, runnable, idle, total, steal): 12 of the 200 jiffies between the first and last sample were stolen
+    s.samples = [(1.0, 1, 0, 0, 3), (1.1, 1, 50, 100, 9), (1.2, 1, 100, 200, 15)]
+    load = s.load()
+    assert load.steal == pytest.approx(0.06) and load.row()["host_steal"] == pytest.approx(0.06)
+    assert s.load(1.05, 1.15).steal == 0.0  # one sample: no window
+
+
+def test_fingerprint_names_the_machine(tmp_path):
+    from validate.cluster.fingerprint import HostFingerprint, cpu_model, fingerprint, microbenchmark_s
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7V12 64-Core Processor\n")
+    assert cpu_model(str(info)) == "AMD EPYC 7V12 64-Core Processor"
+    assert cpu_model(str(tmp_path / "absent")) != ""  # the platform's answer where /proc is missing
+    short, long = microbenchmark_s(n=20_000, runs=3), microbenchmark_s(n=400_000, runs=3)
+    assert 0 < short < long  # the same loop, 20 times the steps: the machine's time per step shows
+    f = fingerprint()
+    assert f is fingerprint() and f.cores >= 1 and f.microbenchmark_s > 0  # measured once per process
+    row = HostFingerprint("X", 2, "6.1", 0.05).row()
+    assert row == {"host_cpu_model": "X", "host_cores": 2, "host_kernel": "6.1", "host_microbenchmark_s": 0.05}
+    assert "50.0 ms" in HostFingerprint("X", 2, "6.1", 0.05).describe()

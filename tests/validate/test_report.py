@@ -57,7 +57,10 @@ def _group():
     for vid in ("toy-wfbp", "toy-again"):
         row = compare.compare({"id": vid, "model": "toy", "merge": "wfbp", "ranks": 2, "nodes": 2,
                                "ranks_per_node": 1, "bucket_copy_Bps": 2e10,
-                               "overheads_source": "measured on X (this host) by the validator (how...)"},
+                               "overheads_source": "measured on X (this host) by the validator (how...)",
+                               "host_cpu_model": "AMD EPYC", "host_cores": 2, "host_kernel": "6.1",
+                               "host_microbenchmark_s": 0.0421, "host_steal": 0.013,
+                               "host_cpu_busy": 0.97 if vid == "toy-again" else 0.4, "host_oversubscribed": 0.1},
                               measured, predicted)
         rows.append(row)
         validations.append(SimpleNamespace(id=vid, experiment=exp, measured=measured, predicted=predicted, row=row))
@@ -96,3 +99,11 @@ def test_page_loads_in_a_headless_browser(tmp_path):
     assert re.search(r"<table id=\"configurations\">", dom)
     assert dom.count("<svg") == 4  # the browser parsed every inline figure
     assert len(re.findall(r"<tr>", dom)) >= 4 + 5 + 2
+
+
+def test_page_names_the_host_and_marks_host_limited_rows(tmp_path):
+    text = write_report(tmp_path / "r.html", [_group()], title="unit test").read_text()
+    assert text.count("Host: AMD EPYC, 2 cores, kernel 6.1, fixed single-core microbenchmark 42.1 ms") == 1
+    assert text.count("HOST-LIMITED") == 1 + 1  # the legend, and toy-again (CPUs 97 % busy); toy-wfbp is not
+    assert "1.3%" in text  # steal
+    assert "steal: the share of CPU time a hypervisor took" in text

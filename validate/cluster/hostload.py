@@ -35,13 +35,14 @@ SAMPLE_S = 0.02
 class HostLoad:
     """What the host's CPUs did during a run: `busy` (fraction of all cores' time not idle), `runnable` (mean
     runnable tasks, the sampler not counted), `oversubscribed` (fraction of samples with more runnable tasks than
-    `cores`), `samples`, and `limited` (oversubscribed > HOST_LIMITED_FRACTION)."""
+    `cores`), `samples`, `steal` (fraction of all cores' time a hypervisor took) and `limited` (the criterion)."""
 
     busy: float
     runnable: float
     oversubscribed: float
     samples: int
     cores: int
+    steal: float = 0.0  # fraction of all cores' time stolen by the hypervisor (0 on bare metal)
 
     @property
     def limited(self) -> bool:
@@ -50,7 +51,7 @@ class HostLoad:
     def row(self) -> dict:
         """Columns of a comparison row (validate.comparison.compare.COLUMNS)."""
         return {"host_cpu_busy": self.busy, "host_runnable": self.runnable,
-                "host_oversubscribed": self.oversubscribed, "host_limited": self.limited}
+                "host_oversubscribed": self.oversubscribed, "host_limited": self.limited, "host_steal": self.steal}
 
 
 def is_limited(busy: float, oversubscribed: float) -> bool:
@@ -60,15 +61,23 @@ def is_limited(busy: float, oversubscribed: float) -> bool:
 
 def read_stat(path: str = "/proc/stat") -> tuple[int, tuple[int, int]]:
     """(procs_running, (idle + iowait jiffies, total jiffies)) from a /proc/stat text."""
-    running, idle, total = 0, 0, 0
+    running, idle, total, _ = _read(path)
+    return running, (idle, total)
+
+
+def _read(path: str) -> tuple[int, int, int, int]:
+    """(procs_running, idle + iowait, total, steal jiffies) from a /proc/stat text. Steal: time a virtual machine's
+    vCPUs were ready to run but the hypervisor ran something else (the 8th field of the cpu line)."""
+    running, idle, total, steal = 0, 0, 0, 0
     with open(path, encoding="ascii") as f:
         for line in f:
             if line.startswith("cpu "):
                 v = [int(x) for x in line.split()[1:]]
                 idle, total = v[3] + (v[4] if len(v) > 4 else 0), sum(v[:8])
+                steal = v[7] if len(v) > 7 else 0
             elif line.startswith("procs_running"):
                 running = int(line.split()[1])
-    return running, (idle, total)
+    return running, idle, total, steal
 
 
 class HostSampler:
@@ -80,15 +89,16 @@ class HostSampler:
     def __init__(self, every_s: float = SAMPLE_S, stat_path: str = "/proc/stat"):
         self.every_s, self.path = every_s, stat_path
         self.cores = os.cpu_count() or 1
-        self.samples: list[tuple[float, int, int, int]] = []  # (perf_counter, runnable, idle jiffies, total)
+        # (perf_counter, runnable, idle jiffies, total, steal jiffies); a sample without steal counts none
+        self.samples: list[tuple] = []
         self._stop = threading.Event()
 
     def _take(self) -> None:
         try:
-            running, (idle, total) = read_stat(self.path)
+            running, idle, total, steal = _read(self.path)
         except OSError:
             return
-        self.samples.append((time.perf_counter(), max(running - 1, 0), idle, total))  # not this thread itself
+        self.samples.append((time.perf_counter(), max(running - 1, 0), idle, total, steal))  # not this thread
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -107,10 +117,12 @@ class HostSampler:
 
     def load(self, t0: float = -math.inf, t1: float = math.inf) -> HostLoad:
         inside = [s for s in self.samples if t0 <= s[0] <= t1]
-        busy = 0.0
+        busy = steal = 0.0
         if len(inside) >= 2:
             d_idle, d_total = inside[-1][2] - inside[0][2], inside[-1][3] - inside[0][3]
             busy = 1.0 - d_idle / d_total if d_total > 0 else 0.0
+            d_steal = (inside[-1][4] - inside[0][4]) if len(inside[0]) > 4 and len(inside[-1]) > 4 else 0
+            steal = d_steal / d_total if d_total > 0 else 0.0
         n = len(inside)
         over = sum(1 for s in inside if s[1] > self.cores) / n if n else 0.0
-        return HostLoad(busy, sum(s[1] for s in inside) / n if n else 0.0, over, n, self.cores)
+        return HostLoad(busy, sum(s[1] for s in inside) / n if n else 0.0, over, n, self.cores, steal)

@@ -38,6 +38,7 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "intra_fit_bandwidth_Bps",
            "bucket_copy_Bps", "collective_overhead_s", "overlap_slowdown", "overheads_source",
            "load_average", "host_cpu_busy", "host_runnable", "host_oversubscribed", "host_limited",
+           "host_steal", "host_cpu_model", "host_cores", "host_kernel", "host_microbenchmark_s",
            "dropped_packets", "measured_memory_B", "predicted_memory_B", "memory_rel_error", "calibration", "trace",
            "note", "error"]
 

@@ -56,7 +56,7 @@ def write_report(path, groups: Sequence, *, title: str = "simfog validation", no
             f"<p class=note>Written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
             f"{_e(platform.node())}. Error = (predicted − measured) / measured of the steady-state iteration time "
             f"(validate.comparison.compare). {_e(note)}</p>",
-            _summary(rows), "<h2>Configurations</h2>", _table(rows),
+            _summary(rows), _hosts(rows), "<h2>Configurations</h2>", _table(rows),
             "<h2>Measured against predicted</h2>", _figure(_error_figure(rows),
                                                             "Iteration time per configuration: measured (mean of the "
                                                             "steady-state iterations, bar = one standard deviation) "
@@ -90,7 +90,15 @@ COLUMNS = (("id", "configuration", "l"), ("buckets", "buckets", ""), ("buckets_m
            ("measured_iteration_s", "measured", ""), ("measured_iteration_std_s", "± std", ""),
            ("predicted_iteration_s", "predicted", ""), ("rel_error", "error", ""),
            ("bucket_copy_Bps", "copy bandwidth", ""), ("overheads_source", "from", "l"), ("load_average", "load", ""),
-           ("dropped_packets", "drops", ""), ("error", "failure", "l"))
+           ("host_steal", "steal", ""), ("host_limited", "host", "l"), ("dropped_packets", "drops", ""),
+           ("error", "failure", "l"))
+LEGEND = ("measured: mean steady-state iteration of the real run (± its standard deviation over iterations); "
+          "predicted: simfog's, from the calibration made just before; error: (predicted − measured) / measured; "
+          "same buckets: whether both sides ran the same buckets; copy bandwidth and from: the beyond-the-wire input "
+          "the prediction used and where it came from; load: the 1-minute load average before the row; steal: the "
+          "share of CPU time a hypervisor took while the row ran; host: HOST-LIMITED where the CPUs, not the emulated "
+          "network, limited the run (validate.cluster.hostload; such rows are reported apart from the bench's "
+          "statistics); drops: packets the shapers dropped.")
 
 
 def _cell(key: str, value) -> str:
@@ -106,18 +114,35 @@ def _cell(key: str, value) -> str:
         return text[:cut] if cut > 0 else text
     if key == "load_average":
         return f"{value:.2f}" if _finite(value) else ""
+    if key == "host_steal":
+        return f"{value:.1%}" if _finite(value) else ""
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def _table(rows) -> str:
+    from validate.comparison.compare import host_limited
+
     head = "".join(f"<th class={c}>{_e(h)}</th>" if c else f"<th>{_e(h)}</th>" for _, h, c in COLUMNS)
-    out = [f"<table id=configurations><thead><tr>{head}</tr></thead><tbody>"]
+    out = [f"<p class=note>{_e(LEGEND)}</p><table id=configurations><thead><tr>{head}</tr></thead><tbody>"]
     for r in rows:
         bad = _finite(r.get("rel_error")) and abs(r["rel_error"]) > 0.15 or bool(r.get("error"))
+        shown = {**r, "host_limited": "HOST-LIMITED" if host_limited(r) else ""}
         cells = "".join(f"<td class='{c}{' bad' if bad and k in ('rel_error', 'error') else ''}'>"
-                        f"{_e(_cell(k, r.get(k)))}</td>" for k, _, c in COLUMNS)
+                        f"{_e(_cell(k, shown.get(k)))}</td>" for k, _, c in COLUMNS)
         out.append(f"<tr>{cells}</tr>")
     return "".join(out) + "</tbody></table>"
+
+
+def _hosts(rows) -> str:
+    """The machines the rows ran on (validate.cluster.fingerprint), one line each."""
+    seen = []
+    for r in rows:
+        if r.get("host_cpu_model") and _finite(r.get("host_microbenchmark_s")):
+            line = (f"{r['host_cpu_model']}, {r.get('host_cores', '?')} cores, kernel {r.get('host_kernel', '?')}, "
+                    f"fixed single-core microbenchmark {r['host_microbenchmark_s'] * 1e3:.1f} ms")
+            if line not in seen:
+                seen.append(line)
+    return "".join(f"<p class=note>Host: {_e(h)}</p>" for h in seen)
 
 
 def _svg(fig) -> str:
