@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError
-from validate.launch.private_files import check_folders_down, open_private
+from validate.launch.private_files import check_folders_down, open_private, read_private
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = "validate.ranks.worker"
@@ -167,6 +167,13 @@ def unseal(raw: bytes | str, kind: str, secret: bytes, *, source: str | None = N
                            "signed with it: written by someone else, or the validator and the agents were given "
                            "different --secret-file)", source=source)
     return doc["body"]
+
+
+def read_message(path: Path, kind: str, secret: bytes, root: Path) -> dict | None:
+    """The body of the signed message of `kind` in file `path` under the workdir `root` (read_private), None when
+    there is none. Raises ConfigError (RequestError, UnsafeFile)."""
+    raw = read_private(path, root)
+    return None if raw is None else unseal(raw, kind, secret, source=str(path))
 
 
 # --- the launch request ------------------------------------------------------------------------------------------

@@ -78,6 +78,12 @@ def check_workdir(root: Path) -> Path:
     return root
 
 
+def open_workdir(workdir: str | Path) -> Path:
+    """The workdir, made if missing (only the user allowed in), resolved and checked (check_workdir)."""
+    Path(workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    return check_workdir(Path(workdir))
+
+
 def check_folders_down(root: Path, folder: Path) -> None:
     """check_folder on `root` and on every folder from it down to `folder` (which must lie inside it)."""
     check_folder(root)
