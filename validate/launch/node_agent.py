@@ -36,6 +36,7 @@ from validate.launch.private_files import (
 from validate.launch.torchrun import RDZV_PORT, stderr_tail, torchrun_argv
 
 POLL_S = 0.2
+STDERR_CHARS = 64_000  # of a report's stderr tail
 
 
 class NodeAgent:
@@ -161,7 +162,9 @@ class NodeAgent:
             except OSError as e:
                 return {"rc": None, "stderr": "", "error": f"torchrun could not start: {e}"}
             err.seek(0)
-            return {"rc": code, "stderr": stderr_tail(err.read().decode(errors="replace")), "error": ""}
+            tail = stderr_tail(err.read().decode(errors="replace"))
+            # a few long lines could pass the size a reader takes (private_files.MAX_BYTES): keep their end
+            return {"rc": code, "stderr": tail[-STDERR_CHARS:], "error": ""}
 
 
 def run_agent(workdir: str | Path, node: int, hosts: list[str], *, secret: bytes, port: int = RDZV_PORT,
