@@ -123,6 +123,7 @@ class Options:
     srun: str = "srun"            # the srun program (tests give a stub)
     hosts: tuple[str, ...] | None = None  # torchrun on a real cluster: its hosts, one node agent each (shared_dir)
     rdzv_port: int = 29400        # the rendezvous port on the first host (validate.launch.torchrun.RDZV_PORT)
+    secret_file: str | None = None  # with hosts: the node agents' secret (validate.launch.agent_request)
     priority: str | None = None  # PRIORITIES key; None: "rt" in replay mode, "nice" in model mode (real compute
     #                              at real-time priority would starve the rest of the machine)
     backend: str = "gloo"         # BACKENDS: gloo on CPUs; nccl with one GPU per rank (calibrated with NCCL's model)
@@ -652,7 +653,8 @@ def _open(shape: Cluster, options: Options):
         if len(options.hosts) != shape.nodes:
             raise ConfigError("--hosts", ",".join(options.hosts), f"{shape.nodes} host names (cluster.nodes), the "
                               "first hosting the rendezvous")
-        return AgentNodes(list(options.hosts), shape.nic.bandwidth_Bps, options.workdir, port=options.rdzv_port)
+        return AgentNodes(list(options.hosts), shape.nic.bandwidth_Bps, options.workdir, port=options.rdzv_port,
+                          secret_file=options.secret_file)
     # NCCL's GPUs talk over NVLink / PCIe, not through an emulated NIC: one machine's GPUs are one node
     emulate = False if options.backend == "nccl" else options.emulate
     return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=emulate)

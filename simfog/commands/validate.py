@@ -66,6 +66,10 @@ def add_arguments(parser) -> None:
                                         "host sees")
     parser.add_argument("--rdzv-port", type=int, default=29400,
                         help="with --hosts: the rendezvous port on the first host (default 29400)")
+    parser.add_argument("--secret-file", metavar="FILE",
+                        help="with --hosts: the secret the node agents and the validator share (a file only you can "
+                             "read, the same on every host; make one with `python -m validate.launch.shared_dir "
+                             "--new-secret FILE`): every request is signed with it")
     parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
     parser.add_argument("--report", metavar="OUT.html",
                         help="also write one self-contained HTML page: the table, measured vs predicted with error "
@@ -92,9 +96,14 @@ def run(args) -> int:
     if hosts is not None and not args.workdir:
         raise ConfigError("--workdir", "(missing)", "with --hosts: a folder every host sees (the node agents read "
                           "the launch requests there and the ranks write their records there)")
+    if hosts is not None and not args.secret_file:
+        raise ConfigError("--secret-file", "(missing)", "with --hosts: the node agents' secret (make one with "
+                          "`python -m validate.launch.shared_dir --new-secret FILE`)")
+    if args.secret_file and hosts is None:
+        raise ConfigError("--secret-file", args.secret_file, "only with --launcher torchrun --hosts")
     options = Options(mode=args.mode, warmup=args.warmup, emulate=emulate, workdir=args.workdir,
                       launcher=args.launcher, srun=os.environ.get("SIMFOG_SRUN", "srun"), backend=args.backend,
-                      hosts=hosts, rdzv_port=args.rdzv_port)
+                      hosts=hosts, rdzv_port=args.rdzv_port, secret_file=args.secret_file)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     if args.bench:
         if args.file:
@@ -179,6 +188,7 @@ def _print_commands(args) -> int:
     before or while `simfog validate --launcher torchrun --hosts ... --workdir DIR` runs."""
     from simfog import experiment
     from simfog.errors import ConfigError
+    from validate.launch.agent_request import load_secret
     from validate.launch.shared_dir import agent_commands
 
     hosts = _hosts(args)
@@ -189,8 +199,15 @@ def _print_commands(args) -> int:
         raise ConfigError("--hosts", args.hosts, f"{exp.cluster.nodes} host names (cluster.nodes), the first "
                           "hosting the rendezvous")
     work = str(Path(args.workdir).resolve()) if args.workdir else "SHARED_DIR"
-    for host, command in zip(hosts, agent_commands(list(hosts), work, port=args.rdzv_port), strict=True):
+    if args.secret_file:
+        load_secret(args.secret_file)  # refused now (missing, readable by others) rather than by every agent
+    secret = str(Path(args.secret_file).resolve()) if args.secret_file else "SECRET_FILE"
+    for host, command in zip(hosts, agent_commands(list(hosts), work, secret_file=secret, port=args.rdzv_port),
+                             strict=True):
         print(f"# on {host}:\n{command}")
+    if not args.secret_file:
+        print("make SECRET_FILE once with: python -m validate.launch.shared_dir --new-secret SECRET_FILE (the same "
+              "file on every host)", file=sys.stderr)
     print(f"then, on any host: simfog validate {args.file} --launcher torchrun --hosts {','.join(hosts)} "
-          f"--workdir {work}", file=sys.stderr)
+          f"--workdir {work} --secret-file {secret}", file=sys.stderr)
     return 0

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from validate.launch.shared_dir import agent_commands
+from validate.launch.shared_dir import main as agent_main
 from validate.launch.torchrun import module_of, srun_argv, torchrun_argv
 
 from ..conftest import make_trace
@@ -36,9 +37,9 @@ def test_torchrun_agent_command():
 
 
 def test_node_agent_commands_for_each_host_of_a_real_cluster():
-    cmds = agent_commands(["gpu01", "gpu02"], "/shared/r", port=29500)
+    cmds = agent_commands(["gpu01", "gpu02"], "/shared/r", secret_file="/home/u/simfog.key", port=29500)
     assert cmds == [f"python -m validate.launch.shared_dir --workdir /shared/r --node {i} --hosts gpu01,gpu02 "
-                    f"--port 29500" for i in (0, 1)]
+                    f"--port 29500 --secret-file /home/u/simfog.key" for i in (0, 1)]
 
 
 def test_srun_line():
@@ -145,12 +146,29 @@ def test_print_commands_for_a_real_cluster(tmp_path, capsys):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines == ["# on gpu01:", "python -m validate.launch.shared_dir --workdir /shared/r --node 0 --hosts "
-                     "gpu01,gpu02 --port 29400", "# on gpu02:", "python -m validate.launch.shared_dir --workdir "
-                     "/shared/r --node 1 --hosts gpu01,gpu02 --port 29400"]
-    assert "--launcher torchrun --hosts gpu01,gpu02 --workdir /shared/r" in err
+                     "gpu01,gpu02 --port 29400 --secret-file SECRET_FILE", "# on gpu02:", "python -m "
+                     "validate.launch.shared_dir --workdir /shared/r --node 1 --hosts gpu01,gpu02 --port 29400 "
+                     "--secret-file SECRET_FILE"]
+    assert "--launcher torchrun --hosts gpu01,gpu02 --workdir /shared/r --secret-file SECRET_FILE" in err
+    assert "--new-secret SECRET_FILE" in err
+    # with a secret file: its path in every command; one that others can read is refused before anything runs
+    key = tmp_path / "simfog.key"
+    assert agent_main(["--new-secret", str(key)]) == 0
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01,gpu02",
+                 "--workdir", "/shared/r", "--secret-file", str(key)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.endswith(f"--port 29400 --secret-file {key}") for line in out.splitlines()] == [False, True] * 2
+    assert f"--workdir /shared/r --secret-file {key}" in err
+    key.chmod(0o644)
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01,gpu02",
+                 "--workdir", "/shared/r", "--secret-file", str(key)]) == 2
+    assert "only you can read and write" in capsys.readouterr().err
     assert main(["validate", str(exp), "--launcher", "torchrun", "--print-commands", "--hosts", "gpu01"]) == 2
     assert main(["validate", str(exp), "--launcher", "slurm", "--hosts", "gpu01,gpu02", "--workdir", "/x"]) == 2
     assert main(["validate", str(exp), "--launcher", "torchrun", "--hosts", "gpu01,gpu02"]) == 2  # no --workdir
+    assert main(["validate", str(exp), "--launcher", "torchrun", "--hosts", "gpu01,gpu02", "--workdir",
+                 str(tmp_path / "w")]) == 2  # no --secret-file
+    assert "--secret-file = '(missing)'" in capsys.readouterr().err
 
 
 def test_torchrun_on_hosts_through_node_agents(tmp_path, capsys):
@@ -165,8 +183,10 @@ def test_torchrun_on_hosts_through_node_agents(tmp_path, capsys):
     from simfog.cli import main
     from validate.collect.collect_network import free_port
 
-    exp, work, port = _experiment(tmp_path), tmp_path / "shared", str(free_port())
-    hosts = ["--launcher", "torchrun", "--hosts", "127.0.0.1,127.0.0.1", "--workdir", str(work), "--rdzv-port", port]
+    exp, work, port, key = _experiment(tmp_path), tmp_path / "shared", str(free_port()), tmp_path / "simfog.key"
+    assert agent_main(["--new-secret", str(key)]) == 0
+    hosts = ["--launcher", "torchrun", "--hosts", "127.0.0.1,127.0.0.1", "--workdir", str(work), "--rdzv-port", port,
+             "--secret-file", str(key)]
     assert main(["validate", str(exp), *hosts, "--print-commands"]) == 0
     commands = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     repo = Path(__file__).resolve().parents[2]
@@ -186,46 +206,54 @@ def test_torchrun_on_hosts_through_node_agents(tmp_path, capsys):
     assert "not emulated: a real cluster through node agents" in capsys.readouterr().err
     assert sorted(p.name for p in (work / "ranks").iterdir()) == [f"rank{r}.json" for r in range(4)]
     # calibration: the NIC class on both hosts, the intra class on the first only; then the training run
-    run = work / "launches" / json.loads((work / "launches" / "current.json").read_text())["run"]
-    launches = [json.loads((run / f"launch-{k}.json").read_text())["nodes"] for k in range(3)]
+    run = work / "launches" / json.loads((work / "launches" / "current.json").read_text())["body"]["run"]
+    launches = [json.loads((run / f"launch-{k}.json").read_text())["body"]["nodes"] for k in range(3)]
     assert launches == [[0, 1], [0], [0, 1]] and (run / "stop").exists()
     assert not list((work / "agents").iterdir())   # each agent removed its announcement on leaving
 
 
 def test_node_agents_report_failures_and_absence(tmp_path):
-    """A launch whose program fails names the node, its exit code and its stderr; a host with no agent is named
-    once the wait for agents runs out; the agents exit on stop."""
+    """A launch whose program fails names the node, its exit code and its stderr (a program the agents do not run
+    is refused before it is sent); a host with no agent is named once the wait for agents runs out; the agents exit
+    on stop."""
     pytest.importorskip("torch")
     import threading
 
+    from simfog.errors import ConfigError
     from validate.collect.collect_network import free_port
     from validate.launch.launcher import LaunchError
     from validate.launch.shared_dir import SharedDirLauncher, run_agent
 
-    hosts = ["127.0.0.1"]
-    launcher = SharedDirLauncher(tmp_path, hosts, port=free_port(), log=lambda s: None)
+    hosts, port, secret = ["127.0.0.1"], free_port(), b"a test secret of 32 characters."
+    launcher = SharedDirLauncher(tmp_path, hosts, secret=secret, port=port, log=lambda s: None)
     codes = []
-    agent = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts)))
+    agent = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts, secret=secret, port=port)))
     agent.start()
+    (tmp_path / "spec.json").write_text("not a spec")
+    (tmp_path / "ranks").mkdir()
     try:
-        with pytest.raises(LaunchError, match=r"node 0 \(127.0.0.1\) torchrun exited with code [1-9]") as e:
+        with pytest.raises(ConfigError, match="no_such_module"):
             launcher.launch([0], 1, [sys.executable, "-m", "validate.no_such_module"], timeout_s=120)
-        assert "no_such_module" in str(e.value)
+        with pytest.raises(LaunchError, match=r"node 0 \(127.0.0.1\) torchrun exited with code [1-9]") as e:
+            launcher.launch([0], 1, [sys.executable, "-m", "validate.ranks.worker", str(tmp_path / "spec.json"),
+                                     str(tmp_path / "ranks")], timeout_s=120)
+        assert "JSONDecodeError" in str(e.value)
     finally:
         launcher.stop()
         agent.join(timeout=30)
     assert codes == [0]
     # an agent started after that run ended waits for the next run instead of taking the old one's stop
-    late = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts)))
+    late = threading.Thread(target=lambda: codes.append(run_agent(tmp_path, 0, hosts, secret=secret, port=port)))
     late.start()
     time.sleep(1.0)
     assert late.is_alive()
-    second = SharedDirLauncher(tmp_path, hosts, port=free_port(), log=lambda s: None)
+    second = SharedDirLauncher(tmp_path, hosts, secret=secret, port=port, log=lambda s: None)
     time.sleep(2.0)  # the agent (polling every 0.2 s) takes the new run before it is stopped
     second.stop()
     late.join(timeout=30)
     assert codes == [0, 0]
-    absent = SharedDirLauncher(tmp_path / "other", ["gpu01", "gpu02"], agents_timeout_s=0.3, log=lambda s: None)
+    absent = SharedDirLauncher(tmp_path / "other", ["gpu01", "gpu02"], secret=secret, agents_timeout_s=0.3,
+                               log=lambda s: None)
     with pytest.raises(LaunchError, match="no node agent started on gpu01, gpu02 within 0.3 s"):
         absent.launch([0, 1], 1, RANK, timeout_s=1)
 
