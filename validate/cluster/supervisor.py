@@ -259,6 +259,10 @@ def main() -> int:
     """Read the journal from stdin until EOF, then undo what is left in it."""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTSTP):  # a terminal's signals are the validator's
         signal.signal(sig, signal.SIG_IGN)
+    # imported now, while the validator runs: once it died, undoing starts at once, even on busy cores
+    import validate.cluster.host_settings  # noqa: F401
+    import validate.cluster.netemu  # noqa: F401
+    import validate.launch.launcher  # noqa: F401
     journal: dict[int, dict] = {}
     pending = b""
     while chunk := os.read(0, 1 << 16):
