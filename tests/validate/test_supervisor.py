@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from validate.cluster import supervisor
+from validate.cluster import host_settings, supervisor
 from validate.cluster.supervisor import Supervisor, process_alive, process_identity, undo_all
 
 from .conftest import supervisor_of, wait_until
@@ -26,8 +26,8 @@ def test_what_is_left_in_the_journal_is_undone_when_the_pipe_closes(tmp_path):
     for folder in (kept, removed):
         folder.mkdir()
         (folder / "file").write_text("x")
-    key = sup.register("folder", path=str(kept))
-    sup.register("folder", path=str(removed))
+    key = sup.register(supervisor.remove_folder, path=str(kept))
+    sup.register(supervisor.remove_folder, path=str(removed))
     sup.forget(key)  # undone by the process itself (here: not at all, so that we see it is left alone)
     assert sup.close() == 0
     assert kept.is_dir() and not removed.exists()
@@ -35,21 +35,34 @@ def test_what_is_left_in_the_journal_is_undone_when_the_pipe_closes(tmp_path):
 
 def test_entries_are_undone_newest_first_and_a_failure_stops_none(monkeypatch, capsys):
     done = []
-    monkeypatch.setitem(supervisor.UNDO, "folder", lambda e: done.append(e["path"]))
+    monkeypatch.setattr(supervisor, "remove_folder", lambda path: done.append(path))
 
-    def fail(entry):
+    def fail(**args):
         raise OSError("no such sysctl")
 
-    monkeypatch.setitem(supervisor.UNDO, "setting", fail)
-    journal = {1: {"undo": "folder", "path": "workspace"}, 2: {"undo": "setting"}, 7: {"undo": "folder", "path": "mpi"}}
+    monkeypatch.setattr(host_settings, "undo_hold", fail)
+    folder = "validate.cluster.supervisor:remove_folder"
+    journal = {1: {"undo": folder, "args": {"path": "workspace"}},
+               2: {"undo": "validate.cluster.host_settings:undo_hold", "args": {}},
+               7: {"undo": folder, "args": {"path": "mpi"}}}
     assert undo_all(journal) == 1
     assert done == ["mpi", "workspace"]
     assert "no such sysctl" in capsys.readouterr().err
 
 
-def test_an_unknown_undo_is_refused():
-    with pytest.raises(ValueError, match="unknown undo"):
-        supervisor.register("reboot")
+def test_an_undo_is_a_function_of_a_validate_module():
+    for undo in (lambda: None, os.system, print):
+        with pytest.raises(ValueError, match="module-level function of a validate module"):
+            supervisor.register(undo)
+
+
+def test_the_supervisor_ignores_a_journal_line_that_names_no_undo(capsys):
+    journal = {}
+    for line in (b'{"id": 1, "undo": "os:system", "args": {"command": "true"}}',
+                 b'{"id": 2, "undo": "validate.cluster.supervisor:nothing", "args": {}}', b"not json"):
+        supervisor._apply(journal, line)
+    assert journal == {}
+    assert capsys.readouterr().err.count("ignored journal line") == 3
 
 
 # Journals a temporary folder and a marked process (a sleeper carrying the launch token in its environment, in a
@@ -57,8 +70,9 @@ def test_an_unknown_undo_is_refused():
 KILLED = textwrap.dedent("""
     import os, subprocess, sys, time
     from validate.cluster import supervisor
+    from validate.launch.launcher import kill_marked
     with supervisor.temporary_folder("simfog-test-") as folder:
-        supervisor.register("marked", token=sys.argv[1])
+        supervisor.register(kill_marked, token=sys.argv[1])
         sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "SIMFOG_LAUNCH": sys.argv[1]},
                                    start_new_session=True)
         print(folder, sleeper.pid, flush=True)
@@ -81,7 +95,7 @@ def test_a_process_killed_with_sigkill_has_its_journal_undone(tmp_path):
 FORKS = textwrap.dedent("""
     import os, time
     from validate.cluster import supervisor
-    supervisor.register("folder", path="/nonexistent/simfog-test")
+    supervisor.register(supervisor.remove_folder, path="/nonexistent/simfog-test")
     print(supervisor.get().pid, flush=True)
     if os.fork() == 0:
         time.sleep(30)

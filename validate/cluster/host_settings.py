@@ -171,6 +171,11 @@ def restore_abandoned(name: str, sysctl: Path, *, state_dir: Path | None = None)
         return True
 
 
+def undo_hold(name: str, sysctl: str, holder: str, state_dir: str) -> None:
+    """`release` as the supervisor calls it (validate.cluster.supervisor: paths as strings)."""
+    release(name, Path(sysctl), holder, state_dir=Path(state_dir))
+
+
 @contextlib.contextmanager
 def holding(name: str, sysctl: Path, want: Callable[[str], str], *, state_dir: Path | None = None) -> Iterator[bool]:
     """Hold setting `name` at `want(original)` for the block (see `acquire`; yields its answer), journaled with
@@ -179,7 +184,7 @@ def holding(name: str, sysctl: Path, want: Callable[[str], str], *, state_dir: P
     state_dir = state_dir or STATE_DIR
     sysctl.read_text()  # a missing sysctl: OSError before anything is recorded
     holder = new_holder()
-    key = supervisor.register("setting", name=name, sysctl=str(sysctl), holder=holder, state_dir=str(state_dir))
+    key = supervisor.register(undo_hold, name=name, sysctl=str(sysctl), holder=holder, state_dir=str(state_dir))
     try:
         held = acquire(name, sysctl, want, holder, state_dir=state_dir)
     except BaseException:

@@ -167,7 +167,7 @@ def available() -> tuple[bool, str]:
             return False, f"`{tool}` (iproute2) is not on PATH"
     run = f"sf{os.getpid()}-{next(_seq)}"
     ns = f"{run}-probe"
-    key = supervisor.register("namespaces", run=run)
+    key = supervisor.register(remove_run, run=run)
     try:
         _sh("ip", "netns", "add", ns)
         _sh("ip", "-n", ns, "link", "add", "name", "a", "type", "veth", "peer", "name", "b")
@@ -311,7 +311,7 @@ class EmulatedCluster:
     # -- building ---------------------------------------------------------------------------------------------
     def __enter__(self) -> EmulatedCluster:
         # journaled before anything is made: a kill from here on leaves nothing for long
-        self._journal = supervisor.register("namespaces", run=self.run)
+        self._journal = supervisor.register(remove_run, run=self.run)
         self._install_handlers()
         atexit.register(self._teardown)
         try:

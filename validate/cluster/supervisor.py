@@ -6,15 +6,15 @@ pipe that only the validator holds. Before each change of the host the validator
 journal entry, one JSON line, written whole: under PIPE_BUF bytes); once it has undone the change itself it forgets
 the entry. When the pipe closes, which the kernel does when the validator's process ends, however it ends, the
 supervisor undoes what is left, newest first, and exits. An entry registered but not yet carried out when the
-validator died is undone too, so every undo is idempotent and harmless on what does not exist (yet). The kinds:
+validator died is undone too, so every undo is idempotent and harmless on what does not exist (yet).
 
-    marked      kill every process whose environment carries a launch's token (ranks, their children, MPI
-                daemons, in any namespace or process group: validate.launch.launcher.kill_marked)
-    namespaces  delete an emulated cluster's network namespaces, with their veths, bridge and tbf qdiscs, after
-                killing what runs inside (validate.cluster.netemu.remove_run)
-    setting     release a shared host setting the validator held (validate.cluster.host_settings.release: the
-                value found before the first holder comes back once no live holder is left)
-    folder      remove a temporary folder
+An entry names its undo: a function of a validate module and its keyword arguments (JSON values), imported by the
+supervisor when the entry arrives, so that once the validator died undoing starts at once, even on busy cores. The
+modules that change the host register their own: validate.launch.launcher.kill_marked (every process carrying a
+launch's token: ranks, their children, MPI daemons, in any namespace or process group),
+validate.cluster.netemu.remove_run (a cluster's namespaces, with their veths, bridge and tbf qdiscs, after killing
+what runs inside), validate.cluster.host_settings.undo_hold (a shared host setting: the value found before the
+first holder comes back once no live holder is left), and `remove_folder` here.
 
 If the supervisor is killed too, the next validator still removes what dead owners left (namespaces and folders
 named by owner pid, settings' dead holders). Without a supervisor (it could not start) a warning says so once
@@ -24,6 +24,7 @@ and the run goes on.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import json
 import os
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,13 +97,11 @@ class Supervisor:
                       "until the next run", file=sys.stderr)
                 return False
 
-    def register(self, undo: str, **args) -> int | None:
-        """Journal how to undo a change that is about to be made (see the module docstring); returns the entry's
-        key for `forget`, None when the supervisor is gone."""
-        if undo not in UNDO:
-            raise ValueError(f"unknown undo {undo!r}: one of {', '.join(UNDO)}")
+    def register(self, undo: Callable, **args) -> int | None:
+        """Journal how to undo a change that is about to be made: `undo(**args)` (see the module docstring);
+        returns the entry's key for `forget`, None when the supervisor is gone."""
         key = next(_keys)
-        return key if self._send({"id": key, "undo": undo, **args}) else None
+        return key if self._send({"id": key, "undo": _name_of(undo), "args": args}) else None
 
     def forget(self, key: int | None) -> None:
         """Drop an entry: its change has been undone."""
@@ -149,7 +148,7 @@ def get() -> Supervisor | None:
         return _active
 
 
-def register(undo: str, **args) -> int | None:
+def register(undo: Callable, **args) -> int | None:
     """`Supervisor.register` on this process's supervisor (None without one)."""
     sup = get()
     return sup.register(undo, **args) if sup is not None else None
@@ -180,7 +179,7 @@ def temporary_folder(prefix: str) -> Iterator[Path]:
     root = Path(tempfile.gettempdir())
     for _ in range(100):
         path = root / (prefix + "".join(secrets.choice(_FOLDER_CHARS) for _ in range(8)))
-        key = register("folder", path=str(path))
+        key = register(remove_folder, path=str(path))
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:
@@ -199,46 +198,41 @@ def temporary_folder(prefix: str) -> Iterator[Path]:
         forget(key)
 
 
+def remove_folder(path: str) -> None:
+    """Remove a temporary folder (absolute paths only); a symlink in its place is refused, none inside followed."""
+    if Path(path).is_absolute():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _name_of(undo: Callable) -> str:
+    """"module:function" for a module-level function of a validate module, the only undos an entry may name."""
+    module, name = getattr(undo, "__module__", ""), getattr(undo, "__qualname__", "")
+    if not module.startswith("validate.") or not name.isidentifier() or \
+            getattr(sys.modules.get(module), name, None) is not undo:
+        raise ValueError(f"{undo!r}: an undo is a module-level function of a validate module")
+    return f"{module}:{name}"
+
+
+def _resolve(name: str) -> Callable:
+    module, _, function = str(name).partition(":")
+    if not module.startswith("validate.") or not function.isidentifier():
+        raise ValueError(f"not an undo: {name!r}")
+    return getattr(importlib.import_module(module), function)
+
+
 # -- the supervisor process ---------------------------------------------------------------------------------------
-
-def _kill_marked(entry: dict) -> None:
-    from validate.launch.launcher import kill_marked
-
-    kill_marked(str(entry["token"]))
-
-
-def _remove_namespaces(entry: dict) -> None:
-    from validate.cluster.netemu import remove_run
-
-    remove_run(str(entry["run"]))
-
-
-def _release_setting(entry: dict) -> None:
-    from validate.cluster.host_settings import release
-
-    release(str(entry["name"]), Path(entry["sysctl"]), str(entry["holder"]), state_dir=Path(entry["state_dir"]))
-
-
-def _remove_folder(entry: dict) -> None:
-    path = Path(entry["path"])
-    if path.is_absolute():
-        shutil.rmtree(path, ignore_errors=True)  # refuses a symlink in its place; never follows one inside
-
-
-UNDO = {"marked": _kill_marked, "namespaces": _remove_namespaces, "setting": _release_setting,
-        "folder": _remove_folder}
-
 
 def _apply(journal: dict[int, dict], line: bytes) -> None:
     try:
         message = json.loads(line)
         if "forget" in message:
             journal.pop(int(message["forget"]), None)
-        elif message.get("undo") in UNDO:
-            journal[int(message["id"])] = message
         else:
-            raise ValueError("neither an entry nor a forget")
-    except (ValueError, TypeError, KeyError) as e:
+            _resolve(message["undo"])  # imported now, not once the validator died
+            if not isinstance(message["args"], dict):
+                raise TypeError("args is not an object")
+            journal[int(message["id"])] = message
+    except (ValueError, TypeError, KeyError, ImportError, AttributeError) as e:
         print(f"simfog supervisor: ignored journal line {line[:200]!r}: {e}", file=sys.stderr)
 
 
@@ -248,7 +242,7 @@ def undo_all(journal: dict[int, dict]) -> int:
     for key in sorted(journal, reverse=True):
         entry = journal[key]
         try:
-            UNDO[entry["undo"]](entry)
+            _resolve(entry["undo"])(**entry["args"])
         except Exception as e:  # noqa: BLE001 - one failed undo must not keep the others from running
             failures += 1
             print(f"simfog supervisor: could not undo {entry}: {e}", file=sys.stderr)
@@ -259,10 +253,6 @@ def main() -> int:
     """Read the journal from stdin until EOF, then undo what is left in it."""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTSTP):  # a terminal's signals are the validator's
         signal.signal(sig, signal.SIG_IGN)
-    # imported now, while the validator runs: once it died, undoing starts at once, even on busy cores
-    import validate.cluster.host_settings  # noqa: F401
-    import validate.cluster.netemu  # noqa: F401
-    import validate.launch.launcher  # noqa: F401
     journal: dict[int, dict] = {}
     pending = b""
     while chunk := os.read(0, 1 << 16):

@@ -243,7 +243,7 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
     procs, outs, steps = [], [], []
     token = uuid.uuid4().hex
     with contextlib.ExitStack() as files, signals_raise():
-        journal = supervisor.register("marked", token=token)
+        journal = supervisor.register(kill_marked, token=token)
         try:
             for rank in range(world):
                 node = nodes[rank // ranks_per_node]
@@ -402,7 +402,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
         cmd.append("--oversubscribe")
     with supervisor.temporary_folder("simfog-mpi-") as folder, tempfile.TemporaryFile() as log, signals_raise():
         proc = None
-        journal = supervisor.register("marked", token=token)
+        journal = supervisor.register(kill_marked, token=token)
         try:
             proc = cluster.run_in(0, [*cmd, "sh", "-c", _MPI_WRAPPER, str(folder), *argv], env=full_env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
