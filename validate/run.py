@@ -66,7 +66,6 @@ from simfog.cluster import Cluster, Link
 from simfog.engine import ComputeModel, Simulation
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
-from simfog.processes import pid_alive
 from simfog.results import Result
 from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace, Provenance
@@ -90,8 +89,9 @@ CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
 # between (simfog.nccl_fit needs the 64 KiB-4 MiB transitions, where buckets lie).
 NCCL_CALIBRATION_SIZES = tuple(2**k for k in range(3, 31))
 STARTUP_S = 120.0  # starting the ranks (imports of torch on a few loaded cores) and the process group
-# The run's temporary folder in tempfile.gettempdir(): "simfog-validate-<pid>-<8 random>"; the pid lets a later run
-# remove the folder of a validator killed with SIGKILL (the only exit that cannot remove its own).
+# The run's temporary folder in tempfile.gettempdir(): "simfog-validate-<pid>-<8 random>". A validator killed with
+# SIGKILL (the only exit that cannot remove its own) has it removed by its supervisor (validate.cluster.supervisor)
+# and, should that be killed too, by a later run, which the pid tells whose it is.
 WORKSPACE_PREFIX = "simfog-validate-"
 _WORKSPACE = re.compile(rf"{re.escape(WORKSPACE_PREFIX)}(?P<pid>\d+)-[a-z0-9_]{{8}}")
 # Scheduling of the ranks (calibration and runs alike), see validate.cluster.scheduling: "rt" (SCHED_RR, every thread, with
@@ -663,16 +663,20 @@ def _open(shape: Cluster, options: Options):
 @contextlib.contextmanager
 def _workspace() -> Iterator[Path]:
     """The run's temporary folder, removed on leaving the block (success, error, KeyboardInterrupt; SIGTERM too, as
-    it raises SystemExit meanwhile). Folders that SIGKILLed validators left are removed first."""
+    it raises SystemExit meanwhile; SIGKILL by the supervisor, which this starts before anything else changes the
+    host). Folders of validators killed with their supervisors are removed first."""
+    from validate.cluster.supervisor import temporary_folder
     from validate.launch.launcher import signals_raise
 
     _remove_dead_workspaces()
-    with signals_raise(), tempfile.TemporaryDirectory(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-") as tmp:
-        yield Path(tmp)
+    with signals_raise(), temporary_folder(f"{WORKSPACE_PREFIX}{os.getpid()}-") as tmp:
+        yield tmp
 
 
 def _remove_dead_workspaces() -> None:
-    """Removes temporary folders of validators whose process is gone; those of live runs stay."""
+    """Removes temporary folders of validators whose process is gone (or a zombie); those of live runs stay."""
+    from validate.cluster.supervisor import process_alive
+
     root = Path(tempfile.gettempdir())
     try:
         names = os.listdir(root)
@@ -680,7 +684,7 @@ def _remove_dead_workspaces() -> None:
         return
     for name in names:
         m = _WORKSPACE.fullmatch(name)
-        if m and not pid_alive(int(m["pid"])):
+        if m and not process_alive(int(m["pid"])):
             shutil.rmtree(root / name, ignore_errors=True)
 
 

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -31,8 +32,11 @@ from validate.launch.launcher import (
     python_rank_argv,
 )
 
+from .conftest import kill_with_supervisor, wait_until
+
 OK, WHY = netemu.available()
 PREFIX = "sfl"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def root(fn):
@@ -346,3 +350,49 @@ def test_a_failing_mpi_rank_is_named_and_nothing_is_left():
     assert info.value.ranks == (2,)
     assert "MPI rank 2 (node 1) exited with code 3" in str(info.value) and "rank two gives up" in str(info.value)
     assert processes_with(marker) == []
+
+
+# ---- a launcher killed with SIGKILL: its ranks end at once, by their own watchdog or by its supervisor ----
+
+# Launches two loopback ranks that run argv[2] (python code; argv[1] rides along in their command lines), says
+# "go" and waits for them.
+KILLED_DRIVER = textwrap.dedent("""
+    import sys
+    from validate.launch.launcher import launch
+    from validate.cluster.netemu import LoopbackCluster
+    marker = "sf-kill-" + sys.argv[1]
+    print("go", flush=True)
+    launch(LoopbackCluster(2), 1, lambda r, n: [sys.executable, "-c", sys.argv[2], marker], timeout_s=60)
+""")
+RANK_WITH_WATCHDOG = "from validate.launch.launcher import end_with_launcher; end_with_launcher(); " \
+                     "import time; time.sleep(60)"
+# the rank program runs under an intermediary (as under torchrun or mpiexec): its parent is not the launcher
+RANK_UNDER_A_SHELL = "import subprocess, sys; subprocess.run([sys.executable, '-c', " \
+                     f"{RANK_WITH_WATCHDOG!r}, sys.argv[1]])"
+
+
+def _driver(code: str) -> tuple[subprocess.Popen, str]:
+    token = uuid.uuid4().hex
+    marker = f"sf-kill-{token}"
+    driver = subprocess.Popen([sys.executable, "-c", KILLED_DRIVER, token, code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert driver.stdout.readline().strip() == "go"
+    wanted = 4 if code == RANK_UNDER_A_SHELL else 2
+    assert wait_until(lambda: len(processes_with(marker)) == wanted, 30)
+    return driver, marker
+
+
+@pytest.mark.parametrize("code", [RANK_WITH_WATCHDOG, RANK_UNDER_A_SHELL], ids=["child", "grandchild"])
+def test_ranks_end_with_a_sigkilled_launcher_by_their_watchdog(code):
+    """The supervisor is killed first, so only the ranks' own watchdog (end_with_launcher) can end them."""
+    driver, marker = _driver(code)
+    kill_with_supervisor(driver)
+    assert wait_until(lambda: processes_with(marker) == [], 5)  # the shell ends when its rank does
+
+
+def test_ranks_without_a_watchdog_are_ended_by_the_launcher_s_supervisor():
+    driver, marker = _driver("import time; time.sleep(60)")
+    driver.kill()
+    driver.wait()
+    assert wait_until(lambda: processes_with(marker) == [], 5)
+

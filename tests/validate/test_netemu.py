@@ -6,6 +6,7 @@ shaping's correctness (goodput against the configured tbf rate), not the speed o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from simfog.errors import ConfigError
-from validate.cluster import netemu
+from validate.cluster import host_settings, netemu
 from validate.cluster.netemu import (
     ALLOWED_CONGESTION_CONTROL,
     EmulatedCluster,
@@ -24,6 +25,8 @@ from validate.cluster.netemu import (
     cleanup_leftovers,
     open_cluster,
 )
+
+from .conftest import kill_with_supervisor, wait_until
 
 OK, WHY = netemu.available()
 needs_root = [pytest.mark.root, pytest.mark.skipif(not OK, reason=WHY or "emulation available")]
@@ -149,14 +152,22 @@ def _gone(pid: int) -> bool:
 
 
 @root
-def test_sigkilled_owner_leaves_leftovers_that_cleanup_removes():
+def test_sigkilled_owner_s_supervisor_removes_its_namespaces_at_once():
+    child, sleeper, names = _child_cluster()
+    assert len(names) == 3 and all(n in ours() for n in names)
+    child.kill()  # SIGKILL cannot be caught; the supervisor sees its pipe close
+    child.wait()
+    assert wait_until(lambda: not set(names) & set(ours()) and _gone(sleeper))
+
+
+@root
+def test_owner_sigkilled_with_its_supervisor_leaves_leftovers_that_cleanup_removes():
     child, sleeper, names = _child_cluster()
     assert len(names) == 3 and all(n in ours() for n in names)
     # a live owner's namespaces are not leftovers
     assert not set(names) & set(cleanup_leftovers(PREFIX))
-    child.kill()
-    child.wait()
-    assert all(n in ours() for n in names)  # SIGKILL cannot be caught: they are still there
+    kill_with_supervisor(child)
+    assert all(n in ours() for n in names)  # nothing cleaned up: they are still there
     assert set(names) <= set(cleanup_leftovers(PREFIX))
     assert not set(names) & set(ours())
     deadline = time.monotonic() + 5
@@ -243,6 +254,7 @@ def test_forced_fallback_is_loopback_and_says_so_once(monkeypatch, capsys):
 
 
 # ---- the host's allowed congestion-control list: widened for a moment, restored, also after a SIGKILL ----
+# (shared by clusters built at once: test_host_settings.py)
 
 @pytest.fixture
 def allowed(tmp_path):
@@ -251,58 +263,78 @@ def allowed(tmp_path):
     return path
 
 
+def cc_record(state):
+    return host_settings.read_record(netemu.CC_SETTING, state)
+
+
 def test_allowed_list_is_widened_for_the_block_and_restored(allowed, tmp_path):
     state = tmp_path / "state"
-    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state=state):
+    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state_dir=state):
         assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
-        assert state.read_text() == f"{os.getpid()}\nreno bbr\n"  # what a later run restores if this one is killed
+        record = cc_record(state)  # what is restored if this run is killed
+        assert record["original"] == "reno bbr" and record["holders"][0].startswith(f"{os.getpid()}-")
     assert allowed.read_text().split() == ["reno", "bbr"]
-    assert not state.exists()
-    with netemu.allowed_congestion_control("reno", sysctl=allowed, state=state):  # allowed already: untouched
-        assert allowed.read_text().split() == ["reno", "bbr"] and not state.exists()
+    assert cc_record(state) is None
+    with netemu.allowed_congestion_control("reno", sysctl=allowed, state_dir=state):  # allowed already: untouched
+        assert allowed.read_text().split() == ["reno", "bbr"] and cc_record(state) is None
 
 
-# Widens the list at argv[1] (state file argv[2]), says so, and waits to be killed.
+# Widens the list at argv[1] (state folder argv[2]), says so, and waits to be killed.
 WIDENER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from validate.cluster.netemu import allowed_congestion_control
-    with allowed_congestion_control("cubic", sysctl=Path(sys.argv[1]), state=Path(sys.argv[2])):
+    with allowed_congestion_control("cubic", sysctl=Path(sys.argv[1]), state_dir=Path(sys.argv[2])):
         print("widened", flush=True)
         time.sleep(60)
 """)
 
 
-def test_list_left_widened_by_a_killed_run_is_restored_by_the_next(allowed, tmp_path):
-    state = tmp_path / "state"
+def _widener(allowed, state) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", WIDENER, str(allowed), str(state)], stdout=subprocess.PIPE,
                             text=True)
+    assert proc.stdout.readline().strip() == "widened"
+    return proc
+
+
+def test_list_left_widened_by_a_killed_run_is_restored_by_its_supervisor(allowed, tmp_path):
+    state = tmp_path / "state"
+    proc = _widener(allowed, state)
     try:
-        assert proc.stdout.readline().strip() == "widened"
         # while its owner lives, the widening is not a leftover
-        assert not netemu.restore_allowed_congestion_control(sysctl=allowed, state=state)
+        assert not netemu.restore_allowed_congestion_control(sysctl=allowed, state_dir=state)
         assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
     finally:
-        proc.kill()  # SIGKILL: it cannot restore the list
+        proc.kill()  # SIGKILL: it cannot restore the list; its supervisor does, at once
         proc.wait()
+    assert wait_until(lambda: allowed.read_text().split() == ["reno", "bbr"])
+    assert cc_record(state) is None
+
+
+def test_list_left_widened_by_a_run_killed_with_its_supervisor_is_restored_by_the_next(allowed, tmp_path):
+    state = tmp_path / "state"
+    kill_with_supervisor(_widener(allowed, state))
     assert allowed.read_text().split() == ["reno", "bbr", "cubic"]  # left widened ...
-    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state=state):
-        assert state.read_text() == f"{os.getpid()}\nreno bbr\n"  # ... and the next run starts from the real list
+    with netemu.allowed_congestion_control("cubic", sysctl=allowed, state_dir=state):
+        assert cc_record(state)["original"] == "reno bbr"  # ... and the next run starts from the real list
     assert allowed.read_text().split() == ["reno", "bbr"]
-    assert not state.exists()
+    assert cc_record(state) is None
 
 
 @root
 def test_next_cluster_restores_a_list_left_widened(allowed, tmp_path, monkeypatch):
     state = tmp_path / "state"
+    state.mkdir(mode=0o700)
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()
     allowed.write_text("reno bbr cubic\n")
-    state.write_text(f"{dead.pid}\nreno bbr\n")  # a validator killed while the list was widened
+    # a validator killed (with its supervisor) while the list was widened
+    (state / f"{netemu.CC_SETTING}.json").write_text(json.dumps({"original": "reno bbr",
+                                                                  "holders": [f"{dead.pid}-1-0"]}))
     monkeypatch.setattr(netemu, "ALLOWED_CONGESTION_CONTROL", allowed)
-    monkeypatch.setattr(netemu, "CC_STATE_FILE", state)
+    monkeypatch.setattr(host_settings, "STATE_DIR", state)
     # reno is allowed everywhere, so building this cluster widens nothing of the host's real list
     with EmulatedCluster(1, 25e6, prefix=PREFIX, verify=False, tcp_congestion_control="reno"):
         assert allowed.read_text().split() == ["reno", "bbr"]
-        assert not state.exists()
+        assert cc_record(state) is None
     assert ours(pid=os.getpid()) == []

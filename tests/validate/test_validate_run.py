@@ -24,7 +24,7 @@ from validate.comparison import compare
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
-from .conftest import emulation_available
+from .conftest import emulation_available, kill_with_supervisor, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,7 +207,8 @@ def test_host_overheads_feed_the_prediction(experiment):
     assert simulated_experiment(given, None, rec).overheads().sources["bucket_copy_Bps"] == "experiment file"
 
 
-# ---- the run's temporary folder: removed on success, error and Ctrl-C; a SIGKILLed run's by the next run ----
+# ---- the run's temporary folder: removed on success, error and Ctrl-C; a SIGKILLed run's by its supervisor, or by
+# the next run when the supervisor was killed too ----
 
 def _one_rank():
     trace = make_trace([1e-3] * 2, [2e-3] * 2, [1000] * 2)
@@ -295,15 +296,23 @@ def test_temporary_folder_is_removed_on_sigterm(tmpdir_):
     assert list(tmpdir_.iterdir()) == []
 
 
-def test_temporary_folder_of_a_killed_run_is_removed_by_the_next(tmpdir_, monkeypatch):
+def test_temporary_folder_of_a_killed_run_is_removed_by_its_supervisor(tmpdir_):
+    stuck = _stuck_validator(tmpdir_)
+    (folder,) = tmpdir_.iterdir()
+    assert (folder / "spec.json").is_file()
+    stuck.kill()  # SIGKILL: it cannot remove its folder, its supervisor does
+    stuck.wait()
+    assert wait_until(lambda: list(tmpdir_.iterdir()) == [])
+
+
+def test_temporary_folder_of_a_run_killed_with_its_supervisor_is_removed_by_the_next(tmpdir_, monkeypatch):
     from validate.launch import launcher
     from validate.run import run_group
 
     live = tmpdir_ / f"simfog-validate-{os.getpid()}-abcdefgh"  # a live run's folder (ours) stays
     live.mkdir()
     stuck = _stuck_validator(tmpdir_)
-    stuck.kill()  # SIGKILL: it cannot remove its folder
-    stuck.wait()
+    kill_with_supervisor(stuck)  # nothing removes its folder now
     left = [p for p in tmpdir_.iterdir() if p != live]
     assert len(left) == 1 and left[0].name.startswith(f"simfog-validate-{stuck.pid}-")
     assert (left[0] / "spec.json").is_file()

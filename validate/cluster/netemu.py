@@ -18,8 +18,10 @@ IP + TCP with timestamps add 52 B, so a 1514 B frame carries 1448 B of payload.
 
 Teardown (kill every process left in the namespaces, delete them) runs on leaving the with-block, on SIGTERM and
 SIGINT (handlers are installed for the block's duration and the old ones restored), and at interpreter exit. A
-SIGKILLed owner cannot clean up: the next cluster (or `cleanup_leftovers`) removes namespaces whose owner pid is dead,
-and the next cluster restores the host's allowed congestion-control list if it was left widened (see below).
+SIGKILLed owner cannot clean up: its supervisor does (validate.cluster.supervisor: the namespaces are journaled
+before the first is made), and should that be killed too, the next cluster (or `cleanup_leftovers`) removes
+namespaces whose owner pid is dead, and restores the host's allowed congestion-control list if it was left widened
+(see below).
 Without root, `ip` or tc tbf, `available()` says why and `open_cluster` falls back to `LoopbackCluster`.
 """
 
@@ -42,8 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
-from simfog.files import atomic_open
-from simfog.processes import pid_alive
+from validate.cluster import host_settings, supervisor
 
 SUBNET = "10.213.0"  # a private /24 that only ever exists inside this module's own namespaces
 NODE_IFNAME = "{prefix}-nic"  # node side of the veth, inside the node namespace
@@ -79,11 +80,12 @@ MIN_LIMIT_BYTES = 256 * 1024
 # select, overshoots tbf's queue instead: a 1 MB sendrecv at 1 Gbit/s took 8 or 14 ms at random (CUBIC, with
 # HyStart leaving slow start early: 8.0-9.9 ms). A namespace may only pick a congestion control that the host's
 # net.ipv4.tcp_allowed_congestion_control lists; when CUBIC is missing there, it is added for the moment of
-# setting and the list restored at once (the namespace keeps its setting). Meanwhile CC_STATE_FILE holds the pid of
-# the widening process and the list it found, so that the next cluster restores a list that a SIGKILL left widened.
+# setting and the list restored at once (the namespace keeps its setting). The list is held meanwhile
+# (validate.cluster.host_settings, setting CC_SETTING): clusters built at once share the widening, the last one
+# restores the list it found, and a SIGKILL is undone by the killed process's supervisor.
 TCP_CONGESTION_CONTROL = "cubic"
 ALLOWED_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
-CC_STATE_FILE = Path("/run/simfog-validate-allowed-congestion-control")
+CC_SETTING = "allowed-congestion-control"
 
 _OWNED = re.compile(r"^(?P<prefix>[a-z]+)(?P<pid>\d+)-(?P<seq>\d+)-(?P<role>sw|probe|n\d+)$")
 _PREFIX = re.compile(r"^[a-z]{1,6}$")  # no digits: the owner pid follows it in namespace names
@@ -127,16 +129,6 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _kill_namespace_processes(namespace: str, wait_s: float = 5.0) -> list[int]:
     """SIGKILLs every process whose network namespace is `namespace`, waits until they are gone; returns the pids."""
     me = os.getpid()
@@ -173,7 +165,9 @@ def available() -> tuple[bool, str]:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return False, f"`{tool}` (iproute2) is not on PATH"
-    ns = f"sf{os.getpid()}-{next(_seq)}-probe"
+    run = f"sf{os.getpid()}-{next(_seq)}"
+    ns = f"{run}-probe"
+    key = supervisor.register(remove_run, run=run)
     try:
         _sh("ip", "netns", "add", ns)
         _sh("ip", "-n", ns, "link", "add", "name", "a", "type", "veth", "peer", "name", "b")
@@ -185,6 +179,7 @@ def available() -> tuple[bool, str]:
         return False, f"cannot build an emulated network here: {e}"
     finally:
         _sh("ip", "netns", "del", ns, check=False)
+        supervisor.forget(key)
     return True, ""
 
 
@@ -201,47 +196,42 @@ def cleanup_leftovers(prefix: str = "sf", *, include_live: bool = False) -> list
         m = _OWNED.match(ns)
         if not m or m["prefix"] != prefix:
             continue
-        if not include_live and _pid_alive(int(m["pid"])):
+        if not include_live and supervisor.process_alive(int(m["pid"])):
             continue
         _delete_namespace(ns)
         removed.append(ns)
     return removed
 
 
-def restore_allowed_congestion_control(*, sysctl: Path | None = None, state: Path | None = None) -> bool:
-    """Puts back the allowed congestion-control list that a validator killed while it had widened it left in the
-    state file (default CC_STATE_FILE for the sysctl ALLOWED_CONGESTION_CONTROL); a live widener's state stays.
-    Returns whether it restored a list."""
-    sysctl, state = sysctl or ALLOWED_CONGESTION_CONTROL, state or CC_STATE_FILE
-    try:
-        pid, found = state.read_text().split("\n", 1)
-    except (OSError, ValueError):
-        return False
-    if pid.isdigit() and pid_alive(int(pid)):
-        return False  # another cluster is being built right now: it restores the list itself
-    sysctl.write_text(found.strip())
-    state.unlink(missing_ok=True)
-    return True
+def remove_run(run: str) -> list[str]:
+    """Removes the namespaces of one cluster (or probe) `run` ("<prefix><pid>-<seq>"), first killing processes
+    still inside; what its supervisor does when the owner was killed. Returns the removed names."""
+    removed = []
+    for ns in _namespaces():
+        if ns.startswith(f"{run}-") and _OWNED.match(ns):
+            _delete_namespace(ns)
+            removed.append(ns)
+    return removed
+
+
+def restore_allowed_congestion_control(*, sysctl: Path | None = None, state_dir: Path | None = None) -> bool:
+    """Puts back the allowed congestion-control list (sysctl default ALLOWED_CONGESTION_CONTROL) when every process
+    that widened it died unreleased, supervisors included; a live widener's hold stays. Returns whether it
+    restored a list."""
+    return host_settings.restore_abandoned(CC_SETTING, sysctl or ALLOWED_CONGESTION_CONTROL, state_dir=state_dir)
 
 
 @contextlib.contextmanager
-def allowed_congestion_control(name: str, *, sysctl: Path | None = None, state: Path | None = None) -> Iterator[None]:
-    """Adds `name` to the host's allowed congestion-control list for the duration (when missing) and restores the
-    list after. The list found is kept in the state file meanwhile (see restore_allowed_congestion_control)."""
-    sysctl, state = sysctl or ALLOWED_CONGESTION_CONTROL, state or CC_STATE_FILE
-    restore_allowed_congestion_control(sysctl=sysctl, state=state)
-    allowed = sysctl.read_text().split()
-    if name in allowed:
+def allowed_congestion_control(name: str, *, sysctl: Path | None = None,
+                               state_dir: Path | None = None) -> Iterator[None]:
+    """Holds `name` in the host's allowed congestion-control list for the duration (added when missing; see
+    host_settings.holding), so that a namespace may select it."""
+    def widened(original: str) -> str:
+        allowed = original.split()
+        return original if name in allowed else " ".join([*allowed, name])
+
+    with host_settings.holding(CC_SETTING, sysctl or ALLOWED_CONGESTION_CONTROL, widened, state_dir=state_dir):
         yield
-        return
-    with atomic_open(state) as f:  # complete or absent: a torn list would narrow the host's list when restored
-        f.write(f"{os.getpid()}\n{' '.join(allowed)}\n")
-    try:
-        sysctl.write_text(" ".join([*allowed, name]))
-        yield
-    finally:
-        sysctl.write_text(" ".join(allowed))
-        state.unlink(missing_ok=True)
 
 
 def _set_congestion_control(ns: str, name: str) -> None:
@@ -303,14 +293,15 @@ class EmulatedCluster:
                               f"burst >= {MTU + 14} (one frame) and limit >= burst")
         self.verify = verify
         self.tcp_congestion_control = tcp_congestion_control
-        run = f"{prefix}{os.getpid()}-{next(_seq)}"
-        self.switch = f"{run}-sw"
+        self.run = f"{prefix}{os.getpid()}-{next(_seq)}"  # unique per process and cluster: no two runs collide
+        self.switch = f"{self.run}-sw"
         ifname = NODE_IFNAME.format(prefix=prefix)
-        self.nodes = tuple(NodeSpec(i, f"{run}-n{i}", f"{SUBNET}.{i + 1}", ifname) for i in range(nodes))
+        self.nodes = tuple(NodeSpec(i, f"{self.run}-n{i}", f"{SUBNET}.{i + 1}", ifname) for i in range(nodes))
         self._created: list[str] = []
         self._started: list[subprocess.Popen] = []
         self._torn_down = False
         self._old_handlers: dict[int, object] = {}
+        self._journal: int | None = None
 
     @classmethod
     def for_cluster(cls, cluster, **kwargs) -> EmulatedCluster:
@@ -319,6 +310,8 @@ class EmulatedCluster:
 
     # -- building ---------------------------------------------------------------------------------------------
     def __enter__(self) -> EmulatedCluster:
+        # journaled before anything is made: a kill from here on leaves nothing for long
+        self._journal = supervisor.register(remove_run, run=self.run)
         self._install_handlers()
         atexit.register(self._teardown)
         try:
@@ -447,6 +440,7 @@ class EmulatedCluster:
             if left:
                 raise NetemuError(f"could not delete namespaces {sorted(left)}")
             self._created.clear()
+            supervisor.forget(self._journal)  # on failure it stays: the supervisor tries again
         finally:
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

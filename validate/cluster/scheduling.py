@@ -16,8 +16,9 @@ stretch and every rank stalling at once at random iterations (iteration-time CV 
 -27 %). A lower priority for the loop thread deadlocks instead (the yielding worker never lets it run). With a
 1 ms slice the waiting thread gets the CPU within a millisecond: CV 0.05, no iteration above 1.4x the median in
 150 (MLP wfbp, 4 nodes at 1 Gbit/s). `sched_rr_timeslice_ms` only affects SCHED_RR threads, i.e. on this machine
-only the ranks; the previous value is restored on exit and, after a run that was killed, by the next one (it is
-kept in STATE_FILE meanwhile).
+only the ranks. The slice is held (validate.cluster.host_settings), not just set: validators running at once share
+it, the last one out restores the value found before the first, and a validator's supervisor releases it within a
+second when the validator is killed.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from validate.cluster import host_settings
+
 PRIORITIES = ("rt", "nice", "none")
 RT_PRIORITY = 10  # SCHED_RR, low among real-time priorities; the kernel's RT throttling still applies
 RR_TIME_SLICE_MS = 1
 SYSCTL = Path("/proc/sys/kernel/sched_rr_timeslice_ms")
-STATE_FILE = Path("/run/simfog-validate-rr-timeslice")  # the value to restore while a validator changed it
+SETTING = "rr-timeslice"  # its record in host_settings.STATE_DIR
 
 
 def raise_priority(kind: str) -> bool:
@@ -55,30 +58,17 @@ def raise_priority(kind: str) -> bool:
 
 
 @contextlib.contextmanager
-def rr_time_slice(ms: int = RR_TIME_SLICE_MS, *, sysctl: Path = SYSCTL, state: Path = STATE_FILE) -> Iterator[bool]:
-    """Set the machine's SCHED_RR time slice to `ms` for the duration; yields whether it was set (False without
-    root or without the sysctl: the runs still work, with the default slice). A leftover STATE_FILE (a validator
-    killed while it had changed the slice) is restored first."""
-    try:
-        if state.is_file():
-            sysctl.write_text(state.read_text().strip())
-            state.unlink()
-        before = sysctl.read_text().strip()
-        state.write_text(before)  # first, so that a killed run can be undone
-    except OSError:
-        yield False
-        return
-    try:
-        sysctl.write_text(str(int(ms)))
-    except OSError:
-        state.unlink(missing_ok=True)
-        yield False
-        return
-    try:
-        yield True
-    finally:
+def rr_time_slice(ms: int = RR_TIME_SLICE_MS, *, sysctl: Path = SYSCTL,
+                  state_dir: Path | None = None) -> Iterator[bool]:
+    """Hold the machine's SCHED_RR time slice at `ms` for the duration (host_settings.holding, with its state in
+    `state_dir`, default host_settings.STATE_DIR); yields whether it is at `ms` (False without root or without the
+    sysctl: the runs still work, with the default slice)."""
+    with contextlib.ExitStack() as stack:
         try:
-            sysctl.write_text(before)
-            state.unlink(missing_ok=True)
+            stack.enter_context(host_settings.holding(SETTING, sysctl, lambda original: str(int(ms)),
+                                                      state_dir=state_dir))
         except OSError:
-            pass
+            applied = False
+        else:
+            applied = True
+        yield applied

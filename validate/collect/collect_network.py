@@ -184,6 +184,10 @@ def collect_network(backend: str, ranks: int, *, sizes: Iterable[int] | None = N
     wenv = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": _pythonpath()}
     if loopback and backend == "gloo":
         wenv["GLOO_SOCKET_IFNAME"] = "lo"
+    if loopback:  # the workers run on this host: they end with this process (launcher.end_with_launcher)
+        from validate.launch.launcher import LAUNCHER_PID_VAR
+
+        wenv[LAUNCHER_PID_VAR] = str(os.getpid())
     wenv.update(env or {})
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     load_before = os.getloadavg()

@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from validate.collect.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
+from validate.launch.launcher import end_with_launcher
 
 
 def make_op(collective: str, nbytes: int, comm):
@@ -40,6 +41,7 @@ def make_op(collective: str, nbytes: int, comm):
 
 
 def main(argv: list[str] | None = None) -> int:
+    end_with_launcher()  # a rank never outlives the process that launched it
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--plan", required=True)
     p.add_argument("--out", required=True)

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from validate.collect.collect_network import ELEMENT_BYTES, time_plan, write_rank_result
+from validate.launch.launcher import end_with_launcher
 
 # torch 2.13 renamed the single-tensor collectives and deprecates the old names; older torch has only those.
 _ALLGATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -48,6 +49,7 @@ def make_op(collective: str, nbytes: int, rank: int, world: int, device: torch.d
 
 
 def main(argv: list[str] | None = None) -> int:
+    end_with_launcher()  # a rank never outlives the process that launched it
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--plan", required=True)
     p.add_argument("--out", required=True)

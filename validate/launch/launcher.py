@@ -11,11 +11,19 @@ node reach each other at the node's own address, which the kernel routes over th
 
 `launch` starts one process per rank (torch.distributed, or anything that reads those variables); `launch_mpi`
 starts one Open MPI job whose daemons run in the nodes' namespaces (mpi4py).
+
+When the validator dies without stopping its ranks (kill -9), two things end them at once. Every process of a
+launch carries its token in the environment (TOKEN_VAR), journaled with the validator's supervisor
+(validate.cluster.supervisor) before the first is started: the supervisor kills every process with that token,
+whatever its namespace or process group. And each rank program calls `end_with_launcher` first: the kernel then
+kills the rank when the process that started it dies (PR_SET_PDEATHSIG), or a watcher thread does when that was an
+intermediary (torchrun's agent, MPI's daemon) and the validator dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import shutil
@@ -32,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
+from validate.cluster import supervisor
 from validate.cluster.netemu import NodeSpec
 
 STDERR_TAIL_LINES = 12
@@ -42,6 +51,9 @@ POLL_S = 0.02
 # collective), and their last step says what they were doing.
 STEP_FD_VAR = "SIMFOG_STEP_FD"
 TAILS_SHOWN = 2  # ranks whose stderr tail a time-bound error quotes
+TOKEN_VAR = "SIMFOG_LAUNCH"  # every process of one launch carries its token: kill_marked finds them all
+LAUNCHER_PID_VAR = "SIMFOG_LAUNCHER_PID"  # the process a rank must not outlive (end_with_launcher)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class LaunchError(SimfogError):
@@ -72,6 +84,28 @@ def note_step(text: str) -> None:
     if fd.isdigit():
         with contextlib.suppress(OSError):  # the launcher's file is gone: nobody is listening
             os.write(int(fd), (" ".join(text.split()) + "\n").encode())
+
+
+def end_with_launcher() -> None:
+    """Called first in a rank program: the rank ends when the process that launched it (LAUNCHER_PID_VAR) dies,
+    even by SIGKILL. Its direct child gets SIGKILL from the kernel at that moment (PR_SET_PDEATHSIG, which
+    survives the exec of `ip netns exec`); a grandchild (under torchrun or mpiexec) gets a watcher thread
+    (simfog.processes.exit_with: within half a second). Does nothing outside a launch."""
+    pid = os.environ.get(LAUNCHER_PID_VAR, "")
+    if not pid.isdigit():
+        return
+    pid = int(pid)
+    if os.getppid() == pid and sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != pid:  # it died before the prctl: nobody would send the signal now
+                os._exit(1)
+            return
+    from simfog.processes import exit_with
+
+    if not supervisor.process_alive(pid):
+        os._exit(1)
+    exit_with(pid)
 
 
 def python_rank_argv(module: str, *args: str) -> list[str]:
@@ -207,7 +241,9 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
     world = len(nodes) * ranks_per_node
     port = _free_port(cluster)
     procs, outs, steps = [], [], []
+    token = uuid.uuid4().hex
     with contextlib.ExitStack() as files, signals_raise():
+        journal = supervisor.register(kill_marked, token=token)
         try:
             for rank in range(world):
                 node = nodes[rank // ranks_per_node]
@@ -221,12 +257,16 @@ def launch(cluster, ranks_per_node: int, argv_for_rank: Callable[[int, NodeSpec]
                 env[STEP_FD_VAR] = str(step.fileno())
                 if env_for_rank is not None:
                     env.update({k: str(v) for k, v in env_for_rank(rank, node).items()})
+                env[TOKEN_VAR] = token
+                env[LAUNCHER_PID_VAR] = str(os.getpid())
                 procs.append(cluster.run_in(node.index, list(argv_for_rank(rank, node)), env=env, stdout=out,
                                             stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
                                             pass_fds=(step.fileno(),)))
             failed, hung = _wait(procs, time.monotonic() + timeout_s)
         finally:
             _stop_all(procs)
+            kill_marked(token)  # what a rank started in a session of its own
+            supervisor.forget(journal)
         results = []
         for rank, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
             out.seek(0)
@@ -297,7 +337,6 @@ def _wait(procs, deadline: float) -> tuple[list[int], list[int]]:
 # Each MPI rank runs under this shell wrapper: its output goes to files named by rank, its exit code too, so a failure
 # can be pinned on a rank although mpiexec merges everything. $0 is the folder.
 _MPI_WRAPPER = 'r=$OMPI_COMM_WORLD_RANK; "$@" >"$0/$r.out" 2>"$0/$r.err"; c=$?; echo $c >"$0/$r.rc"; exit $c'
-_TOKEN_VAR = "SIMFOG_LAUNCH"
 _HOSTS_VAR = "SIMFOG_MPI_HOSTS"
 
 
@@ -338,7 +377,8 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
     token = uuid.uuid4().hex
     full_env = dict(os.environ)
     full_env.update({k: str(v) for k, v in (env or {}).items()})
-    full_env[_TOKEN_VAR] = token
+    full_env[TOKEN_VAR] = token
+    full_env[LAUNCHER_PID_VAR] = str(os.getpid())
     cmd = [mpiexec, "-n", str(world), "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
            "--mca", "btl_tcp_if_include", ifname]
     if os.geteuid() == 0:
@@ -347,7 +387,7 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
         # more ranks than cores: Open MPI's busy-polling ranks starve each other (measured: a 4 MiB allreduce, 4
         # ranks on 2 cores, 3.2 s instead of 0.35 s); yield when idle, as --oversubscribe does on one host
         cmd += ["--mca", "mpi_yield_when_idle", "1"]
-    for name in [*(env or {}), _TOKEN_VAR]:
+    for name in [*(env or {}), TOKEN_VAR, LAUNCHER_PID_VAR]:
         cmd += ["-x", name]
     if shaped:
         hosts = [n.address for n in nodes]
@@ -360,11 +400,11 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
         cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hosts[0], *cmd]
     else:
         cmd.append("--oversubscribe")
-    with tempfile.TemporaryDirectory(prefix="simfog-mpi-") as folder, tempfile.TemporaryFile() as log, \
-            signals_raise():
+    with supervisor.temporary_folder("simfog-mpi-") as folder, tempfile.TemporaryFile() as log, signals_raise():
         proc = None
+        journal = supervisor.register(kill_marked, token=token)
         try:
-            proc = cluster.run_in(0, [*cmd, "sh", "-c", _MPI_WRAPPER, folder, *argv], env=full_env, stdout=log,
+            proc = cluster.run_in(0, [*cmd, "sh", "-c", _MPI_WRAPPER, str(folder), *argv], env=full_env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             deadline = time.monotonic() + timeout_s
             # a rank that fails after MPI_Init may still finalize cleanly, and then mpiexec waits for the others:
@@ -375,7 +415,8 @@ def launch_mpi(cluster, ranks_per_node: int, argv: list[str], *, env: dict | Non
         finally:
             if proc is not None:
                 _stop_all([proc])
-            _kill_marked(token)
+            kill_marked(token)
+            supervisor.forget(journal)
         log.seek(0)
         said = log.read().decode(errors="replace")
         results, codes = _mpi_results(Path(folder), world)
@@ -415,10 +456,10 @@ def _mpi_results(folder: Path, world: int) -> tuple[list[RankResult], list[int |
     return results, codes
 
 
-def _kill_marked(token: str) -> None:
-    """SIGKILLs every process whose environment carries this launch's token (mpiexec's daemons and ranks in any
-    namespace, whatever process group they chose), then waits until they are gone."""
-    marker = f"{_TOKEN_VAR}={token}".encode()
+def kill_marked(token: str) -> None:
+    """SIGKILLs every process whose environment carries this launch's token (ranks, their children, mpiexec's
+    daemons, in any namespace, whatever process group they chose), then waits until they are gone."""
+    marker = f"{TOKEN_VAR}={token}".encode()
     deadline = time.monotonic() + KILL_GRACE_S
     while time.monotonic() < deadline:
         found = []
@@ -431,21 +472,13 @@ def _kill_marked(token: str) -> None:
                         found.append(int(entry))
             except OSError:
                 continue
-        live = [pid for pid in found if _live_members_pid(pid)]
+        live = [pid for pid in found if supervisor.process_alive(pid)]
         if not live:
             return
         for pid in live:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(POLL_S)
-
-
-def _live_members_pid(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except (OSError, IndexError):
-        return False
 
 
 def _mpi_agent(args: list[str]) -> None:

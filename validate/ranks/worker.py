@@ -59,7 +59,7 @@ import torch.distributed as dist
 from simfog.errors import ConfigError
 from simfog.trace import load_model_trace
 from validate.cluster.scheduling import raise_priority
-from validate.launch.launcher import note_step
+from validate.launch.launcher import end_with_launcher, note_step
 from validate.ranks.buckets import BucketedAllreduce
 from validate.ranks.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
 from validate.ranks.timing import HostClock, clock_for, to_seconds
@@ -331,6 +331,7 @@ def _write(path: Path, data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    end_with_launcher()  # a rank never outlives the process that launched it
     p = argparse.ArgumentParser(description="one rank of a simfog validation run (started by validate.run)")
     p.add_argument("spec", help="SPEC.json written by validate.run (with --calibrate: a collect_network plan)")
     p.add_argument("out", help="directory for rank<R>.json")
