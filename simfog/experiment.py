@@ -457,9 +457,9 @@ def _overhead_keys(m: Mapping, p: str, source: str | None) -> dict:
         out["collective_overhead_s"] = _quantity(m, "collective_overhead", "time", p, source)
     if "overlap_slowdown" in m:
         f = m["overlap_slowdown"]
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
-            raise ConfigError(f"{p}overlap_slowdown", f, "a number >= 1: how many times slower backward compute "
-                              "runs while a collective runs beside it (1.0 = no slowdown)", source=source)
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1 <= f <= 1e3:
+            raise ConfigError(f"{p}overlap_slowdown", f, "a number from 1 to 1000: how many times slower backward "
+                              "compute runs while a collective runs beside it (1.0 = no slowdown)", source=source)
         out["overlap_slowdown"] = float(f)
     for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s")):
         if name in out and not math.isfinite(out[name]):
@@ -588,9 +588,10 @@ def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
     for key, limit, what in (("rank_slowdown", cluster.ranks, "rank"), ("node_slowdown", cluster.nodes, "node")):
         table = _index_map(h, key, limit, what, source)
         for i, v in table.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:  # NaN fails too
-                raise ConfigError(f"{p}{key}.{i}", v, "a finite compute-time factor > 0 (1.5 = 50 % slower)",
-                                  source=source)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1e-3 <= v <= 1e3:  # NaN fails too
+                # 1e-300 made a rank's iteration 1e-293 s and its throughput a 300-digit number
+                raise ConfigError(f"{p}{key}.{i}", v, "a compute-time factor from 0.001 to 1000 (1.5 = 50 % "
+                                  "slower)", source=source)
         slow[key] = tuple(sorted((i, float(v)) for i, v in table.items()))
     rate = h.get("straggler_rate", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
