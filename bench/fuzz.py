@@ -1,21 +1,25 @@
-"""Malformed inputs through the `simfog` command: every one must end with exit code 2 and one line on stderr.
+"""Malformed inputs through the `simfog` command and the Python API: every one must end with exit code 2 and one
+line on stderr (from Python: a simfog.ConfigError naming the argument).
 
 Inputs are mutations of what the project ships and reads: the model and network traces in traces/, the
 experiments (the embedded default and notebooks/experiments), the plan catalogue, the reference logs in
-../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths.
-Each family below builds inputs that are malformed by construction, so exit 0 is always wrong for them (except
-the Kineto family, whose odd events a tolerant importer may read: there exit 0 must write a trace that loads).
+../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths; and
+(issue 22) the Python API's arguments, calibrated network files, the sharded algorithms' knobs, benchmark logs
+with zero times or impossible importer options, and sweep CSVs torn by a kill. Each family below builds inputs
+that are malformed by construction, so exit 0 is always wrong for them (except the Kineto family, whose odd
+events a tolerant importer may read: there exit 0 must write a trace that loads; and sweep_resume, whose resumed
+sweep must exit 0 with the CSV the uninterrupted sweep wrote).
 
-Each input runs in-process through simfog.cli.main(argv) in its own folder, under a per-input alarm so a hang
-is reported rather than waited out. Outcomes:
+Each input runs in-process through simfog.cli.main(argv) (or the API call) in its own folder, under a per-input
+alarm so a hang is reported rather than waited out. Outcomes:
   clean      exit 2, one line `simfog...: error: ...` naming the file or option, nothing written
-  ok         exit 0 where that is allowed (Kineto family) and the output loads
+  ok         exit 0 where that is allowed (Kineto, sweep_resume) and the output loads / is the expected one
   traceback  an exception escaped main()
   silent     exit 0 for malformed input, or an exit without exactly one error line, or output written
   vague      a clean error that does not name the file or option it is about
   hang       over the per-input time limit
 
-    python bench/fuzz.py                 # 2,400 inputs, seed 0
+    python bench/fuzz.py                 # 3,400 inputs (200 per family), seed 0
     python bench/fuzz.py -n 5000 --seed 7 --show 20
 
 The last line is `tried=<n> tracebacks=<n> silent=<n> hangs=<n>`. tests/test_fuzz_cli.py runs the same
@@ -39,6 +43,7 @@ import time
 import tomllib
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -58,8 +63,10 @@ class Case:
     family: str
     argv: list[str]
     names: tuple[str, ...] = ()   # the message must contain one of these (the file or option at fault)
-    may_succeed: bool = False     # exit 0 allowed (then `output` must load as a trace)
+    may_succeed: bool = False     # exit 0 allowed (then `output` must load as a trace, or `verify` pass)
     output: str | None = None
+    call: Callable[[], object] | None = None  # a Python API call instead of argv: must raise simfog.ConfigError
+    verify: Callable[[Path], str | None] | None = None  # after exit 0: what is wrong with the result, or None
 
 
 @dataclass
@@ -162,8 +169,15 @@ def break_model_trace(t: dict, rng: random.Random) -> None:
     with_params = [k for k, layer in enumerate(layers) if layer["params"]]
     j = rng.choice(with_params)
     bad_time = rng.choice([NAN, INF, -INF, -1.0, 1e308, 1e10, "0.1", None, True, BIG, [], {}])
-    pick = rng.randrange(17)
-    if pick == 0:
+    pick = rng.randrange(19)
+    if pick == 17:
+        t["grad_ready_order"][rng.randrange(len(t["grad_ready_order"]))] = rng.choice([{"a": 1}, 5, None, ["x"]])
+    elif pick == 18:  # no compute in some recorded iteration (0 s, or a subnormal time)
+        k = rng.randrange(len(layers[0]["forward_s"]))
+        for layer in layers:
+            layer["forward_s"][k] = layer["backward_s"][k] = 0.0
+        layers[0]["backward_s"][k] = rng.choice([0.0, 5e-324, 1e-12])
+    elif pick == 0:
         layers[i][rng.choice(["forward_s", "backward_s"])][0] = bad_time
     elif pick == 1:
         layers[0]["forward_s"].append(0.001)  # a sample count that differs from the layer's backward_s
@@ -218,8 +232,14 @@ def break_model_trace(t: dict, rng: random.Random) -> None:
 def break_net_trace(t: dict, rng: random.Random) -> None:
     ms = t["measurements"]
     m = rng.choice(ms)
-    pick = rng.randrange(9)
-    if pick == 0:
+    pick = rng.randrange(12)
+    if pick == 9:
+        m[rng.choice(["bogus", "tim_s", "Bytes", ""])] = rng.choice([1, [1.0], "x"])
+    elif pick == 10:
+        t[rng.choice(["backend", "transport"])] = rng.choice(["bogus", "ncl", "", "NCCL", "carrier pigeon"])
+    elif pick == 11:
+        m["time_s"] = [0.0] * len(m["time_s"])
+    elif pick == 0:
         m["collective"] = rng.choice(["allfoo", 5, None])
     elif pick == 1:
         m["ranks"] = rng.choice([0, -1, BIG, 1.5, "2"])
@@ -246,7 +266,7 @@ EXP_BREAKS = [
     (("iterations",), [0, -1, 10**7, 1.5, "5", BIG]),
     (("seeds",), [1]),
     (("workload",), [5, "x", [1]]),
-    (("workload", "trace"), [5, DELETE, "nope.json", ".", "/dev/zero", "e.toml"]),
+    (("workload", "trace"), [5, DELETE, "nope.json", ".", "/dev/zero", "e.toml", "a\0b", "loop"]),
     (("workload", "compute"), ["median", 1]),
     (("workload", "extra"), [1]),
     (("cluster",), [5, DELETE]),
@@ -254,10 +274,10 @@ EXP_BREAKS = [
     (("cluster", "gpus_per_node"), [0, -3, 2.5, "8", BIG]),
     (("cluster", "nic_bandwidth"), [10, "10", "10 furlongs", "-1Gbit/s", "", True, "Gbit/s", "1e3 ms"]),
     (("cluster", "nic_latency"), [5, "5", "-1us", "1 parsec", "us"]),
-    (("cluster", "intra_bandwidth"), ["0GB/s", "fast", 150]),
-    (("cluster", "oversubscription"), [0.5, "2", NAN, True, -1]),
+    (("cluster", "intra_bandwidth"), ["0GB/s", "fast", 150, "1e-300B/s", "1e-4B/s"]),
+    (("cluster", "oversubscription"), [0.5, "2", NAN, True, -1, INF]),
     (("cluster", "reduce_bandwidth"), ["0B/s", "x"]),
-    (("cluster", "network"), [5, "missing.toml", ".", "e.toml"]),
+    (("cluster", "network"), [5, "missing.toml", ".", "e.toml", "a\0b", "loop"]),
     (("cluster", "network_trace"), ["missing.json", ".", "t.json"]),
     (("cluster", "bogus"), [1]),
     (("comm",), [5, [1]]),
@@ -265,8 +285,8 @@ EXP_BREAKS = [
     (("comm", "merge"), ["bogus", None if False else "wfbpp"]),
     (("comm", "algorithm"), ["x", 3]),
     (("comm", "threshold"), [25, "25", "-1MiB", "MiB"]),
-    (("comm", "streams"), [0, 1.5, "2"]),
-    (("comm", "ps_servers"), [0, -1]),
+    (("comm", "streams"), [0, 1.5, "2", 65, 2**63 - 1, BIG]),
+    (("comm", "ps_servers"), [0, -1, 10**6 + 1, 2**63 - 1]),
     (("comm", "topology"), ["blob", 1]),
     (("comm", "combine"), ["xyz"]),
     (("comm", "negotiate"), ["yes", 1]),
@@ -278,7 +298,7 @@ EXP_BREAKS = [
     (("comm", "async_period"), ["0s", "x"]),
     (("comm", "bogus"), [1]),
     (("heterogeneity", "rank_slowdown"), [{"999": 1.5}, {"0": -1}, {"x": 2}, 5, {"0": NAN}, {"0": "2"}]),
-    (("heterogeneity", "node_slowdown"), [{"99": 2.0}, {"0": 0}]),
+    (("heterogeneity", "node_slowdown"), [{"99": 2.0}, {"0": 0}, {"0": 1e-300}, {"0": 1e300}]),
     (("heterogeneity", "straggler_rate"), [2, -0.1, NAN, "0.5"]),
     (("heterogeneity", "straggler_distribution"), ["cauchy"]),
     (("heterogeneity", "degraded_nics"), [{"0": "fast"}, {"99": "1Gbit/s"}]),
@@ -286,8 +306,10 @@ EXP_BREAKS = [
 ]
 
 
-def break_experiment(e: dict, rng: random.Random) -> None:
+def break_experiment(e: dict, rng: random.Random, d: Path) -> None:
     path, values = rng.choice(EXP_BREAKS)
+    if "loop" in values and not os.path.lexists(d / "loop"):
+        os.symlink("loop", d / "loop")  # a symlink to itself: resolving it never ends
     if path[0] == "heterogeneity":
         e.setdefault("heterogeneity", {})
     if len(path) > 1:
@@ -315,19 +337,21 @@ CATALOGUE_BREAKS = [
     (("bogus",), [1]),
     (("option", 0, "gpus_per_node"), [0, "8", BIG, 1.5, DELETE]),
     (("option", 0, "max_nodes"), [0, -1, DELETE]),
-    (("option", 0, "price_per_gpu_hour"), [-1, NAN, "2", DELETE]),
-    (("option", 0, "oversubscription"), [0.5, "x"]),
-    (("option", 0, "collectives"), [["nope"], "ring", [5]]),
-    (("option", 0, "merges"), [["nope"], 5]),
+    (("option", 0, "price_per_gpu_hour"), [-1, NAN, "2", DELETE, INF]),
+    (("option", 0, "oversubscription"), [0.5, "x", INF]),
+    (("option", 0, "collectives"), [["nope"], "ring", [5], []]),
+    (("option", 0, "merges"), [["nope"], 5, []]),
     (("option", 0, "name"), ["", 5, DELETE]),
     (("option", 0, "bogus"), [1]),
-    (("option", 0, "nic_bandwidth"), [10, "fast", DELETE]),
-    (("option", 0, "network"), ["missing.toml", 5, "."]),
+    (("option", 0, "nic_bandwidth"), [10, "fast", DELETE, "1e-300B/s", "0B/s", "1e400Gbit/s"]),
+    (("option", 0, "network"), ["missing.toml", 5, ".", "a\0b", "loop"]),
 ]
 
 
-def break_catalogue(c: dict, rng: random.Random) -> None:
+def break_catalogue(c: dict, rng: random.Random, d: Path) -> None:
     path, values = rng.choice(CATALOGUE_BREAKS)
+    if "loop" in values and not os.path.lexists(d / "loop"):
+        os.symlink("loop", d / "loop")
     if path[-1] == "name" and rng.random() < 0.3 and len(c["option"]) > 1:
         c["option"][1]["name"] = c["option"][0]["name"]  # duplicate names
         return
@@ -387,7 +411,7 @@ def fam_net_trace(rng, d):
 def fam_experiment(rng, d):
     _good_trace(d, rng)
     e = _copy(rng.choice(corpus()["exps"]))
-    break_experiment(e, rng)
+    break_experiment(e, rng, d)
     name = _write(d, "e.toml", dump_toml(e))
     cmd = rng.choice([["simulate", name], ["simulate", name, "--json"], ["sweep", name, "--jobs", "1",
                       "--no-progress"], ["curve", name, "--ranks", "2,4", "--jobs", "1", "--no-progress"],
@@ -418,8 +442,10 @@ def fam_experiment_text(rng, d):
 
 def _special(d: Path, rng: random.Random, name: str) -> str:
     """A path where a file belongs that is not a readable regular file."""
-    kind = rng.randrange(5)
-    if kind == 0:
+    kind = rng.randrange(6)
+    if kind == 5:
+        os.symlink(name, d / name)  # a symlink to itself
+    elif kind == 0:
         (d / name).mkdir()
     elif kind == 1:
         os.mkfifo(d / name)
@@ -480,11 +506,17 @@ def fam_options(rng, d):
         (["curve", e, "--jobs", "1", "--no-progress", "--ranks",
           rng.choice(["", "8,4,...,2", "4,8,...,9", "a,b", "2,3,...,1000000000", "...", "1,2,...", "0,1,...,4"])],
          "--ranks"),
-        (["plan", e, "--target-samples-per-s", rng.choice(["nan", "-1", "0", "x"])], "--target-samples-per-s"),
+        (["plan", e, "--target-samples-per-s", rng.choice(["nan", "-1", "0", "x", "inf", "1e400"])],
+         "--target-samples-per-s"),
+        (["plan", e, "--epoch-samples", rng.choice(["inf", "nan", "1e300", "-inf"]), "--epoch-time", "2h"],
+         "--epoch-samples"),
+        (["sweep", e, "--no-progress", "--jobs", rng.choice(["100000", "1025"])], "--jobs"),
+        (["collective", "allreduce", "--network", "x.toml", "--nodes", rng.choice(["99999999999999999999", "1000001"]),
+          "--gpus-per-node", "1"], "--nodes"),
         (["plan", e, "--epoch-samples", "100", "--epoch-time", rng.choice(["2", "0s", "x", "-1h"])], "--epoch-time"),
         (["plan", e, "--epoch-time", "2h"], "--epoch-time"),
-        (["tune", e, "--points", rng.choice(["0", "-1", "1"])], "--points"),
-        (["tune", e, "--refine", "-1"], "--refine"),
+        (["tune", e, "--points", rng.choice(["0", "-1", "1", "1001", "1000000000"])], "--points"),
+        (["tune", e, "--refine", rng.choice(["-1", "1001", "1000000000"])], "--refine"),
         (["tune", e, "--lo", rng.choice(["x", "5", "-1MiB"])], "--lo"),
         (["tune", e, "--lo", "1GiB", "--hi", "1KiB"], "--hi"),
         (["tune", e, "--merge", "ddp"], "--merge"),
@@ -552,7 +584,7 @@ def fam_outputs(rng, d):
 def fam_catalogue(rng, d):
     _good_trace(d, rng)
     c = _copy(corpus()["catalogue"])
-    break_catalogue(c, rng)
+    break_catalogue(c, rng, d)
     _write(d, "cat.toml", dump_toml(c) if rng.random() < 0.9 else break_text(dump_toml(c), rng))
     return Case("catalogue", ["plan", "t.json", "--catalogue", "cat.toml", "--target-samples-per-s", "1e12"],
                 ("cat.toml",))
@@ -587,6 +619,8 @@ def fam_kineto(rng, d):
         return fam_model_trace(rng, d)
     data = _kineto(srcs[0])
     data = _copy(data)
+    if rng.random() < 0.15:  # every event listed twice
+        data["traceEvents"] = [e for e in data["traceEvents"] for _ in range(2)]
     events = data["traceEvents"]
     for _ in range(rng.randint(1, 5)):
         pick = rng.randrange(5)
@@ -626,11 +660,228 @@ def fam_units_overflow(rng, d):
     return Case("units_overflow", ["simulate", _write(d, "e.toml", dump_toml(e))], ("e.toml",))
 
 
+# ---- the new surfaces of issue 22: the Python API, network files, sharded knobs, logs, sweep resume ----
+
+def _api_cases(d: Path, exp_path: Path, rng: random.Random) -> tuple[str, dict, str]:
+    """(function, keyword arguments, the field its ConfigError must name): arguments `simfog ...` refuses."""
+    (d / "afile").write_text("x")
+    (d / "adir").mkdir()
+    load_bad = {"path": [5, b"e.toml", "nope.toml", ".", "/dev/zero", 1.5],
+                "ranks": [0, -1, "8", 1.5, True, 10**30, BIG], "merge": ["x", 3, "", ["ddp"]],
+                "collective": ["x", 3, ""], "threshold": [25, "x", "-1MiB", NAN, "1e400B", "25"],
+                "iterations": [0, 1.5, "5", 10**7, True], "seed": [-1, 2**63, "1", True, 1.5]}
+    sweep_bad = {"ranks": [[0], ["8"], 3.5, [True], [10**30], []],
+                 "merge": [["ddp", 3], [None], [["ddp"]], "", [], 5],
+                 "collective": [[None], ["ring", "warp"], "", 5, []],
+                 "threshold": [[NAN], [INF], [-1], [BIG], "25", [{"a": 1}], [True], "x", [1e300]],
+                 "jobs": ["2", 0, -1, 1.5, True, None, 10**9],
+                 "output": [5, ".", "afile/x.csv", "a\0b.csv", b"x.csv", 1.5, "adir"],
+                 "progress": ["yes", 1, None]}
+    fn = rng.choice(["load", "simulate", "sweep", "sweep"])
+    if fn == "simulate":
+        return fn, {"experiment": rng.choice([5, {"seed": 1}, None, "nope.toml", 1.5, b"e.toml"])}, ""
+    table = load_bad if fn == "load" else sweep_bad
+    key = rng.choice(list(table))
+    kwargs = {key: rng.choice(table[key])}
+    if fn == "load" and key != "path":
+        kwargs["path"] = exp_path
+    return fn, kwargs, key
+
+
+def fam_api(rng, d):
+    """simfog.load / simulate / sweep with the arguments the command line refuses: each must raise
+    simfog.ConfigError naming its keyword (path or experiment for what is no experiment), and write nothing."""
+    import simfog
+
+    _good_trace(d, rng)
+    exp_path = d / _exp_file(d, rng)
+    fn, kwargs, key = _api_cases(d, exp_path, rng)
+    if fn == "sweep":
+        experiment = exp_path if rng.random() < 0.5 else simfog.load(exp_path)
+        call = lambda: simfog.sweep(experiment, **kwargs)  # noqa: E731
+    else:
+        call = lambda: getattr(simfog, fn)(**kwargs)  # noqa: E731
+    shown = {k: (v if not isinstance(v, int) or abs(v) < 10**20 else "<big>") for k, v in kwargs.items()}
+    names = (key, "path") if fn == "load" else (key,) if key else ("experiment", "path")  # a bad path: "path"
+    return Case("api", [f"simfog.{fn}({shown})"], names, call=call)
+
+
+def _network_doc() -> dict:
+    """A well-formed network file (as `simfog calibrate -o` writes one), as a dict of its sections."""
+    from simfog import nccl
+
+    return {"nccl": {"version": nccl.VERSIONS[0], "gpu_arch": "ampere", "cpu_vendor": "intel",
+                     "intra_transport": "nvlink", "channels": 8, "intra_bus_bandwidth": "204GB/s",
+                     "inter_bus_bandwidth": "13GB/s", "latency_inter": "2.9us", "launch": "8.8us",
+                     "tree_fill": "93KiB", "nvls": False, "collnet": False},
+            "p2p": {"nic_flow_bandwidth": "850Mbit/s"}, "provenance": {"fitted_from": "bench/fuzz.py"}}
+
+
+_BANDWIDTHS = ["1e-300B/s", "1e-4B/s", "0GB/s", "fast", 100, "-1GB/s", "1e400GB/s", "", DELETE]
+# (section, key or None for the section itself, bad values): each is wrong whatever the rest of the file says.
+NETWORK_BREAKS = [
+    ("nccl", "intra_bus_bandwidth", _BANDWIDTHS), ("nccl", "inter_bus_bandwidth", _BANDWIDTHS),
+    ("nccl", "latency_inter", ["5", "-1us", "1e400s", 5, "1 parsec"]), ("nccl", "launch", ["x", "-1us"]),
+    ("nccl", "tree_fill", ["-1B", "x", 5]), ("nccl", "channels", [0, 65, -1, "8", 1.5, True, BIG]),
+    ("nccl", "version", ["9.99", 2.3, ""]), ("nccl", "gpu_arch", ["quantum", 5]),
+    ("nccl", "cpu_vendor", ["arm64x"]), ("nccl", "intra_transport", ["carrier"]), ("nccl", "nvls", ["yes", 1]),
+    ("nccl", "bogus", [1]), ("p2p", "nic_flow_bandwidth", ["0B/s", "1e-300B/s", "x", 5]), ("p2p", "bogus", [1]),
+    ("provenance", None, [5, "x"]), ("bogus", None, [{"a": 1}]), ("nccl", None, [5, DELETE]),
+]
+
+
+def fam_network_file(rng, d):
+    """A calibrated network file (`[cluster] network`, `simfog collective --network`, a catalogue option's
+    network) that is malformed, or so slow that a run or a collective would last over 1e9 s."""
+    doc = _copy(_network_doc())
+    slow = rng.random() < 0.15
+    if slow:  # well-formed, but one iteration's gradients or one 8 GiB collective take longer than 1e9 s
+        doc["nccl"]["inter_bus_bandwidth"] = "1e-3B/s"  # a 940 kB trace's gradients: >= 9.4e8 s an iteration
+        doc["p2p"] = {}
+    else:
+        section, key, values = rng.choice(NETWORK_BREAKS)
+        value = rng.choice(values)
+        if key is None:
+            _set(doc, (section,), value)
+        else:
+            doc.setdefault(section, {})
+            _set(doc, (section, key), value)
+    _write(d, "net.toml", dump_toml(doc) if rng.random() < 0.95 else break_text(dump_toml(doc), rng))
+    _good_trace(d, rng)
+    use = rng.choice(["experiment", "collective"] + ([] if slow else ["catalogue"]))
+    if use == "experiment":
+        e = _copy(rng.choice(corpus()["exps"]))
+        e["cluster"] = {"nodes": 4 if slow else rng.choice([2, 4]), "gpus_per_node": rng.choice([1, 2]),
+                        "network": "net.toml"}
+        e.pop("comm", None)
+        return Case("network_file", ["simulate", _write(d, "e.toml", dump_toml(e))], ("net.toml",))
+    if use == "collective":
+        sizes = [] if slow else ["--sizes", rng.choice(["1MiB", "8B:8MiB"])]
+        return Case("network_file", ["collective", rng.choice(["allreduce", "allgather", "broadcast"]), "--network",
+                                     "net.toml", "--nodes", "2", "--gpus-per-node", "2", *sizes], ("net.toml",))
+    _write(d, "cat.toml", dump_toml({"currency": "USD", "option": [{
+        "name": "x", "gpus_per_node": 2, "max_nodes": 2, "price_per_gpu_hour": 1.0, "network": "net.toml"}]}))
+    return Case("network_file", ["plan", "t.json", "--catalogue", "cat.toml", "--target-samples-per-s", "1"],
+                ("net.toml",))
+
+
+_FSDP, _ZERO = ("fsdp", "hsdp"), ("zero1", "zero2", "zero3")
+# (algorithms, key, bad values) on a 2 x 2 cluster: each value is wrong for these algorithms.
+SHARDED_BREAKS = [
+    (("zero1", "zero2"), "allgather_bucket_size", [1, 10, 0, -1, 1.5, "5e8", True, BIG]),
+    (_ZERO, "reduce_bucket_size", [0, -1, 1.5, "x", BIG, 2**53 + 1]),
+    (("zero3",), "stage3_prefetch_bucket_size", [0, -5, "x", BIG]),
+    (_ZERO, "overlap_comm", ["yes", 1]), (("zero1", "zero2"), "zero_reduce", ["scatter", 1]),
+    (_FSDP, "fsdp_unit", ["", "x", [0], [], "0MB", 5, [1] * 1000, "-1MB", "1e400MB"]),
+    (_FSDP, "prefetch", [-1, "1", 1.5]), (_FSDP, "reshard_after_forward", [1, "true"]),
+    (("hsdp",), "hsdp_group", [0, 3, -1, 8]), (_FSDP + _ZERO, "param_dtype", ["float128", 5]),
+    (_FSDP + _ZERO, "reduce_dtype", ["int4"]),
+    (("fsdp", "zero3"), "allgather_bucket_size", [500_000_000]),   # a knob of another algorithm
+    (("zero1", "allreduce"), "fsdp_unit", ["layer"]),
+]
+
+
+def fam_sharded(rng, d):
+    """Sharded data parallelism (fsdp, hsdp, zero1-3) with a knob out of range, of the wrong type, or of
+    another algorithm; allgather buckets so small that a step would issue more than 10,000 all-gathers."""
+    _good_trace(d, rng)
+    algorithms, key, values = rng.choice(SHARDED_BREAKS)
+    e = _copy(rng.choice(corpus()["exps"]))
+    e["cluster"] = {"nodes": 2, "gpus_per_node": 2, "nic_bandwidth": "25Gbit/s"}
+    e["comm"] = {"algorithm": rng.choice(algorithms), key: rng.choice(values)}
+    name = _write(d, "e.toml", dump_toml(e))
+    cmd = rng.choice([["simulate", name], ["sweep", name, "--jobs", "1", "--no-progress", "-o", "s.csv"]])
+    return Case("sharded", cmd, ("e.toml",))
+
+
+def _zero_log_times(text: str) -> str:
+    """A benchmark log with every time printed as 0.00: nccl-tests' two time columns, OSU's and IMB's latencies."""
+    import re
+
+    out = []
+    for line in text.splitlines():
+        prefix, body = re.match(r"(\[\d+,\d+\]<stdout>:)?(.*)", line).groups()  # mpirun --tag-output
+        p = body.split()
+        if len(p) >= 12 and p[0].isdigit() and p[2] in ("float", "half", "bfloat16", "double"):
+            times = [i for i, x in enumerate(p) if re.fullmatch(r"\d+\.\d+", x)]
+            for i in times[:1] + times[3:4]:
+                p[i] = "0.00"
+            line = (prefix or "") + "  ".join(p)
+        elif re.fullmatch(r"\s*\d+(,\d+)?\s+[\d.]+\s*", line):
+            line = re.sub(r"[\d.]+\s*$", "0.00", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def fam_net_logs(rng, d):
+    """nccl-tests and OSU logs whose times are all 0.00 (below the log's resolution), and importer options naming
+    a backend or transport no trace may hold."""
+    logs = [p for p in corpus()["logs"] if "allreduce" in p.name or p.suffix == ".nccl" or "nccl_" in p.name]
+    if not logs:
+        return fam_net_trace(rng, d)
+    src = rng.choice(logs)
+    kind = "osu" if "allreduce" in src.name else "nccl-tests"
+    text = src.read_text(errors="replace")
+    name = src.name  # the OSU importer reads the rank count from it (allreduce4.log)
+    if rng.random() < 0.5:
+        _write(d, name, _zero_log_times(text))
+        return Case("net_logs", ["import", kind, name, "-o", "o.json"], (name,))
+    _write(d, name, text)
+    key = "transport" if kind == "nccl-tests" else rng.choice(["transport", "backend"])
+    value = rng.choice(["bogus", "ncl", "Ethernet", "carrier pigeon", "NCCL"])
+    return Case("net_logs", ["import", kind, name, "-s", f"{key}={value}", "-o", "o.json"], (key,))
+
+
+def _quiet_main(d: Path, argv: list[str]) -> int:
+    from simfog import cli
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(d)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return cli.main(argv)
+    finally:
+        os.chdir(cwd)
+
+
+def fam_sweep_resume(rng, d):
+    """A sweep CSV whose last row a kill cut short (between its "\r" and "\n" included): the resumed sweep exits 0
+    and the CSV is byte for byte the uncut one (the torn point recomputed, none lost or doubled)."""
+    _good_trace(d, rng)
+    e = {"seed": rng.randrange(100), "iterations": 2, "workload": {"trace": "t.json", "compute": rng.choice(
+        ["mean", "samples"])}, "cluster": {"nodes": 2, "gpus_per_node": 2, "nic_bandwidth": "25Gbit/s"}}
+    name = _write(d, "e.toml", dump_toml(e))
+    argv = ["sweep", name, "--ranks", rng.choice(["1,2,4", "2,4", "1,4,2"]), "--merge", rng.choice(["ddp", "ddp,wfbp"]),
+            "--jobs", "1", "--no-progress", "-o", "s.csv"]
+    if _quiet_main(d, argv) != 0:
+        raise RuntimeError(f"the uncut sweep failed: simfog {' '.join(argv)}")
+    whole = (d / "s.csv").read_bytes()
+    last = whole.rstrip(b"\r\n").rfind(b"\n") + 1   # where the last row starts
+    cut = rng.choice([len(whole) - 1, len(whole) - 2, rng.randrange(last, len(whole)), last])
+    (d / "s.csv").write_bytes(whole[:cut])
+
+    def verify(folder: Path) -> str | None:
+        got = (folder / "s.csv").read_bytes()
+        return None if got == whole else f"cut at {cut} of {len(whole)} bytes: resumed CSV differs ({len(got)} bytes)"
+
+    return Case("sweep_resume", argv, ("s.csv",), may_succeed=True, verify=verify)
+
+
+# ---- agents' requests (validate/launch/shared_dir.py) ----
+# PLACE FOR THE LEAD AT MERGE: the node agents' request parser (issue 22, point 1) is being hardened on another
+# branch. Add `fam_agent_requests(rng, d) -> Case` here: mutate a launch-k.json / current.json request (a module
+# or argument not allowed, PYTHONPATH / LD_* in env, "run": "../../outside", "nodes": 5, a missing or wrong
+# HMAC, symlinked or foreign-owned files) and call the exposed parsing function through `Case.call`, expecting its
+# ConfigError (names: the request file or field); then register it in FAMILIES below.
+
+
 FAMILIES = {
     "model_trace": fam_model_trace, "trace_bytes": fam_trace_bytes, "net_trace": fam_net_trace,
     "experiment": fam_experiment, "experiment_text": fam_experiment_text, "special_files": fam_special_files,
     "options": fam_options, "outputs": fam_outputs, "catalogue": fam_catalogue, "ref_logs": fam_ref_logs,
     "kineto": fam_kineto, "units_overflow": fam_units_overflow,
+    "api": fam_api, "network_file": fam_network_file, "sharded": fam_sharded, "net_logs": fam_net_logs,
+    "sweep_resume": fam_sweep_resume,
 }
 
 
@@ -645,23 +896,34 @@ def _tree(d: Path) -> set[str]:
 
 
 def run_case(case: Case, d: Path, timeout: float | None = 30) -> Outcome:
-    """Run case.argv in folder `d` through simfog.cli.main; classify the outcome."""
+    """Run case.argv in folder `d` through simfog.cli.main (or case.call, a Python API call); classify the
+    outcome."""
     from simfog import cli
+    from simfog.errors import ConfigError
 
     before = _tree(d)
     err, out = io.StringIO(), io.StringIO()
     cwd = os.getcwd()
     old = signal.signal(signal.SIGALRM, _alarm) if timeout else None
     rc: object = None
+    raised: ConfigError | None = None
     try:
         os.chdir(d)
         if timeout:
             signal.setitimer(signal.ITIMER_REAL, timeout)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
-                rc = cli.main(list(case.argv))
+                if case.call is not None:
+                    case.call()
+                    rc = 0
+                else:
+                    rc = cli.main(list(case.argv))
             except SystemExit as e:
                 rc = e.code
+            except ConfigError as e:
+                if case.call is None:
+                    raise
+                raised, rc = e, 2
     except Hang:
         return Outcome("hang", None, err.getvalue())
     except Exception as e:
@@ -673,24 +935,33 @@ def run_case(case: Case, d: Path, timeout: float | None = 30) -> Outcome:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
         os.chdir(cwd)
-    stderr = err.getvalue()
+    stderr = err.getvalue() if raised is None else f"simfog: error: {raised}\n"
     lines = stderr.splitlines()
     written = _tree(d) - before
     if rc == 0 and case.may_succeed:
-        from simfog.trace import load_model_trace
-
-        try:
-            load_model_trace(d / case.output)
-        except Exception as e:  # noqa: BLE001 - any failure to load back is the finding
-            return Outcome("silent", rc, stderr, f"exit 0 but {case.output} does not load: {e}")
-        return Outcome("ok", rc, stderr)
+        return _succeeded(case, d, rc, stderr)
     if rc != 2 or len(lines) != 1 or ": error: " not in lines[0] or "Traceback" in stderr:
         return Outcome("silent", rc, stderr, f"exit {rc}, {len(lines)} stderr line(s)")
     if written:
         return Outcome("silent", rc, stderr, f"wrote {sorted(written)}")
-    if case.names and not any(n in lines[0] for n in case.names):
+    named = raised.field in case.names if raised is not None else any(n in lines[0] for n in case.names)
+    if case.names and not named:
         return Outcome("vague", rc, stderr, f"does not name {' or '.join(case.names)}")
     return Outcome("clean", rc, stderr)
+
+
+def _succeeded(case: Case, d: Path, rc: object, stderr: str) -> Outcome:
+    """Exit 0 where the case allows it: `verify` finds nothing wrong, or `output` loads as a trace."""
+    if case.verify is not None:
+        wrong = case.verify(d)
+        return Outcome("silent", rc, stderr, f"exit 0 but {wrong}") if wrong else Outcome("ok", rc, stderr)
+    from simfog.trace import load_model_trace
+
+    try:
+        load_model_trace(d / case.output)
+    except Exception as e:  # noqa: BLE001 - any failure to load back is the finding
+        return Outcome("silent", rc, stderr, f"exit 0 but {case.output} does not load: {e}")
+    return Outcome("ok", rc, stderr)
 
 
 def _alarm(signum, frame):
@@ -704,7 +975,7 @@ def make_case(family: str, seed: int, d: Path) -> Case:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", type=int, default=2400, help="inputs to try (spread evenly over the families)")
+    parser.add_argument("-n", type=int, default=3400, help="inputs to try (spread evenly over the families)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=30, help="seconds per input before it counts as a hang")
     parser.add_argument("--show", type=int, default=10, help="findings printed in full")

@@ -97,19 +97,21 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
     import tempfile
     from pathlib import Path
 
-    from simfog import sweeps, units
+    from simfog import files, sweeps, units
 
     exp = _experiment(experiment)
-    rank_list = _values(ranks, "ranks") or [exp.ranks]
-    for r in rank_list:
-        if isinstance(r, bool) or not isinstance(r, int):
-            raise ConfigError("ranks", r, "whole rank counts, e.g. ranks=[8, 64]")
-    merges, colls = _values(merge, "merge"), _values(collective, "collective")
-    thresholds = [t if isinstance(t, (int, float)) and not isinstance(t, bool) else units.nbytes(t, field="threshold")
-                  for t in _values(threshold, "threshold")] or [exp.comm.threshold_bytes]
-    # The CLI's grid builder validates every name and rank count before anything runs.
+    # The command line's own checks, in its order: output and jobs first, then every point of the grid.
+    if output is not None:
+        files.check_output(output)
+    if not isinstance(progress, bool):
+        raise ConfigError("progress", progress, "True or False")
     with _keyword_names():
-        points = sweeps.checked_grid(exp, rank_list, ",".join(merges) or None, ",".join(colls) or None, thresholds)
+        sweeps.check_jobs(jobs)
+        thresholds = _values(threshold, "threshold")
+        if thresholds is not None:  # sizes as the command line gives them ("25MiB"), or numbers of bytes
+            thresholds = [units.nbytes(t, field="threshold") if isinstance(t, str) else t for t in thresholds]
+        points = sweeps.checked_points(exp, _values(ranks, "ranks"), _values(merge, "merge"),
+                                       _values(collective, "collective"), thresholds)
     if output is None:
         with tempfile.TemporaryDirectory(prefix="simfog-sweep-") as tmp:
             rows = sweeps.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
@@ -162,10 +164,10 @@ def _keyword_names():
         raise ConfigError(e.field.lstrip("-"), e.value, e.allowed, source=e.source) from None
 
 
-def _values(value, name: str) -> list:
-    """One value or an iterable of them, as a list (empty for None)."""
+def _values(value, name: str) -> list | None:
+    """One value or an iterable of them, as a list (None for None: the experiment's own)."""
     if value is None:
-        return []
+        return None
     if isinstance(value, (str, bytes, int, float)):
         return [value]
     try:

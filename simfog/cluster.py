@@ -5,6 +5,7 @@ Ranks are placed node by node: rank r lives on node r // ranks_per_node. Bandwid
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -81,8 +82,9 @@ class Cluster:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"cluster.{name}", v, "an integer >= 1")
-        if not self.oversubscription >= 1.0:
-            raise ConfigError("cluster.oversubscription", self.oversubscription, "a number >= 1 (1 = full bisection)")
+        if not 1.0 <= self.oversubscription < math.inf:
+            raise ConfigError("cluster.oversubscription", self.oversubscription, "a finite number >= 1 (1 = full "
+                              "bisection)")
         if self.gpu_memory_B is not None and not self.gpu_memory_B > 0:
             raise ConfigError("cluster.gpu_memory", self.gpu_memory_B, 'a size > 0 such as "80GB"')
         if self.reduce_Bps is not None and not self.reduce_Bps > 0:

@@ -26,6 +26,7 @@ import simpy
 from simfog.experiment import Experiment
 from simfog.interval_log import IntervalLog, iteration_columns
 from simfog.results import Result
+from simfog.units import LIMITS
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ class ComputeModel:
     def single_rank_time_s(self) -> float:
         """Mean iteration time of one rank with no communication: the reference for scaling efficiency."""
         return float(np.mean(self.forward_s + self.backward_s + self.optimizer_s))
+
+
+# The longest run simfog simulates (s) and how it is said: the longest time a quantity may say, so that a bandwidth
+# too small or a latency too large is refused rather than answered with an iteration of 1e9 s or more.
+MAX_RUN_SECONDS, MAX_RUN_TEXT = LIMITS["time"]
 
 
 class Simulation:
@@ -221,7 +227,44 @@ class Simulation:
 
     def run(self, *, progress: bool = False) -> Result:
         """Simulate every iteration of every rank. Returns the Result (intervals and summary). `progress`: count
-        events on a bar (stderr, on a terminal only); the total is not known ahead."""
+        events on a bar (stderr, on a terminal only); the total is not known ahead. Raises Infeasible for a run
+        that would last longer than MAX_RUN_SECONDS."""
+        result = self._run(progress)
+        end = float(result._columns()["end_s"].max())
+        if not end <= MAX_RUN_SECONDS:
+            from simfog.errors import Infeasible
+
+            raise Infeasible(f"{self.experiment.source or 'the experiment'}: the run would last {end:.3g} s, more "
+                             f"than {MAX_RUN_TEXT}: {self._slowest()}")
+        return result
+
+    def _slowest(self) -> str:
+        """What makes one iteration longest, for the message of a run too long: the mean compute, or the time one
+        iteration's gradients take over each link (a bandwidth too small, a latency too large)."""
+        from simfog import units
+
+        exp, nbytes = self.experiment, self.experiment.workload.trace.nbytes
+        c, network = exp.cluster, exp.network
+        where = {"intra": "cluster.intra_bandwidth / intra_latency", "nic": "cluster.nic_bandwidth / nic_latency"}
+        if network is not None:
+            where = {"intra": f"{network.path}: nccl.intra_bus_bandwidth", "nic": f"{network.path}: "
+                     "nccl.inter_bus_bandwidth / latency_inter"}
+        elif exp.network_trace:
+            where = {k: f"the links calibrated from {exp.network_trace}" for k in where}
+        times = {f"the trace's compute ({units.format_time(self.single_rank_time_s())} per iteration)":
+                 self.single_rank_time_s()}
+        for name, link in (("intra", c.intra), ("nic", c.slowest_inter())):
+            times[f"{where[name]} ({units.format_bandwidth(link.bandwidth_Bps)}, {units.format_time(link.latency_s)}"
+                  f" latency: {link.time(nbytes):.3g} s for one iteration's {units.format_bytes(nbytes)} of "
+                  "gradients)"] = link.time(nbytes)
+        for field, bw in (("cluster.reduce_bandwidth", c.reduce_Bps), ("comm.encode_bandwidth",
+                          exp.comm.encode_bandwidth_Bps), ("comm.bucket_copy_bandwidth", exp.comm.bucket_copy_Bps)):
+            if bw:
+                times[f"{field} ({units.format_bandwidth(bw)}: {nbytes / bw:.3g} s for one iteration's "
+                      f"{units.format_bytes(nbytes)} of gradients)"] = nbytes / bw
+        return "the longest part of an iteration is " + max(times, key=times.get)
+
+    def _run(self, progress: bool) -> Result:
         from simfog import analytic
         from simfog.errors import Handover
 

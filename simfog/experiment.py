@@ -19,7 +19,7 @@ from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
-from simfog.trace import ModelTrace, load_model_trace
+from simfog.trace import MAX_COUNT, ModelTrace, load_model_trace
 
 if TYPE_CHECKING:
     from simfog.collectives import CostModel
@@ -111,6 +111,9 @@ STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
 MAX_SEED = 2**63 - 1   # seeds are written to CSV and JSON files and read back as int64
 # One run simulates every (rank, iteration) and keeps its intervals: 10**6 of them take minutes and a few GB.
 MAX_RANK_ITERATIONS = 10**6
+# Collectives one rank keeps in flight ([comm] streams): each is a stream the analytic path and the engine keep state
+# for, so 2**63 of them never finished; real libraries run 1 (NCCL) or 2 (gloo).
+MAX_STREAMS = 64
 
 
 def check_run_size(seed: object, iterations: object, ranks: int, *, seed_field: str = "seed",
@@ -246,23 +249,30 @@ def _no_unknown(d: Mapping, allowed: set[str], prefix: str, source: str | None) 
                               source=source)
 
 
-def _int(d: Mapping, key: str, prefix: str, source: str | None, default: int | None = None, minimum: int = 1) -> int:
+def _int(d: Mapping, key: str, prefix: str, source: str | None, default: int | None = None, minimum: int = 1,
+         maximum: int | None = None, why: str = "") -> int:
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum:,}{why}"
     if key not in d:
         if default is None:
-            raise ConfigError(f"{prefix}{key}", "(missing)", f"an integer >= {minimum}", source=source)
+            raise ConfigError(f"{prefix}{key}", "(missing)", allowed, source=source)
         return default
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ConfigError(f"{prefix}{key}", v, f"an integer >= {minimum}", source=source)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum or maximum is not None and v > maximum:
+        raise ConfigError(f"{prefix}{key}", v, allowed, source=source)
     return v
 
 
-def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, default: str | None = None):
+def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, default: str | None = None, *,
+              positive: bool = False):
+    """[section] key as a quantity of `kind` (SI), `default` when absent (None: None); `positive`: 0 refused too."""
     if key not in d:
         if default is None:
             return None
         return units.parse(default, kind)
-    return units.parse(d[key], kind, field=f"{prefix}{key}", source=source)
+    value = units.parse(d[key], kind, field=f"{prefix}{key}", source=source)
+    if positive and not value > 0:
+        raise ConfigError(f"{prefix}{key}", d[key], f"a {kind} > 0 with its unit", source=source)
+    return value
 
 
 def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, registry=None,
@@ -287,7 +297,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if "trace" not in w or not isinstance(w["trace"], str):
         raise ConfigError("workload.trace", w.get("trace", "(missing)"), "a path to a model trace (.json or .json.gz)",
                           source=source)
-    trace_path = (base_dir / w["trace"]).resolve()
+    trace_path = files.resolve(base_dir, w["trace"], field="workload.trace", source=source)
     try:
         trace = load_model_trace(trace_path)
     except ConfigError as e:
@@ -303,7 +313,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     c = _section(d, "cluster", _CLUSTER, source)
     p = "cluster."
     intra = Link(_quantity(c, "intra_latency", "time", p, source, "0us"),
-                 _quantity(c, "intra_bandwidth", "bandwidth", p, source, "150GB/s"))
+                 _quantity(c, "intra_bandwidth", "bandwidth", p, source, "150GB/s", positive=True))
     if "network_trace" in c and "network" in c:
         raise ConfigError(f"{p}network", c["network"], "either network (a calibrated network file) or "
                           "network_trace, not both", source=source)
@@ -312,10 +322,11 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         raise ConfigError(f"{p}nic_bandwidth", "(missing)",
                           'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
-               _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s"))
+               _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s", positive=True))
     over = c.get("oversubscription", 1.0)
-    if isinstance(over, bool) or not isinstance(over, (int, float)) or over < 1:
-        raise ConfigError(f"{p}oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
+        raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
+                          source=source)
     if network is not None:  # the calibrated bus bandwidths and inter-node latency stand in for the links
         intra = Link(intra.latency_s, network.nccl.intra_bus_Bps)
         nic = Link(network.nccl.latency_inter_s, network.nccl.inter_bus_Bps)
@@ -326,7 +337,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if "network_trace" in c:
         from simfog.calibrate import cluster_from_network_trace
 
-        path = (base_dir / str(c["network_trace"])).resolve()
+        path = files.resolve(base_dir, str(c["network_trace"]), field=f"{p}network_trace", source=source)
         try:
             cluster = cluster_from_network_trace(path, cluster)
         except ConfigError as e:
@@ -346,8 +357,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         cycle_time_s=_quantity(m, "cycle_time", "time", p, source),
         alpha_s=_quantity(m, "alpha", "time", p, source),
         beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
-        ps_servers=_int(m, "ps_servers", p, source) if "ps_servers" in m else None,
-        streams=_int(m, "streams", p, source, default=1),
+        ps_servers=_int(m, "ps_servers", p, source, maximum=MAX_RANK_ITERATIONS, why=" (server machines)")
+        if "ps_servers" in m else None,
+        streams=_int(m, "streams", p, source, default=1, maximum=MAX_STREAMS,
+                     why=" (collectives one rank keeps in flight: gloo 2, NCCL 1)"),
         nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
         nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
         mpi_switch_bytes=_quantity(m, "mpi_switch", "bytes", p, source),
@@ -364,6 +377,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         from simfog.algorithms.sharded import fsdp_units
 
         fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
+    if comm.algorithm in ("zero1", "zero2"):
+        from simfog.algorithms.sharded import allgather_shards
+
+        allgather_shards(trace.parameters, comm.allgather_bucket_size, source=source)
     if comm.mpi_switch_bytes is not None and comm.collective != "ompi":
         raise ConfigError("comm.mpi_switch", m["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
                           "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
@@ -410,7 +427,7 @@ def _network_file(c: Mapping, base_dir: Path, source: str | None) -> NetworkFile
     if not isinstance(c["network"], str):
         raise ConfigError("cluster.network", c["network"], "a path to a network file (simfog calibrate -o ...)",
                           source=source)
-    path = (base_dir / c["network"]).resolve()
+    path = files.resolve(base_dir, c["network"], field="cluster.network", source=source)
     if not path.is_file():
         raise ConfigError("cluster.network", c["network"], f"an existing network file ({path})", source=source)
     return network_file.load(path)
@@ -440,9 +457,9 @@ def _overhead_keys(m: Mapping, p: str, source: str | None) -> dict:
         out["collective_overhead_s"] = _quantity(m, "collective_overhead", "time", p, source)
     if "overlap_slowdown" in m:
         f = m["overlap_slowdown"]
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
-            raise ConfigError(f"{p}overlap_slowdown", f, "a number >= 1: how many times slower backward compute "
-                              "runs while a collective runs beside it (1.0 = no slowdown)", source=source)
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1 <= f <= 1e3:
+            raise ConfigError(f"{p}overlap_slowdown", f, "a number from 1 to 1000: how many times slower backward "
+                              "compute runs while a collective runs beside it (1.0 = no slowdown)", source=source)
         out["overlap_slowdown"] = float(f)
     for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s")):
         if name in out and not math.isfinite(out[name]):
@@ -484,9 +501,10 @@ def _sharded_keys(m: Mapping, p: str, source: str | None, cluster: Cluster) -> d
             v = m[key]
             if isinstance(v, float) and v.is_integer():  # DeepSpeed configs write 5e8
                 v = int(v)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{p}{key}", m[key], "a number of elements >= 1 (an integer such as 5e8 or "
-                                  "500000000; DeepSpeed counts elements, not bytes)", source=source)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COUNT:
+                raise ConfigError(f"{p}{key}", m[key], f"a number of elements in 1..{MAX_COUNT:.4g} (2**53; an "
+                                  "integer such as 5e8 or 500000000: DeepSpeed counts elements, not bytes)",
+                                  source=source)
             out[field] = v
     if "zero_reduce" in m:
         out["zero_reduce"] = _choice(m, "zero_reduce", p, source, "allreduce", choices=ZERO_REDUCES)
@@ -570,9 +588,10 @@ def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
     for key, limit, what in (("rank_slowdown", cluster.ranks, "rank"), ("node_slowdown", cluster.nodes, "node")):
         table = _index_map(h, key, limit, what, source)
         for i, v in table.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:  # NaN fails too
-                raise ConfigError(f"{p}{key}.{i}", v, "a finite compute-time factor > 0 (1.5 = 50 % slower)",
-                                  source=source)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1e-3 <= v <= 1e3:  # NaN fails too
+                # 1e-300 made a rank's iteration 1e-293 s and its throughput a 300-digit number
+                raise ConfigError(f"{p}{key}.{i}", v, "a compute-time factor from 0.001 to 1000 (1.5 = 50 % "
+                                  "slower)", source=source)
         slow[key] = tuple(sorted((i, float(v)) for i, v in table.items()))
     rate = h.get("straggler_rate", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:

@@ -39,6 +39,15 @@ def check_input(path: str | os.PathLike) -> Path:
     return path
 
 
+def resolve(base_dir: str | os.PathLike, name: str, *, field: str, source: str | None = None) -> Path:
+    """`name` (a path relative to `base_dir`, as experiment and catalogue files give them) made absolute, symlinks
+    followed. Raises ConfigError naming `field` for a path that cannot be resolved (a symlink loop, a NUL byte)."""
+    try:
+        return (Path(base_dir) / name).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+        raise ConfigError(field, name, f"a path to a file ({e})", source=source) from None
+
+
 def read_bytes(path: str | os.PathLike, *, limit: int | None = None) -> bytes:
     """The file's bytes (`.gz` files decompressed), at most `limit` (default MAX_INPUT_BYTES). Raises ConfigError
     ("path") for what check_input refuses, an unreadable or corrupt file, or one over the limit."""
@@ -110,7 +119,11 @@ def check_output(path: str | os.PathLike) -> Path:
     """`path` as a Path if a file can be written there: not an existing directory, and its folder exists (or can
     be made) as a folder. Raises ConfigError ("output") otherwise; commands call it before their work, so a bad
     -o fails at once and writes nothing."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("output", path, "a file name (a str or os.PathLike)")
     path = Path(path)
+    if "\0" in str(path):
+        raise ConfigError("output", str(path), "a file name without NUL bytes")
     if path.is_dir():
         raise ConfigError("output", str(path), "a file name, not an existing directory")
     for parent in path.parents:  # the nearest existing ancestor must be a folder

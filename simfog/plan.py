@@ -30,6 +30,7 @@ simfog.tune for why; it also makes thousands of ranks cheap to simulate).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
         if not isinstance(d["network"], str):
             raise ConfigError(p + "network", d["network"], "a path to a network file (simfog calibrate -o ...)",
                               source=source)
-        where = (Path(source).parent / d["network"]).resolve()
+        where = files.resolve(Path(source).parent, d["network"], field=p + "network", source=source)
         if not where.is_file():
             raise ConfigError(p + "network", d["network"], f"an existing network file ({where})", source=source)
         network = network_file.load(where)
@@ -132,24 +133,30 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                     "nic_latency": network.nccl.latency_inter_s}[key]
         if key not in d and default is None:
             raise ConfigError(p + key, "(missing)", f"a {kind} with its unit", source=source)
-        return units.parse(d.get(key, default), kind, field=p + key, source=source)
+        value = units.parse(d.get(key, default), kind, field=p + key, source=source)
+        if kind == "bandwidth" and not value > 0:
+            raise ConfigError(p + key, d[key], "a bandwidth > 0 with its unit", source=source)
+        return value
 
     def names(key, registry):
         v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise ConfigError(p + key, v, f"a list of names, from: {', '.join(registry.names())}", source=source)
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or key in d and not v:
+            # [] would silently fall back to the workload's: leave the key out for that
+            raise ConfigError(p + key, v, f"a non-empty list of names, from: {', '.join(registry.names())} (leave "
+                              "the key out for the workload's)", source=source)
         for x in v:
             if x not in registry.names():
                 raise ConfigError(p + key, x, f"one of {', '.join(registry.names())}", source=source)
         return tuple(v)
 
     price = d.get("price_per_gpu_hour", "(missing)")
-    if isinstance(price, bool) or not isinstance(price, (int, float)) or not price >= 0:
-        raise ConfigError(p + "price_per_gpu_hour", price, "a number >= 0 (in the catalogue's currency)",
+    if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < math.inf:
+        raise ConfigError(p + "price_per_gpu_hour", price, "a finite number >= 0 (in the catalogue's currency)",
                           source=source)
     over = d.get("oversubscription", 1.0)
-    if isinstance(over, bool) or not isinstance(over, (int, float)) or not over >= 1:
-        raise ConfigError(p + "oversubscription", over, "a number >= 1 (1 = full bisection bandwidth)", source=source)
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
+        raise ConfigError(p + "oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
+                          source=source)
     gpus_per_node = integer("gpus_per_node")
     return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
                          Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),

@@ -95,7 +95,9 @@ def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
 
     columns = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
     done = set()
-    text = path.read_text(encoding="utf-8", errors="replace")
+    # Bytes, not read_text: its universal newlines made a row torn between "\r" and "\n" end in "\n", counted done
+    # and then cut by _drop_partial_last_line, lost.
+    text = path.read_bytes().decode("utf-8", errors="replace")
     text = text[:text.rfind("\n") + 1]  # a torn last line (a killed write) is no row: that point runs again
     with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
@@ -185,21 +187,51 @@ def option_list(text: str, option: str) -> list[str]:
     return values
 
 
+MAX_JOBS = 1024
+
+
+def check_jobs(jobs: object) -> None:
+    """Raise ConfigError ("--jobs") unless `jobs` is a whole number of local worker processes in 1..MAX_JOBS."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise ConfigError("--jobs", jobs, f"an integer in 1..{MAX_JOBS} (local worker processes)")
+
+
 def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text: str | None,
                  thresholds: list) -> list:
     """The sweep points for comma-separated --merge/--collective (default: the file's), every name and rank count
     validated before anything runs (ConfigError naming the option)."""
-    from simfog import collectives, merge
+    merges = option_list(merge_text, "--merge") if merge_text is not None else None
+    colls = option_list(collective_text, "--collective") if collective_text is not None else None
+    return checked_points(exp, ranks, merges, colls, thresholds)
 
-    merges = option_list(merge_text, "--merge") if merge_text is not None else [exp.comm.merge]
-    colls = option_list(collective_text, "--collective") if collective_text is not None else [exp.comm.collective]
-    for m in merges:
+
+def checked_points(exp, ranks: list | None, merges: list | None, collectives: list | None,
+                   thresholds: list | None) -> list[Point]:
+    """The sweep points of these values (None: the experiment's own; an empty list is an error), each checked before
+    anything runs, as the command line's options are (ConfigError naming the option, e.g. --merge): whole rank counts
+    the experiment takes, registered merge policies and collectives, thresholds in bytes (simfog.units.LIMITS)."""
+    from simfog import collectives as collective_registry
+    from simfog import merge, units
+
+    values = {}
+    for option, given, default in (("--ranks", ranks, exp.ranks), ("--merge", merges, exp.comm.merge),
+                                   ("--collective", collectives, exp.comm.collective),
+                                   ("--threshold", thresholds, exp.comm.threshold_bytes)):
+        if given is not None and not given:
+            raise ConfigError(option, given, "one or more values")
+        values[option] = [default] if given is None else list(given)
+    for m in values["--merge"]:
         merge.POLICIES.get(m, field="--merge")
-    for c in colls:
-        collectives.ALGORITHMS.get(c, field="--collective")
-    for r in ranks:
+    for c in values["--collective"]:
+        collective_registry.ALGORITHMS.get(c, field="--collective")
+    for r in values["--ranks"]:
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise ConfigError("--ranks", r, "whole rank counts, e.g. 4,8,16")
         try:
             exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
         except ConfigError as e:
             raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
-    return grid(ranks, merges, colls, thresholds)
+    for t in values["--threshold"]:
+        if t is not None:
+            units.check(t, "bytes", field="--threshold")
+    return grid(values["--ranks"], values["--merge"], values["--collective"], values["--threshold"])

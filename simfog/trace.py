@@ -25,7 +25,16 @@ SOURCES = ("measured", "estimated", "imported")
 # that layers x iterations x ranks of them still add up to a finite time.
 MAX_COUNT = 2**53
 MAX_SECONDS = 1e9
+# The least forward + backward time of one recorded iteration: no compute at all (or a subnormal time) left one rank
+# with a 0 s iteration (a division by zero) and many ranks with a scaling efficiency of 0.
+MIN_COMPUTE_SECONDS = 1e-9
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+# What a network trace may name: calibrate picks its model by the backend (NCCL's for "nccl"), so a misspelt one
+# changed the model without a word. "synthetic" / "none": measurements a program made up (tests, generators);
+# transport "nccl": whatever NCCL chose (the validator's collector); "mixed": merged logs of several.
+BACKENDS = ("nccl", "gloo", "mpi", "ucc", "synthetic", "unknown")
+TRANSPORTS = ("tcp", "ib", "roce", "nvlink", "pci", "shm", "nccl", "none", "mixed", "unknown")
+MEASUREMENT_KEYS = ("collective", "ranks", "nodes", "bytes", "time_s")
 
 
 @dataclass(frozen=True)
@@ -272,10 +281,19 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
         layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
                             _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w),
                             _optional_number(raw, "activation_bytes", w), _optional_number(raw, "output_bytes", w)))
+    forward, backward = (map(sum, zip(*(getattr(x, key) for x in layers))) for key in ("forward_s", "backward_s"))
+    for k, compute in enumerate(f + b for f, b in zip(forward, backward)):
+        if compute < MIN_COMPUTE_SECONDS:
+            raise ConfigError("layers", f"sample {k}: forward and backward add up to {compute:g} s",
+                              f"recorded iterations of at least {MIN_COMPUTE_SECONDS:g} s of forward and backward "
+                              "(a model computes something)")
     if not seen:  # nothing to communicate: every algorithm needs at least one gradient
         raise ConfigError("layers", "(no parameters)", "at least one layer with a parameter tensor (params): "
                           "data-parallel training communicates their gradients")
     order = _get(d, "grad_ready_order", "", list, "a list naming every parameter once")
+    for i, n in enumerate(order):
+        if not isinstance(n, str):
+            raise ConfigError(f"grad_ready_order[{i}]", n, "a parameter name (a string)")
     missing, extra = seen - set(order), [n for n in order if n not in seen]
     if extra or missing or len(order) != len(set(order)):
         bad = extra[:1] or sorted(missing)[:1] or [n for n in order if order.count(n) > 1][:1]
@@ -325,16 +343,30 @@ def network_trace_from_dict(d: Mapping) -> NetworkTrace:
         coll = _get(m, "collective", w, str, f"one of {', '.join(COLLECTIVES)}").replace("-", "_")
         if coll not in COLLECTIVES:
             raise ConfigError(f"{w}collective", m["collective"], f"one of {', '.join(COLLECTIVES)}")
+        unknown = sorted(k for k in m if k not in MEASUREMENT_KEYS)
+        if unknown:
+            raise ConfigError(f"{w}{unknown[0]}", m[unknown[0]], f"not a key of a measurement; allowed: "
+                              f"{', '.join(MEASUREMENT_KEYS)}")
         ranks, nodes = _count(m, "ranks", w), _count(m, "nodes", w)
         if nodes > ranks:
             raise ConfigError(f"{w}nodes", nodes, f"at most ranks ({ranks})")
-        out.append(Measurement(coll, ranks, nodes, _count(m, "bytes", w, 0), _times(m, "time_s", w)))
+        times = _times(m, "time_s", w)
+        if not any(times):
+            raise ConfigError(f"{w}time_s", m["time_s"], "durations with at least one > 0 s (a collective takes "
+                              "time: a log's 0.00 is below its resolution)")
+        out.append(Measurement(coll, ranks, nodes, _count(m, "bytes", w, 0), times))
     known = {"format", "backend", "transport", "provenance", "measurements"}
     return NetworkTrace(
-        backend=_get(d, "backend", "", str, 'a backend name such as "gloo", "nccl", "mpi"'),
-        transport=_get(d, "transport", "", str, 'a transport such as "tcp", "ib", "nvlink"'),
+        backend=_name(d, "backend", BACKENDS), transport=_name(d, "transport", TRANSPORTS),
         provenance=_provenance(d), measurements=tuple(out),
         extra={k: v for k, v in d.items() if k not in known})
+
+
+def _name(d: Mapping, key: str, allowed: tuple[str, ...]) -> str:
+    value = _get(d, key, "", str, f"one of {', '.join(allowed)}")
+    if value not in allowed:
+        raise ConfigError(key, value, f"one of {', '.join(allowed)}")
+    return value
 
 
 def _load(path: str | Path, parse):

@@ -58,9 +58,13 @@ class TuneResult:
         return df
 
 
-def _check(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, value, f"an integer >= {minimum}")
+# The most thresholds one pass simulates (each a whole simulation): 10**9 of them never finished.
+MAX_POINTS = 1000
+
+
+def _check(name: str, value, minimum: int, maximum: int = MAX_POINTS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(name, value, f"an integer in {minimum}..{maximum:,} (each a simulation)")
     return value
 
 

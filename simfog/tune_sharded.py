@@ -48,6 +48,8 @@ FIELDS = {"fsdp_unit": "fsdp_unit", "prefetch": "prefetch", "reshard_after_forwa
 FSDP2_DEFAULTS = {"prefetch": 1, "reshard_after_forward": True}
 #: The "near best" range, as in simfog.tune: settings within this fraction of the best iteration time.
 NEAR_BEST = 0.01
+# The most sizes and prefetch depths searched: every combination is simulated (10**9 sizes never finished).
+MAX_SIZES, MAX_PREFETCH = 64, 16
 DEEPSPEED_DEFAULTS = {"stage3_prefetch_bucket_size": Comm.prefetch_bucket_size,
                       "reduce_bucket_size": Comm.reduce_bucket_size, "overlap_comm": True}
 
@@ -206,9 +208,9 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
     if algorithm not in ALGORITHMS:
         raise ConfigError("comm.algorithm", algorithm, f"one of {', '.join(ALGORITHMS)} for the sharded search",
                           source=exp.source)
-    for name, value, minimum in (("sizes", sizes, 0), ("max_prefetch", max_prefetch, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(name, value, f"an integer >= {minimum}")
+    for name, value, most in (("sizes", sizes, MAX_SIZES), ("max_prefetch", max_prefetch, MAX_PREFETCH)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+            raise ConfigError(name, value, f"an integer in 0..{most} (the search simulates every combination)")
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     if algorithm == "zero3":

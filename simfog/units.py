@@ -26,6 +26,9 @@ KINDS = ("time", "bytes", "bandwidth", "inverse_bandwidth")
 LIMITS = {"time": (1e9, "1e9 s (about 31 years)"), "bytes": (1e21, "1e21 B (a zettabyte)"),
           "bandwidth": (1e18, "1e18 B/s (an exabyte per second)"),
           "inverse_bandwidth": (1e3, "1e3 s/B")}
+# The least positive bandwidth, the inverse of the largest inverse bandwidth: "1e-300B/s" made a message last 1e306 s,
+# which overflowed MG-WFBP's fit and printed a 1e306 s iteration. (0 passes: some fields mean "free" by it.)
+LEAST_BANDWIDTH = (1e-3, "1e-3 B/s (1e3 s per byte)")
 
 
 def _prefix(p: str) -> float | None:
@@ -67,6 +70,8 @@ def _unit_factor(unit: str, kind: str) -> float | None:
     raise ValueError(f"unknown quantity kind {kind!r}; allowed: {', '.join(KINDS)}")
 
 
+_SI = {"time": "a time in seconds", "bytes": "a size in bytes", "bandwidth": "a bandwidth in bytes per second",
+       "inverse_bandwidth": "an inverse bandwidth in seconds per byte"}
 _EXAMPLES = {
     "time": '"5us", "1.5ms", "2s"',
     "bytes": '"25MiB", "4KB", "512B"',
@@ -91,13 +96,28 @@ def parse(text: object, kind: str, *, field: str = "value", source: str | None =
         raise ConfigError(field, text, allowed, source=source)
     # Decimal keeps "10us" exactly 1e-05 rather than 10 * 1e-06 = 9.999999999999999e-06.
     value = float(Decimal(match.group("num")) * Decimal(repr(factor)))
+    return check(value, kind, field=field, source=source, shown=text, allowed=allowed)
+
+
+def check(value: object, kind: str, *, field: str = "value", source: str | None = None, shown: object = None,
+          allowed: str | None = None) -> float:
+    """`value`, a quantity of `kind` already in SI (a number: the Python API's sizes in bytes), as a float. Raises
+    ConfigError naming `field` (showing `shown`, default the value) when it is not a number, negative, infinite or
+    NaN, over LIMITS[kind], or a bandwidth above 0 and below LEAST_BANDWIDTH."""
+    shown = value if shown is None else shown
+    allowed = allowed or f"{_SI[kind]} (a number)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(field, shown, allowed, source=source)
     if value < 0:
-        raise ConfigError(field, text, allowed + " (not negative)", source=source)
+        raise ConfigError(field, shown, allowed + " (not negative)", source=source)
+    value = float(value) if value <= LIMITS[kind][0] else math.inf  # a 400-digit integer is no float
     if not math.isfinite(value) or value > LIMITS[kind][0]:
         # "1e400us" is inf as a float, "1e308s" overflows the simulator's sums: SimPy never fires an infinite
         # timeout, and a run built on one printed nonsense and exited 0
-        raise ConfigError(field, text, f"{allowed}, at most {LIMITS[kind][1]}", source=source)
-    return value
+        raise ConfigError(field, shown, f"{allowed}, at most {LIMITS[kind][1]}", source=source)
+    if kind == "bandwidth" and 0 < value < LEAST_BANDWIDTH[0]:
+        raise ConfigError(field, shown, f"{allowed}, at least {LEAST_BANDWIDTH[1]}", source=source)
+    return float(value)
 
 
 def seconds(text: object, **kw) -> float:

@@ -111,6 +111,10 @@ from simfog.trace import DTYPE_BYTES
 MAX_LIVE_PARAMETERS = 10**9      # DeepSpeed stage3_max_live_parameters default
 MAX_REUSE_DISTANCE = 10**9       # DeepSpeed stage3_max_reuse_distance default
 ZERO3_REDUCES_IN_FLIGHT = 3      # stage3.py: max_param_reduce_events = 2, waited when more are outstanding
+# The most parameter all-gathers one zero1/zero2 step may issue (P // allgather_bucket_size): each is a collective
+# every rank simulates, so allgather_bucket_size = 1 on BERT-base (1.1e8 of them) ran for minutes and took GBs.
+# DeepSpeed's default (5e8 elements) gives 1 to a few.
+MAX_ALLGATHER_SHARDS = 10_000
 
 
 @dataclass
@@ -189,6 +193,19 @@ def zero_buckets(tensors, bucket_elements: int) -> list[list]:
         cur.append(t)
         elems += t.elements
     return buckets + ([cur] if cur else [])
+
+
+def allgather_shards(parameters: int, bucket_elements: int, *, source: str | None = None) -> int:
+    """The parameter all-gathers of a zero1/zero2 step: max(1, P // allgather_bucket_size) equal shards. Raises
+    ConfigError naming comm.allgather_bucket_size when they would be more than MAX_ALLGATHER_SHARDS."""
+    shards = max(1, parameters // bucket_elements)
+    if shards > MAX_ALLGATHER_SHARDS:
+        least = -(-parameters // MAX_ALLGATHER_SHARDS)
+        raise ConfigError("comm.allgather_bucket_size", bucket_elements, f"at least {least:,} elements with this "
+                          f"trace's {parameters:,} parameters: they are gathered in parameters // "
+                          f"allgather_bucket_size all-gathers, at most {MAX_ALLGATHER_SHARDS:,} per step",
+                          source=source)
+    return shards
 
 
 class _Sharded:

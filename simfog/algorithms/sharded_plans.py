@@ -13,6 +13,7 @@ from simfog.algorithms.sharded import (
     Step,
     _dtype_bytes,
     _Sharded,
+    allgather_shards,
     fsdp_units,
     zero_buckets,
 )
@@ -179,7 +180,7 @@ class _Zero(_Sharded):
         op = "allreduce" if self.comm.zero_reduce == "allreduce" else "reduce_scatter"
         self._gradient_hooks(plan, steps, during, op, 1)
         P = trace.parameters
-        shards = max(1, P // self.comm.allgather_bucket_size)
+        shards = allgather_shards(P, self.comm.allgather_bucket_size)
         nbytes = P * _dtype_bytes(self.param_dtype, trace) / shards
         for s in range(shards):
             plan.after_optimizer.append(plan.add(Coll(f"allgather.params{s}", "allgather", nbytes, "all", "compute")))

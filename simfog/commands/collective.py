@@ -16,7 +16,8 @@ from pathlib import Path
 
 from simfog import nccl, network_file, units
 from simfog.cli import print_json
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, Infeasible
+from simfog.experiment import MAX_RANK_ITERATIONS
 from simfog.importers import import_file
 from simfog.importers.nccl_tests import BUS_FACTOR, normalise
 from simfog.trace import load_network_trace
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     for name in ("nodes", "gpus_per_node"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}", getattr(args, name), "an integer >= 1")
+    if args.nodes * args.gpus_per_node > MAX_RANK_ITERATIONS:  # NCCL's model printed plausible times for 10**20
+        raise ConfigError("--nodes", args.nodes, f"at most {MAX_RANK_ITERATIONS // args.gpus_per_node:,} nodes of "
+                          f"{args.gpus_per_node} GPUs ({MAX_RANK_ITERATIONS:,} ranks at most, as a simulation)")
     if not Path(args.network).is_file():
         raise ConfigError("--network", args.network, "an existing network file (simfog calibrate ... -o network.toml)")
     net = network_file.load(args.network).nccl
@@ -64,6 +68,12 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for size in sizes:
         c = nccl.choose(op, size, ranks, args.nodes, net, algorithms=algos, protocols=protos)
+        longest, longest_text = units.LIMITS["time"]  # as a simulated run (simfog.engine.MAX_RUN_SECONDS)
+        if c.time_s > longest:
+            raise Infeasible(f"{args.network}: a {units.format_bytes(size)} {op} would take {c.time_s:.3g} s, more "
+                             f"than {longest_text}: its bandwidths (nccl.intra_bus_bandwidth "
+                             f"{units.format_bandwidth(net.intra_bus_Bps)}, nccl.inter_bus_bandwidth "
+                             f"{units.format_bandwidth(net.inter_bus_Bps)}) are too small")
         algbw = size / c.time_s / 1e9 if c.time_s > 0 else 0.0
         row = {"bytes": size, "count": size // 4, "time_s": c.time_s, "algbw_GBps": algbw,
                "busbw_GBps": algbw * BUS_FACTOR[op](ranks), "algorithm": c.algorithm, "protocol": c.protocol}

@@ -94,9 +94,9 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import check_jobs, report
+    from simfog.commands.sweep import report
     from simfog.files import check_output, new_run_dir, refuse_existing
-    from simfog.sweeps import checked_grid
+    from simfog.sweeps import check_jobs, checked_grid
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:

@@ -29,11 +29,14 @@ def add_arguments(parser) -> None:
 
 def target_from_args(args) -> tuple[float, float | None]:
     """(target samples/s, epoch samples or None) from the options. Raises ConfigError when missing or bad."""
+    import math
+
     from simfog.errors import ConfigError
+    from simfog.trace import MAX_COUNT
 
     epoch = args.epoch_samples
-    if epoch is not None and not epoch > 0:
-        raise ConfigError("--epoch-samples", epoch, "a number of samples > 0")
+    if epoch is not None and not 0 < epoch <= MAX_COUNT:  # inf made an "inf h" epoch and a plot that failed
+        raise ConfigError("--epoch-samples", epoch, f"a number of samples > 0 and at most {MAX_COUNT:.4g} (2**53)")
     if args.epoch_time is not None:
         if epoch is None:
             raise ConfigError("--epoch-time", args.epoch_time, "used with --epoch-samples N")
@@ -47,8 +50,8 @@ def target_from_args(args) -> tuple[float, float | None]:
     if args.target_samples_per_s is None:
         raise ConfigError("--target-samples-per-s", None,
                           "a throughput to reach (or --epoch-samples N with --epoch-time, e.g. 2h)")
-    if not args.target_samples_per_s > 0:
-        raise ConfigError("--target-samples-per-s", args.target_samples_per_s, "a throughput in samples/s > 0")
+    if not 0 < args.target_samples_per_s < math.inf:
+        raise ConfigError("--target-samples-per-s", args.target_samples_per_s, "a finite throughput in samples/s > 0")
     return args.target_samples_per_s, epoch
 
 
@@ -90,9 +93,13 @@ def _write(result, prefix: str) -> tuple[str, str]:
     from simfog.files import atomic_open
 
     csv, png = f"{prefix}.csv", f"{prefix}.png"
-    with atomic_open(csv) as f:
-        result.candidates.to_csv(f, index=False)
-    plot.save(plot.plan_figure(result), png)
+    plot.save(plot.plan_figure(result), png)  # the figure first: when it cannot be drawn, nothing is written
+    try:
+        with atomic_open(csv) as f:
+            result.candidates.to_csv(f, index=False)
+    except BaseException:
+        Path(png).unlink(missing_ok=True)
+        raise
     return csv, png
 
 

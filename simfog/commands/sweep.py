@@ -7,7 +7,7 @@ import os
 from simfog import units
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
-from simfog.sweeps import checked_grid, option_list
+from simfog.sweeps import check_jobs, checked_grid, option_list
 
 
 def add_arguments(parser) -> None:
@@ -29,7 +29,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from simfog import experiment, sweeps
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.errors import ConfigError
 
     if args.output is not None:
         check_output(args.output)
@@ -53,11 +52,6 @@ def run(args) -> int:
         csv = out.final / "sweep.csv"
     report(rows, args.json, {"csv": str(csv)}, [f"wrote {csv}"])
     return 0
-
-
-def check_jobs(jobs: int) -> None:
-    if jobs < 1:
-        raise ConfigError("--jobs", jobs, "an integer >= 1 (local worker processes)")
 
 
 def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str]) -> None:

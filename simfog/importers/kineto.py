@@ -42,7 +42,7 @@ from simfog.errors import ConfigError
 from simfog.importers import kineto_events as ke
 from simfog.importers.logs import warn
 from simfog.progress import bar as progress_bar
-from simfog.trace import DTYPE_BYTES, Layer, Measurement, ModelTrace, NetworkTrace, Provenance, Tensor
+from simfog.trace import BACKENDS, DTYPE_BYTES, Layer, Measurement, ModelTrace, NetworkTrace, Provenance, Tensor
 
 CLOCKS = ("auto", "gpu", "cpu")
 # Collectives that plain data parallelism (DDP: gradient allreduce, buffer broadcast) does not issue: model or
@@ -504,7 +504,8 @@ def _network(name, rows, backend, rank, world_size, devices, nodes, date, host, 
                   "the transfer")
     notes = (f"Imported from {what}, {iterations} iteration(s): one measurement per collective, size and group, its "
              f"samples {timing}. Nodes: {how}. Transport: not recorded in Kineto traces.")
-    return NetworkTrace(backend or "unknown", "unknown",
+    # a backend the format does not name (e.g. "cpu:gloo,cuda:nccl") stays in the notes above
+    return NetworkTrace(backend if backend in BACKENDS else "unknown", "unknown",
                         Provenance(command=f"simfog import kineto-comm {name}", date=date, host=host,
                                    source="imported", estimated=False, notes=notes), ms,
                         extra={"kineto": [{"file": name, "rank": rank, "world_size": world_size,

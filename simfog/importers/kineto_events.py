@@ -207,6 +207,11 @@ class Trace:
         """(name, start_us, end_us) per iteration: ProfilerStep#N spans, else the spans ending with each
         Optimizer.step (traces recorded without a profiler schedule have no step markers)."""
         steps = sorted((e for e in self.annotations("ProfilerStep#") if e.thread == main), key=lambda e: e.ts)
+        for a, b in zip(steps, steps[1:]):
+            if b.ts < a.end:  # iterations run one after another: overlapping steps are a damaged trace
+                raise ConfigError("traceEvents", f"{b.name} at ts {b.ts:g} us", f"{EXPECTED}, whose ProfilerStep# "
+                                  f"spans do not overlap (this one starts before {a.name} ends at {a.end:g} us: an "
+                                  "event listed twice?)", source=self.path)
         if steps:
             return [(e.name, e.ts, e.end) for e in steps]
         opt = sorted((e for e in self.annotations("Optimizer.step#") if e.thread == main), key=lambda e: e.ts)
@@ -217,6 +222,10 @@ class Trace:
         out, prev = [], -math.inf
         for i, e in enumerate(opt):
             inside = [t.ts for t in self.cpu if t.thread == main and prev < t.ts <= e.end]
+            if not inside:  # it ends where the one before ended
+                raise ConfigError("traceEvents", f"{e.name} at ts {e.ts:g} us", f"{EXPECTED}, whose Optimizer.step# "
+                                  "spans each end after the one before (this one does not: an event listed twice?)",
+                                  source=self.path)
             out.append((f"iteration {i + 1}", min(inside), e.end))
             prev = e.end
         return out
