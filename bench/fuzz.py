@@ -868,11 +868,66 @@ def fam_sweep_resume(rng, d):
 
 
 # ---- agents' requests (validate/launch/shared_dir.py) ----
-# PLACE FOR THE LEAD AT MERGE: the node agents' request parser (issue 22, point 1) is being hardened on another
-# branch. Add `fam_agent_requests(rng, d) -> Case` here: mutate a launch-k.json / current.json request (a module
-# or argument not allowed, PYTHONPATH / LD_* in env, "run": "../../outside", "nodes": 5, a missing or wrong
-# HMAC, symlinked or foreign-owned files) and call the exposed parsing function through `Case.call`, expecting its
-# ConfigError (names: the request file or field); then register it in FAMILIES below.
+_AGENT_SECRET = bytes(range(32))
+_AGENT_NONCE = "0123456789abcdef0123456789abcdef"
+# (field, values a validator never sends): each must be refused whatever the rest of the request says.
+AGENT_BREAKS = [
+    ("module", ["evilmod", "os", "validate.collect.collect_model", "validate.ranks.worker ", "", 5, None]),
+    ("env", [{"PYTHONPATH": "/shared"}, {"LD_PRELOAD": "/shared/x.so"}, {"LD_LIBRARY_PATH": "/tmp"},
+             {"OMP_NUM_THREADS": "0"}, {"OMP_NUM_THREADS": "1; rm -rf /"}, {"OMP_NUM_THREADS": 4}, [], "x"]),
+    ("run", ["../../outside", "/etc", "a/b", "", ".hidden", "x" * 65, 5, None]),
+    ("nodes", [5, [], [0, 0], [1, 0], [99], ["0"], [True], [-1], None]),
+    ("nproc_per_node", [0, -1, 10**9, "2", 1.5, True, None]),
+    ("k", [-1, 2**70, 1.5, "0", None]),
+    ("args", [["/etc/passwd", "out"], ["../spec.json", "out"], ["spec.json"], ["spec.json", "out", "--evil"],
+              ["spec.json", "out", "--timeout", "inf"], ["spec.json", "out", "--timeout"], ["spec.txt", "out"],
+              ["spec.json", "out", "--backend", "mpi"], [5, 6], "spec.json out", None]),
+    ("agents", [[], ["zz" * 16], [_AGENT_NONCE, _AGENT_NONCE], [5], "x"]),
+]
+
+
+def _agent_request() -> dict:
+    return {"run": "run-1", "k": 0, "nodes": [0], "nproc_per_node": 2, "module": "validate.ranks.worker",
+            "args": ["launches/run-1/spec.json", "launches/run-1/out", "--timeout", "120"],
+            "env": {"OMP_NUM_THREADS": "1"}, "agents": [_AGENT_NONCE]}
+
+
+def _agent_check(raw) -> None:
+    """What a node agent does with a request file's bytes: check its signature, then every field."""
+    from validate.launch.agent_request import parse_request, unseal
+
+    parse_request(unseal(raw, "launch", _AGENT_SECRET), 1)
+
+
+def fam_agent_requests(rng, d):
+    """A node agent's launch request as an attacker or a torn write leaves it: a module, argument, environment,
+    run folder or field the validator never sends (signed with the real secret: what a holder of the secret
+    cannot do either), or a message not signed with the secret (unsigned, forged, another secret, another kind,
+    truncated, not JSON). Each must be refused with a ConfigError naming the field."""
+    from validate.launch.agent_request import seal
+
+    body = _agent_request()
+    how = rng.random()
+    if how < 0.6:
+        field, values = rng.choice(AGENT_BREAKS)
+        body[field] = rng.choice(values)
+        raw, names = seal("launch", body, _AGENT_SECRET), (field,)
+    elif how < 0.7:
+        body[rng.choice(["extra", "PYTHONPATH"])] = "x"
+        if rng.random() < 0.5:
+            del body[rng.choice(sorted(set(body) - {"extra", "PYTHONPATH"}))]
+        raw, names = seal("launch", body, _AGENT_SECRET), ("request",)
+    else:
+        sealed = seal("launch", body, _AGENT_SECRET)
+        raw, names = rng.choice([
+            (json.dumps(body).encode(), ("message",)),                                   # unsigned
+            (sealed.replace(sealed[-20:-4], b"0" * 16), ("mac", "message")),              # forged signature
+            (seal("launch", body, bytes(32)), ("mac",)),                                 # another secret
+            (seal("report", body, _AGENT_SECRET), ("kind",)),                            # another kind
+            (sealed[: rng.randrange(1, len(sealed))], ("content", "mac", "body")),  # torn write
+            (b"\xff\xfe" + sealed, ("content",)), (b"[" * 10_000, ("content",)),
+            (sealed.replace(b'"k": 0', b'"k": NaN'), ("body", "mac", "content"))])
+    return Case("agent_requests", [f"agent request {raw[:60]!r}"], names, call=lambda: _agent_check(raw))
 
 
 FAMILIES = {
@@ -881,7 +936,7 @@ FAMILIES = {
     "options": fam_options, "outputs": fam_outputs, "catalogue": fam_catalogue, "ref_logs": fam_ref_logs,
     "kineto": fam_kineto, "units_overflow": fam_units_overflow,
     "api": fam_api, "network_file": fam_network_file, "sharded": fam_sharded, "net_logs": fam_net_logs,
-    "sweep_resume": fam_sweep_resume,
+    "sweep_resume": fam_sweep_resume, "agent_requests": fam_agent_requests,
 }
 
 
@@ -944,7 +999,8 @@ def run_case(case: Case, d: Path, timeout: float | None = 30) -> Outcome:
         return Outcome("silent", rc, stderr, f"exit {rc}, {len(lines)} stderr line(s)")
     if written:
         return Outcome("silent", rc, stderr, f"wrote {sorted(written)}")
-    named = raised.field in case.names if raised is not None else any(n in lines[0] for n in case.names)
+    named = (raised.field in case.names or raised.field.split("[")[0].split(".")[0] in case.names  # args[0]: args
+             ) if raised is not None else any(n in lines[0] for n in case.names)
     if case.names and not named:
         return Outcome("vague", rc, stderr, f"does not name {' or '.join(case.names)}")
     return Outcome("clean", rc, stderr)
