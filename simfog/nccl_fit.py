@@ -30,7 +30,7 @@ from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import NetworkTrace
 
-CHANNELS = (1, 2, 4, 8, 12, 16, 24, 32)
+CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 # Tree pipeline fill when the data cannot tell it (fewer than 3 multi-node scales: at 2 nodes the tree has one
 # level and the fill hides in the launch and latency terms). 64 KiB is an estimate: the value that, with the
 # other parameters fitted on <= 2 nodes, best predicted the 4-32-node A100 and V100 logs of shared/ref (chosen
@@ -137,7 +137,7 @@ def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, i
     for trace in traces:
         gpus = gpus_per_thread(trace)
         for m, g in zip(trace.measurements, gpus, strict=True):
-            if m.ranks < 2 or m.collective not in nccl.OPS or not m.time_s or m.bytes == 0:  # 0 B: no transfer
+            if m.ranks < 2 or m.collective not in nccl.model.COLLECTIVES or not m.time_s or m.bytes == 0:  # 0 B
                 continue
             t = float(STATISTICS[statistic](m.time_s))
             if not (math.isfinite(t) and t >= MIN_TIME_S):  # 0 s or a denormal: relative errors blow up

@@ -2,7 +2,7 @@
 experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, curve, tune, plan and validate.
 
     [nccl]
-    version = "2.30"              # which release's constant tables (simfog.nccl.VERSIONS)
+    version = "2.30"              # the NCCL release, X.Y or X.Y.Z (its constant tables: simfog.nccl.releases)
     gpu_arch = "ampere"           # volta | ampere | hopper | blackwell
     cpu_vendor = "intel"          # intel | amd
     intra_transport = "nvlink"    # nvlink | pci

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=MODELS, default="auto",
                         help="nccl: NCCL's cost model; alpha-beta: one latency and bandwidth per link class; "
                         "auto: nccl when every trace is NCCL's")
-    parser.add_argument("--nccl-version", choices=nccl.VERSIONS, default="2.30",
+    parser.add_argument("--nccl-version", default="2.30",
                         help="NCCL release whose constant tables apply (the one the logs were measured with)")
     parser.add_argument("--gpu-arch", choices=nccl.ARCHS, default=None,
                         help="GPU generation (default: read from the GPU names in the traces, else ampere)")
