@@ -32,6 +32,7 @@ from pathlib import Path
 from simfog import files
 from simfog.errors import ConfigError
 from simfog.importers.logs import clean_lines, is_number, ranks_option, warn
+from simfog.importers.nccl_debug import read_debug
 from simfog.trace import COLLECTIVES, Measurement, NetworkTrace, Provenance
 
 EXPECTED = ("an nccl-tests log (e.g. all_reduce_perf output: a '# nThread ...' header, '# Using devices' rank "
@@ -46,7 +47,7 @@ _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _UCX_STAMP = re.compile(r"^\[(\d{9,10}\.\d+)\]")
-_NCCL_NET = re.compile(r"NET/(IB|Socket)")
+_NCCL_NET = re.compile(r"NET/(IB|Socket|OFI)\b")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 TIMES = ("both", "out-of-place", "in-place")
 # busbw / algbw per collective, from nccl-tests doc/PERFORMANCE.md (n = ranks).
@@ -166,7 +167,7 @@ def _transport(text: str, nodes: int, ranks: int, devices: list[str]) -> tuple[s
     GPUs tells us anything (NVLink); a multi-node log does not say whether the NICs are IB or Ethernet."""
     net = {m.group(1) for m in _NCCL_NET.finditer(text)}
     if nodes > 1 and len(net) == 1:
-        return ("ib" if net == {"IB"} else "tcp"), "from the NCCL_DEBUG NET/ lines"
+        return {"IB": "ib", "Socket": "tcp", "OFI": "ofi"}[net.pop()], "from the NCCL_DEBUG NET/ lines"
     if nodes == 1 and ranks > 1 and devices and all("SXM" in d for d in devices):
         return "nvlink", "inferred: one node of SXM GPUs (SXM boards connect GPUs with NVLink)"
     return "unknown", "not recorded in the log (pass transport=...)"
@@ -211,8 +212,10 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
     name it, `collective` if given, else inferred from the columns and busbw/algbw. Where the log names it, a given
     `collective` keeps only that collective's tests. `transport` is inferred where the log allows (see notes).
     Per test, extra["nccl_tests"] (a list) holds the layout (hosts, GPUs per node, GPU model), the header, versions,
-    data types, busbw and the measurements' index range. Raises ConfigError naming the file when it is not an
-    nccl-tests log or an option is bad; warns (ImporterWarning) for a truncated log or an uneven layout.
+    data types, busbw, the measurements' index range and what NCCL_DEBUG=INFO lines state (nccl_debug: release,
+    network, NICs, channels, GPU-NIC path, NVLS, CPU vendor; simfog.importers.nccl_debug). Raises ConfigError
+    naming the file when it is not an nccl-tests log or an option is bad; warns (ImporterWarning) for a truncated
+    log or an uneven layout.
     """
     path = str(path)
     name = Path(path).name
@@ -312,6 +315,7 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
             "nccl_version": _nccl_version(int(version.group(3))) if version and version.group(3) else nccl_version,
             "header": header.group(0).lstrip("# ").strip(), "collective": coll, "collective_from": how_collective,
             "ranks": run_ranks, **layout, "transport": run_transport,
+            "nccl_debug": read_debug(lines[start:end]),
             "measurements": [first, len(measurements)],
             "types": [r["type"] for r in rows], "redops": [r["redop"] for r in rows],
             "busbw_GBps": [[r["oop"][2], r["ip"][2]] for r in rows],

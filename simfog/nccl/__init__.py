@@ -83,10 +83,8 @@ def choose(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, *,
     if best is None:
         raise Infeasible(f"NCCL {net.version} has no algorithm for {op} on {ranks} ranks over {nodes} nodes among "
                          f"algorithms {', '.join(algorithms or ALGOS)} and protocols {', '.join(protocols or PROTOS)}")
-    t, algo, proto = best
-    if nodes == 2 or algo.startswith("collnet"):  # NCCL chose with its own view of 2-node trees; the time is delivered
-        t = _collective_time_s(op, nbytes, ranks, nodes, net, algo, proto)
-    return Choice(t, algo, proto)
+    _, algo, proto = best  # chosen by NCCL's view; the time is what the network delivers
+    return Choice(_collective_time_s(op, nbytes, ranks, nodes, net, algo, proto), algo, proto)
 
 
 def _check(op: str, algo: str, proto: str) -> None:

@@ -137,7 +137,7 @@ def bandwidth_GBps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: 
     row, idx2 = t.arch_row(net.gpu_arch), _idx2(nodes)
     _, ppn, g = layout(ranks, nodes)
     nch = net.graph_channels(g, nodes)
-    ll_max = t.ll_max_bw[row if nodes == 1 else ("intel", "amd").index(net.cpu_vendor)][idx2]
+    ll_max = t.ll_max_bw[row if nodes == 1 else int(net.cpu_vendor == "amd")][idx2]
     bus = graph_bus_GBps(algo, ranks, nodes, net, nccl_view)
     if algo in ("nvls", "nvls_tree"):
         bus = _nvls_bus(op, algo, ranks, nodes, net, t, nch)
@@ -215,8 +215,9 @@ def _ratio(op: str, algo: str, ranks: int, nodes: int, t: Tables) -> float:
 
 
 def latency_us(op: str, algo: str, proto: str, ranks: int, nodes: int, net: NcclNetwork,
-               t: Tables | None = None) -> float:
-    """NCCL's latency (µs) before the ring plateau, as ncclTopoTuneModel sums it for the release."""
+               t: Tables | None = None, nccl_view: bool = False) -> float:
+    """NCCL's latency (µs) before the ring plateau, as ncclTopoTuneModel sums it for the release, with simfog's
+    extra inter-node latency per protocol (net.net_latency_s) unless `nccl_view` (NCCL does not know of it)."""
     t = t or tables(net.version)
     p = PROTOS.index(proto)
     ppn_int, ppn, _ = layout(ranks, nodes)
@@ -230,7 +231,8 @@ def latency_us(op: str, algo: str, proto: str, ranks: int, nodes: int, net: Nccl
         inter = max(inter, graph)
     else:
         inter += graph * (2 if proto == "Simple" else 1)
-    inter += net.net_latency_s[p] * 1e6
+    if not nccl_view:
+        inter += net.net_latency_s[p] * 1e6
     if nodes > 1 and proto == "LL":
         intra *= t.ll_intra_multinode
     steps = nsteps(op, ranks)
@@ -298,7 +300,7 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     """Seconds for one `op` of `nbytes` (nccl-tests' size) on `ranks` ranks over `nodes` nodes with the given
     algorithm and protocol, as ncclTopoGetAlgoTime predicts it, plus net.launch_s and the tree fill; None where
     NCCL would not use that pair. A single rank costs 0. `nccl_view`: NCCL's own estimate, which it chooses with
-    (graph_bus_GBps: 2-node trees)."""
+    (graph_bus_GBps: 2-node trees; no launch, no fill)."""
     if ranks <= 1:
         return 0.0
     t = tables(net.version)
@@ -308,7 +310,10 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     if not bw > 0:
         return None
     bw *= correction(op, algo, proto, nbytes, net, t) * 1e9
-    lat = latency_us(op, algo, proto, ranks, nodes, net, t) * plateau(op, algo, proto, nbytes, ranks, nodes, net, t)
+    lat = latency_us(op, algo, proto, ranks, nodes, net, t, nccl_view) * plateau(op, algo, proto, nbytes, ranks,
+                                                                                 nodes, net, t)
+    if nccl_view:  # what NCCL compares: its own terms only
+        return lat * 1e-6 + nbytes / bw
     fill = 0.0
     if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
         fill = 2 * math.log2(nodes) * (nbytes * net.tree_fill_B / (nbytes + net.tree_fill_B)) / bw

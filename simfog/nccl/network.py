@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from simfog.errors import ConfigError
 from simfog.nccl.releases import ARCHS, PATHS, PROTOS, parse_release, tables
 
-CPU_VENDORS = ("intel", "amd")
+CPU_VENDORS = ("intel", "amd", "arm")  # NCCL treats every host but AMD as Intel's row and overhead
 TRANSPORTS = ("nvlink", "nvswitch", "pci")
 # NVLink links per GPU (V100 SXM2 6, A100 12, H100 18, B200 18) and the PCIe bandwidth NCCL computes for a Gen3 /
 # Gen4 / Gen5 x16 GPU (topo.cc: width · GT/s-per-lane / 80: 12, 24, 48 GB/s). Blackwell's Gen6 is taken as Gen5.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from types import MappingProxyType as Frozen
 
 from simfog.errors import ConfigError
@@ -314,6 +315,7 @@ def parse_release(text: object, field: str = "nccl.version") -> tuple[int, int, 
     return release
 
 
+@lru_cache(maxsize=256)
 def tables(version: str) -> Tables:
     """The tables of NCCL release `version` ("X.Y" or "X.Y.Z"): the newest at or before it."""
     release = parse_release(version)
