@@ -4,6 +4,7 @@ and the extrapolation notes."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog import nccl, nccl_fit
+from simfog import cli, nccl, nccl_fit, network_file
 from simfog.errors import ConfigError
 from simfog.importers.nccl_debug import read_debug
 from simfog.importers.nccl_tests import import_nccl_tests
@@ -161,3 +162,76 @@ def test_batch_equals_choose(op, version, arch, layout, gain, fill):
         c = nccl.choose(op, b, *layout, net)
         assert t == pytest.approx(c.time_s, rel=1e-12)
         assert i < 0 or batch.PAIRS[i] == (c.algorithm, c.protocol)
+
+
+def test_network_file_keeps_hardware_additions_and_coverage(tmp_path):
+    net = replace(H100, net_latency_s=(3 * US, 0.0, 7 * US), two_node_tree_gain=1.25, tree_fill_B=4096.0,
+                  gpu_nic_path="pxn", cpu_vendor="amd")
+    cov = Calibrated("2.29.2", ((1, 8), (10, 1), (10, 2)), 8, 2**30, ("allgather", "allreduce"))
+    path = tmp_path / "network.toml"
+    network_file.save(path, net, {"fitted_from": "x"}, calibrated=cov)
+    loaded = network_file.load(path)
+    assert loaded.calibrated == cov
+    for k in net.__dataclass_fields__:
+        want, got = getattr(net, k), getattr(loaded.nccl, k)
+        assert got == (pytest.approx(want, rel=1e-5) if isinstance(want, (float, tuple)) else want), k
+    text = path.read_text()
+    assert 'channels = "hardware"' in text and 'nic_bandwidth = "400Gbit/s"' in text
+    for bad, field in (('channels = "auto"', "nccl.channels"), ("two_node_tree_gain = 3", "nccl.two_node_tree_gain"),
+                       ('gpu_nic_path = "far"', "nccl.gpu_nic_path"), ('version = "2.7"', "nccl.version")):
+        p = tmp_path / "bad.toml"
+        p.write_text(f'[nccl]\nintra_bus_bandwidth = "1GB/s"\ninter_bus_bandwidth = "1GB/s"\n{bad}\n')
+        with pytest.raises(ConfigError, match=field) as e:
+            network_file.load(p)
+        assert str(p) in str(e.value)
+    p = tmp_path / "bad.toml"
+    p.write_text('[nccl]\nintra_bus_bandwidth = "1GB/s"\ninter_bus_bandwidth = "1GB/s"\n[calibrated]\nlayouts = [3]\n')
+    with pytest.raises(ConfigError, match="calibrated"):
+        network_file.load(p)
+
+
+def test_calibrate_flags_then_collective_names_every_extrapolation(tmp_path, capsys):
+    trace = tmp_path / "h100.json.gz"
+    synthetic([(8, 1), (10, 10), (20, 10)], H100, ops=("allreduce", "allgather")).save(trace)
+    out = tmp_path / "network.toml"
+    assert cli.main(["calibrate", str(trace), "--nccl-version", "2.29.2", "--gpu-arch", "hopper", "--nics-per-node",
+                     "8", "--nic-bandwidth", "400Gbit/s", "--intra-transport", "nvswitch", "-o", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "8 NICs per node x 400 Gbit/s" in report and "assumed: " in report and f"wrote {out}" in report
+    assert cli.main(["collective", "allreduce", "--network", str(out), "--nodes", "10", "--gpus-per-node", "2",
+                     "--sizes", "1MiB"]) == 0
+    assert "EXTRAPOLATED" not in capsys.readouterr().out
+    assert cli.main(["collective", "alltoall", "--network", str(out), "--nodes", "10", "--gpus-per-node", "8",
+                     "--sizes", "1MiB,4GiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["extrapolated"] == ["8 NICs per node in use (logs: at most 2)",
+                                       "alltoall: no alltoall log (calibrated on allgather, allreduce)"]
+    assert "4 GiB outside the logs' 8 B..512 MiB" in rows[1]["extrapolated"] and rows[0]["algorithm"] == "p2p"
+    assert cli.main(["collective", "allreduce", "--network", str(out), "--nodes", "10", "--gpus-per-node", "8",
+                     "--sizes", "1MiB"]) == 0
+    assert "EXTRAPOLATED: 8 NICs per node in use (logs: at most 2)" in capsys.readouterr().out
+
+
+def test_simulate_and_plan_name_their_extrapolations(tmp_path, capsys):
+    from .conftest import make_trace
+
+    make_trace([0.02, 0.03], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    cov = Calibrated("2.21.5", ((1, 8), (2, 8)), 8, 2**30, ("allreduce",))
+    network_file.save(tmp_path / "net.toml", nccl.NcclNetwork(230e9, 100e9, version="2.21.5"), calibrated=cov)
+    exp = tmp_path / "e.toml"
+    exp.write_text('[workload]\ntrace = "t.json"\ncompute = "mean"\n[cluster]\nnodes = 4\ngpus_per_node = 8\n'
+                   'network = "net.toml"\n[comm]\nmerge = "ddp"\n')
+    assert cli.main(["simulate", str(exp)]) == 0
+    comm = next(line for line in capsys.readouterr().out.splitlines() if "communication" in line)
+    assert comm.endswith("EXTRAPOLATED: 4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)")
+    assert cli.main(["simulate", str(exp), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["extrapolated"] == [
+        "4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"]
+    (tmp_path / "cat.toml").write_text('currency = "EUR"\n[[option]]\nname = "ib"\ngpus_per_node = 8\n'
+                                       'max_nodes = 8\nprice_per_gpu_hour = 1.0\nnetwork = "net.toml"\n')
+    assert cli.main(["plan", str(tmp_path / "t.json"), "--catalogue", str(tmp_path / "cat.toml"),
+                     "--target-samples-per-s", "5000", "--top", "20", "--json", "-o", str(tmp_path / "plan")]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["extrapolated"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes from logs of at "
+                                     "most 2 (NCCL's caps change at 3 nodes)") for r in rows)
+    assert any(r["nodes"] > 2 for r in rows)
