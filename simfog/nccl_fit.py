@@ -228,6 +228,10 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
             assumed.append("channels (derived from the NICs, as NCCL's search: "
                            f"{net.graph_channels(base.nics_per_node, 2)} with every NIC in use)")
     assumed += [f"{_ADDITIONS[a]} (off: not identified)" for a in additions if _ADDITIONS[a] not in kept]
+    assumed += [f"{what} (no {where}alltoall / sendrecv logs: {how})" for key, what, where, how in (
+        ("p2p_intra", "p2p GPU rate", "one-node ", "one node's bus bandwidth"),
+        ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),
+        ("p2p_latency", "p2p latency per peer", "", "the release's Ring/Simple step latency")) if key not in active]
     given += [f"{k} = {_show(k, v)} ({s})" for k, v in facts.hardware.items() for s in [facts.sources[k]]
               if s != "assumed"]
     assumed += [f"{k} = {_show(k, v)}" for k, v in facts.hardware.items() if facts.sources[k] == "assumed"

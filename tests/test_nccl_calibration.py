@@ -235,3 +235,32 @@ def test_simulate_and_plan_name_their_extrapolations(tmp_path, capsys):
     assert all(r["extrapolated"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes from logs of at "
                                      "most 2 (NCCL's caps change at 3 nodes)") for r in rows)
     assert any(r["nodes"] > 2 for r in rows)
+
+
+@pytest.mark.parametrize("algorithm", ["fsdp", "hsdp", "zero3"])
+def test_sharded_algorithms_cost_their_collectives_with_nccls_model(algorithm):
+    """fsdp, hsdp and zero3 on 4 nodes x 8 GPUs with a network file: every all-gather, reduce-scatter and
+    allreduce lasts what NCCL's model gives for its group (hsdp: a shard group is one node's 8 GPUs, a replica
+    group one GPU on each of the 4 nodes, so one NIC of 4: rails)."""
+    from simfog.network_file import NetworkFile
+    from simfog.simulation import new_simulation, simulate
+
+    from .conftest import make_experiment, make_trace
+
+    net = nccl.NcclNetwork(230e9, 100e9, latency_inter_s=2 * US, version="2.21.5", nics_per_node=4)
+    trace = make_trace([1e-3] * 2, [1e-3] * 2, [10**6, 2 * 10**6])
+    exp = replace(make_experiment(trace, algorithm=algorithm, collective="nccl", nodes=4, gpus_per_node=8,
+                                  iterations=1), network=NetworkFile(net))
+    df = simulate(exp).intervals()
+    groups = {"shard": (8, 1) if algorithm == "hsdp" else (32, 4), "replica": (4, 4), "all": (32, 4)}
+    seen = set()
+    for c in new_simulation(exp).algorithm.describe_buckets():
+        ranks, nodes = groups.get(c["group"], (32, 4))
+        row = df[(df["rank"] == 0) & (df.name == c["name"])].iloc[0]
+        assert row.end_s - row.start_s == pytest.approx(nccl.choose(c["collective"], c["bytes"], ranks, nodes,
+                                                                    net).time_s, rel=1e-9)
+        seen.add(c["collective"])
+    assert {"allgather", "reduce_scatter"} <= seen
+    if algorithm == "hsdp":  # the replica allreduce crosses nodes on one NIC of four: a quarter of the bus bandwidth
+        assert nccl.choose("allreduce", 2**30, 4, 4, net).time_s > 3 * nccl.choose("allreduce", 2**30, 32, 4,
+                                                                                   net).time_s

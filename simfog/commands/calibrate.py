@@ -129,7 +129,20 @@ def _run(args: argparse.Namespace) -> int:
             "assumed": "; ".join(cal.assumed), "given": "; ".join(cal.given),
             "statistic": args.statistic or "min",
             "residuals": f"{len(e)} points, median |error| {float(np.median(e)):.3f}, worst {float(e.max()):.3f}",
-            "command": "simfog calibrate " + " ".join(args.trace)}, calibrated=cal.calibrated)
+            "command": "simfog calibrate " + " ".join([*args.trace, *_flags(args)])}, calibrated=cal.calibrated)
         if not args.json:
             print(f"wrote {args.output}")
     return 0
+
+
+def _flags(args: argparse.Namespace) -> list[str]:
+    """The NCCL-model flags given, as they were typed (for the network file's provenance)."""
+    out = []
+    for name in ("nccl_version", "gpu_arch", "cpu_vendor", "intra_transport", "nics_per_node", "nic_bandwidth",
+                 "gpu_nic_path", "channels", "statistic"):
+        if getattr(args, name) is not None:
+            out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for name in ("nvls", "collnet"):
+        if getattr(args, name) is not None:
+            out.append(f"--{'' if getattr(args, name) else 'no-'}{name}")
+    return out
