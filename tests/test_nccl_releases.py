@@ -4,6 +4,8 @@ before it, and NCCL 2.22's own printed Tree/LL time (3 x 8 H100, 256 B: 25.23 us
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simfog import nccl
@@ -247,3 +249,24 @@ def test_tree_levels_and_two_node_bandwidth():
     gained = net("2.30", intra_bus_Bps=150e9, two_node_tree_gain=1.2)
     assert model.bandwidth_GBps("allreduce", "tree", "Simple", 16, 2, gained) == pytest.approx(0.5 * 0.92 * 120)
     assert model.bandwidth_GBps("allreduce", "tree", "Simple", 24, 3, gained) == pytest.approx(0.5 * 0.92 * 100)
+
+
+def test_channels_derived_from_the_node_by_hand():
+    # search.cc (simplified): per-channel speed = the release's first speed <= min(NIC rate, GPU's PCIe link);
+    # each NIC carries floor(NIC / speed) channels, the GPUs' NVLink total caps the sum; then duplication.
+    # DGX A100, 8 x 200 Gb/s (25 GB/s) NICs, 2.22: min(25, PCIe Gen4 24) -> 24; 8 NICs x 1; NVLink 12 x 20 = 240
+    # allows 10; 24 < 25: no duplication -> 8.
+    a100 = nccl.NcclNetwork(230e9, 190e9, channels=None, version="2.22", nics_per_node=8, nic_Bps=25e9,
+                            intra_transport="nvswitch")
+    assert nccl.derived_channels(a100, 8, 2) == 8
+    # DGX H100, 8 x 400 Gb/s (50 GB/s), 2.22: min(50, Gen5 48) -> 48 (sm90 array); NVLink 18 x 20.6 = 370.8 allows
+    # 7; Hopper below 50 GB/s with more than 4 channels is not duplicated -> 7. One GPU per node: its one NIC, 1
+    # channel at 48, duplicated (only 1 channel) -> 2.
+    h100 = replace(a100, gpu_arch="hopper", nic_Bps=50e9)
+    assert (nccl.derived_channels(h100, 8, 2), nccl.derived_channels(h100, 1, 2)) == (7, 2)
+    # ABCI A100, 4 x 200 Gb/s, NCCL 2.8.4 (one speed array: 42, 30, 24, ...): 24 -> 4 NICs x 1 -> 4.
+    abci = replace(a100, version="2.8.4", nics_per_node=4)
+    assert nccl.derived_channels(abci, 8, 2) == 4
+    # one A100 node, 2.8.4: NVLink 12 x 21 = 252; speed 42 -> 6 channels, 42 >= 25: duplicated -> 12 x 21
+    assert nccl.derived_channels(abci, 8, 1) == 12
+    assert nccl.derived_bus_Bps(abci, nodes=1) == pytest.approx(252e9)
