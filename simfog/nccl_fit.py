@@ -49,6 +49,8 @@ FLAG_SLOWER = 1.2
 IDENTIFY_GAIN = 0.2
 NOISE_RMS = 0.01
 MAX_NFEV = 40
+F_SCALE = 0.05
+SCAN_NFEV = 12  # iterations of each channel count's fit before the best count is fitted to the end
 _LOG_BW = (math.log(0.01), math.log(1e4))  # GB/s
 # name -> (bounds, starting value); bandwidths as log GB/s, latencies in µs
 _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": ((0.0, 200.0), 2.0),
@@ -115,6 +117,7 @@ class _Model:
 
     def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict):
         self.base, self.groups, self.fallback = base, groups, fallback
+        self.prepared = [{} for _ in groups]  # batch.choose_many's per-layout work, kept across evaluations
 
     def network(self, values: dict, channels) -> nccl.NcclNetwork:
         v = {**self.fallback, **values}
@@ -133,13 +136,18 @@ class _Model:
 
     def residuals(self, net: nccl.NcclNetwork, thread_launch_s: float) -> np.ndarray:
         out = []
-        for g in self.groups:
-            t, _ = batch.choose_many(g.op, g.sizes, g.ranks, g.nodes, net)
+        for g, prepared in zip(self.groups, self.prepared, strict=True):
+            t, _ = batch.choose_many(g.op, g.sizes, g.ranks, g.nodes, net, prepared)
             out.append(np.log((t + (g.gpt - 1) * thread_launch_s) / g.times))
         r = np.concatenate(out)
         return np.where(np.isfinite(r), r, 10.0)
 
-    def solve(self, active: list[str], x0: dict, channels) -> tuple[float, dict]:
+    def cost(self, values: dict, channels) -> float:
+        """The soft-L1 loss least_squares minimises (0.5 · f² · Σ 2(√(1 + (r/f)²) - 1), f = F_SCALE) at `values`."""
+        r = self.residuals(self.network(values, channels), values.get("thread_launch", 0.0) * 1e-6)
+        return float(F_SCALE**2 * np.sum(np.sqrt(1 + (r / F_SCALE) ** 2) - 1))
+
+    def solve(self, active: list[str], x0: dict, channels, max_nfev: int = MAX_NFEV) -> tuple[float, dict]:
         """(soft-L1 cost, fitted values) with `active` free, starting from x0."""
         from scipy.optimize import least_squares  # only calibration needs scipy
 
@@ -151,7 +159,7 @@ class _Model:
             v = dict(zip(active, x, strict=True))
             return self.residuals(self.network(v, channels), v.get("thread_launch", 0.0) * 1e-6)
 
-        r = least_squares(res, start, loss="soft_l1", f_scale=0.05, bounds=(lo, hi), max_nfev=MAX_NFEV)
+        r = least_squares(res, start, loss="soft_l1", f_scale=F_SCALE, bounds=(lo, hi), max_nfev=max_nfev)
         return float(r.cost), dict(zip(active, (float(x) for x in r.x), strict=True))
 
 
@@ -200,9 +208,10 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     ch0 = fixed_channels if fixed_channels is not None else (None if hardware_channels else 8)
     cost, values = model.solve(active, x0, ch0)
     ch, channel_note = ch0, None
-    if fixed_channels is None:
-        tried = {c: model.solve(active, {**x0, **values}, c) for c in CHANNELS}
+    if fixed_channels is None:  # every count briefly from the first fit's values, the best one to the end
+        tried = {c: model.solve(active, {**x0, **values}, c, SCAN_NFEV) for c in CHANNELS}
         best = min(tried, key=lambda c: tried[c][0])
+        tried[best] = min(tried[best], model.solve(active, {**x0, **tried[best][1]}, best), key=lambda cv: cv[0])
         if not hardware_channels or _identified(cost, tried[best][0], len(pts)):
             close = [c for c in tried if c != best and not _identified(tried[c][0], tried[best][0], len(pts))]
             ch, (cost, values) = best, tried[best]
@@ -213,7 +222,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
                                  ("tree_fill", multi), ("net_ll", multi), ("net_ll128", multi),
                                  ("net_simple", multi)) if on]
     kept = []
-    for a in additions:
+    for a in additions if not cost <= len(pts) * NOISE_RMS**2 / 2 else ():  # at the noise floor: nothing to gain
         c2, v2 = model.solve(active + [a], {**x0, **values}, ch)
         if _identified(cost, c2, len(pts)):
             active, cost, values = active + [a], c2, v2

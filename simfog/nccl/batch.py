@@ -23,38 +23,53 @@ def _log_index(sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def choose_many(op: str, sizes: np.ndarray, ranks: int, nodes: int, net: NcclNetwork) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, index into PAIRS of NCCL's choice; -1 for alltoall / sendrecv) for every size of `sizes`."""
+def choose_many(op: str, sizes: np.ndarray, ranks: int, nodes: int, net: NcclNetwork,
+                prepared: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, index into PAIRS of NCCL's choice; -1 for alltoall / sendrecv) for every size of `sizes`.
+    `prepared`: a dict this function may fill and reuse across calls on the same sizes and layout of networks that
+    differ only in fitted parameters (which pairs are allowed and their size corrections)."""
     sizes = np.asarray(sizes, dtype=float)
     if ranks <= 1:
         return np.zeros(sizes.shape), np.full(sizes.shape, -1)
-    if op in p2p.OPS:
-        return np.array([p2p.time_s(op, float(b), ranks, nodes, net) for b in sizes]), np.full(sizes.shape, -1)
+    if op in p2p.OPS:  # p2p.time_s is affine in the size: two evaluations give it
+        t0 = p2p.time_s(op, 0.0, ranks, nodes, net)
+        slope = (p2p.time_s(op, 2.0**30, ranks, nodes, net) - t0) / 2.0**30
+        return t0 + slope * sizes, np.full(sizes.shape, -1)
     t = tables(net.version)
-    k = _log_index(sizes)
-    views, delivered, pairs = [], [], []
-    for i, (algo, proto) in enumerate(PAIRS):
-        if not model.allowed(op, algo, proto, ranks, nodes, net, t):
-            continue
+    key = (net.channels, net.two_node_tree_gain > 1.0)
+    cache = prepared.get(key) if prepared is not None else None
+    if cache is None:
+        k = _log_index(sizes)
+        pairs = [i for i, (a, p) in enumerate(PAIRS) if model.allowed(op, a, p, ranks, nodes, net, t)]
+        cache = (pairs, [_correction(op, *PAIRS[i], k, net, t) for i in pairs])
+        if prepared is not None:
+            prepared[key] = cache
+    pairs, corrections = cache
+    views = np.empty((len(pairs), len(sizes)))
+    delivered = np.empty((len(pairs), len(sizes)))
+    kept = []
+    for row, (i, corr) in enumerate(zip(pairs, corrections, strict=True)):
+        algo, proto = PAIRS[i]
         bw_view = model.bandwidth_GBps(op, algo, proto, ranks, nodes, net, t, nccl_view=True)
-        bw = model.bandwidth_GBps(op, algo, proto, ranks, nodes, net, t)
+        bw = model.bandwidth_GBps(op, algo, proto, ranks, nodes, net, t) if nodes > 1 else bw_view
         if not (bw_view > 0 and bw > 0):
+            views[row] = np.inf
+            delivered[row] = np.nan
             continue
         lat = model.latency_us(op, algo, proto, ranks, nodes, net, t)
         lat_view = model.latency_us(op, algo, proto, ranks, nodes, net, t, nccl_view=True) if nodes > 1 else lat
-        corr = _correction(op, algo, proto, k, net, t)
         plat = _plateau(op, algo, proto, sizes, ranks, nodes, net, t)
-        views.append(lat_view * plat + sizes / (1000.0 * bw_view * corr))
+        views[row] = lat_view * plat + sizes / (1000.0 * bw_view * corr)
         real = (lat * plat + sizes / (1000.0 * bw * corr)) * 1e-6
         if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
             fill = net.tree_fill_B
             real = real + 2 * np.log2(nodes) * (sizes * fill / (sizes + fill)) / (bw * corr * 1e9)
-        delivered.append(real + net.launch_s)
-        pairs.append(i)
-    if not pairs:
+        delivered[row] = real + net.launch_s
+        kept.append(row)
+    if not kept:
         return np.full(sizes.shape, np.nan), np.full(sizes.shape, -1)
-    pick = np.argmin(np.vstack(views), axis=0)
-    return np.vstack(delivered)[pick, np.arange(len(sizes))], np.array(pairs)[pick]
+    pick = np.argmin(views, axis=0)
+    return delivered[pick, np.arange(len(sizes))], np.array(pairs)[pick]
 
 
 def _correction(op, algo, proto, k, net, t) -> np.ndarray:
@@ -70,7 +85,7 @@ def _correction(op, algo, proto, k, net, t) -> np.ndarray:
 
 def _plateau(op, algo, proto, sizes, ranks, nodes, net, t) -> np.ndarray:
     if not (algo == "ring" and proto == "Simple" and nodes > 1 and op == "allreduce"):
-        return np.ones(sizes.shape)
+        return 1.0
     if t.plateau_per_channel:
         hit = np.floor(sizes) // (model.runtime_channels(net, ranks, nodes, t) * ranks) >= 64
     else:
