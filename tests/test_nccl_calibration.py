@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog import cli, nccl, nccl_fit, network_file
+from simfog import cli, nccl, nccl_facts, nccl_fit, network_file
 from simfog.errors import ConfigError
 from simfog.importers.nccl_debug import read_debug
 from simfog.importers.nccl_tests import import_nccl_tests
@@ -264,3 +264,14 @@ def test_sharded_algorithms_cost_their_collectives_with_nccls_model(algorithm):
     if algorithm == "hsdp":  # the replica allreduce crosses nodes on one NIC of four: a quarter of the bus bandwidth
         assert nccl.choose("allreduce", 2**30, 4, 4, net).time_s > 3 * nccl.choose("allreduce", 2**30, 32, 4,
                                                                                    net).time_s
+
+
+def test_srun_task_labels_are_read_through(tmp_path):
+    # Slurm's `srun -l` prefixes every line with its task, `0: # nThread ...` (as CSCS Alps logs print them)
+    lines = run_lines("middle", "allreduce", sizes=[8, 1024, 2**20], hosts=("nid01", "nid02"), gpus_per_node=4,
+                      gpu="NVIDIA GH200 120GB")
+    path = tmp_path / "job.out"
+    path.write_text("+ srun -l all_reduce_perf -b 8\n" + "\n".join(f"0: {line}" for line in lines) + "\n")
+    trace = import_nccl_tests(path)
+    assert [(m.ranks, m.nodes, m.bytes) for m in trace.measurements] == [(8, 2, 8), (8, 2, 1024), (8, 2, 2**20)]
+    assert nccl_facts.arch_of(trace) == "hopper"

@@ -17,9 +17,10 @@ src/util.cu at b188a15 .. a0b82b2):
 
 Each test in a file (a `# nThread` header with its rows) is one run; every row becomes one Measurement whose time_s
 is [out-of-place, in-place]. Also handled: CRLF line endings, Open MPI `--tag-output` prefixes `[1,0]<stdout>:`
-(also when one is interleaved inside a line, as in Echo's `nccl_128.log`), UCX or NCCL_DEBUG lines anywhere,
-column widths that differ between builds (rows are split on whitespace), several data types (`-d all`), sizes of
-0, and a truncated log (no `# Avg bus bandwidth` footer: imported with an ImporterWarning naming the last size).
+(also when one is interleaved inside a line, as in Echo's `nccl_128.log`), Slurm `srun -l` task labels `0: `,
+UCX or NCCL_DEBUG lines anywhere, column widths that differ between builds (rows are split on whitespace), several
+data types (`-d all`), sizes of 0, and a truncated log (no `# Avg bus bandwidth` footer: imported with an
+ImporterWarning naming the last size).
 """
 
 from __future__ import annotations
@@ -173,6 +174,17 @@ def _transport(text: str, nodes: int, ranks: int, devices: list[str]) -> tuple[s
     return "unknown", "not recorded in the log (pass transport=...)"
 
 
+_SRUN_LABEL = re.compile(r"^\d+: ")
+
+
+def _without_srun_labels(lines: list[str]) -> list[str]:
+    """Lines without Slurm's `srun -l` task labels (`0: # nThread ...`), when the header carries one."""
+    if any(_HEADER.match(line) for line in lines) or not any(
+            _HEADER.match(_SRUN_LABEL.sub("", line)) for line in lines):
+        return lines
+    return [_SRUN_LABEL.sub("", line) for line in lines]
+
+
 def _nccl_version(code: int) -> str:
     """NCCL_VERSION_CODE -> 'X.Y.Z' (X*10000 + Y*100 + Z from 2.9, X*1000 + Y*100 + Z before)."""
     if code >= 20900:
@@ -223,7 +235,7 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
         raise ConfigError("times", times, f"one of {', '.join(TIMES)}", source=path)
     wanted = _given_collective(collective, path)
     text = files.read_text(path)
-    lines = clean_lines(text)
+    lines = _without_srun_labels(clean_lines(text))
     spans = _split_runs(lines)
     if not spans:
         hint = " (this looks like an OSU or IMB log: use kind 'osu')" if re.search(
