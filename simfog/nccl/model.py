@@ -140,7 +140,7 @@ def bandwidth_GBps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: 
     ll_max = t.ll_max_bw[row if nodes == 1 else int(net.cpu_vendor == "amd")][idx2]
     bus = graph_bus_GBps(algo, ranks, nodes, net, nccl_view)
     if algo in ("nvls", "nvls_tree"):
-        bus = _nvls_bus(op, algo, ranks, nodes, net, t, nch)
+        bus = _nvls_bus(op, algo, ranks, nodes, net, t, nch, nccl_view)
     cap = t.bus_cap.get(net.gpu_arch)
     if cap is not None and algo not in ("nvls", "nvls_tree"):
         bus = min(bus, cap)
@@ -177,15 +177,18 @@ def _collnet_bus(algo: str, proto: str, ppn: float, nch: int, net: NcclNetwork, 
     return bus * 0.85 if t.collnet != "2.14" and net.gpu_arch in _NEWER else bus
 
 
-def _nvls_bus(op: str, algo: str, ranks: int, nodes: int, net: NcclNetwork, t: Tables, nch: int) -> float:
-    """NVLS / NVLS tree bus bandwidth (GB/s) by release; NVLink per channel = one node's bus bandwidth / nch."""
+def _nvls_bus(op: str, algo: str, ranks: int, nodes: int, net: NcclNetwork, t: Tables, nch: int,
+              nccl_view: bool) -> float:
+    """NVLS / NVLS tree bus bandwidth (GB/s) by release; NVLink per channel = one node's bus bandwidth / nch. A
+    2-node NVLS tree's doubled bwInter (2.28+) is NCCL's view; delivered, it is net.two_node_tree_gain x bwInter."""
     _, ppn, g = layout(ranks, nodes)
     intra = net.intra_bus_Bps / 1e9
     inter = net.inter_Bps(g) / 1e9 if nodes > 1 else math.inf
     if t.nvls == "2.28":  # per channel, NVLink efficiency, allreduce pipelines two operations
         ch_intra = intra / nch * t.nvls_efficiency.get(net.gpu_arch, 0.0) * (nch - 1) / nch
         ch_intra *= 2.0 if op == "allreduce" else (ppn - 1) / ppn
-        ch_inter = inter / nch * (2 if nodes <= 2 and algo == "nvls_tree" else 1)
+        gain = (2.0 if nccl_view else net.two_node_tree_gain) if nodes <= 2 and algo == "nvls_tree" else 1.0
+        ch_inter = inter / nch * gain
         cap = t.nvls_tree_per_ch[t.arch_row(net.gpu_arch)][_idx2(nodes)] if algo == "nvls_tree" else math.inf
         return nch * min(ch_intra, ch_inter, cap)
     if t.nvls in ("2.17", "2.18", "2.18.3"):
