@@ -22,15 +22,17 @@ from simfog.importers import import_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# cluster -> (NCCL release the logs were measured with, the hosts' CPU vendor, training logs, held-out logs); paths
-# under nccl-tests/. ABCI ran NCCL 2.8.4 (its README); Echo's release is not recorded, so the current tables are
-# used. CPU vendors are the machines' (NCCL's model charges AMD hosts 2 us per intra-node step on several nodes,
-# Intel 1 us): Azure ND A100 v4 has AMD EPYC 7V12 (Rome) processors, an ABCI compute node (V) two Intel Xeon Gold
-# 6148.
+# cluster -> (hardware facts for nccl_fit.fit, training logs, held-out logs); paths under nccl-tests/. ABCI ran NCCL
+# 2.8.4 (its README); Echo's release is not recorded, so the newest tables are used. CPU vendors are the machines'
+# (NCCL's model charges AMD hosts 2 us per intra-node step on several nodes, Intel 1 us): Azure ND A100 v4 has AMD
+# EPYC 7V12 (Rome) processors, an ABCI compute node (V) two Intel Xeon Gold 6148. NICs: Echo's README states a
+# dedicated 200 Gb/s InfiniBand link per GPU (8 per node); ABCI's 2 x EDR per node (V) is not stated by the source,
+# so it is not given.
 CLUSTERS = {
-    "a100-azure": ("2.30", "amd", [f"echo-a100-azure/nccl_{n}.log" for n in (1, 2, 4, 8, 16)],
+    "a100-azure": (dict(version="2.30", cpu_vendor="amd", nics_per_node=8, nic_Bps=25e9),
+                   [f"echo-a100-azure/nccl_{n}.log" for n in (1, 2, 4, 8, 16)],
                    [f"echo-a100-azure/nccl_{n}.log" for n in (32, 64, 128)]),
-    "v100-abci": ("2.8", "intel",
+    "v100-abci": (dict(version="2.8.4", cpu_vendor="intel"),
                   ["abci-v100/intra_vnode/job04.sh.7280532.nccl", "abci-v100/inter_vnode/job02.sh.7194532.nccl"],
                   ["abci-v100/inter_vnode/job04.sh.7194533.nccl", "abci-v100/inter_vnode/job08.sh.7194534.nccl",
                    "abci-v100/inter_vnode/job16.sh.7194535.nccl", "abci-v100/inter_vnode/job32.sh.7194536.nccl"]),
@@ -46,11 +48,11 @@ def main() -> None:
     all_points, started = [], time.perf_counter()
     print(f"{'cluster':11s} {'GPUs':>5s} {'nodes':>5s} {'size':>10s} {'measured':>10s} {'predicted':>10s} "
           f"{'error':>7s}  {'choice':14s} flag")
-    for name, (version, cpu_vendor, train, test) in CLUSTERS.items():
-        cal = nccl_fit.fit([import_file("nccl-tests", ref / f) for f in train], version=version, source=name,
-                           cpu_vendor=cpu_vendor)
+    for name, (hardware, train, test) in CLUSTERS.items():
+        cal = nccl_fit.fit([import_file("nccl-tests", ref / f) for f in train], source=name, **hardware)
         n = cal.network
-        print(f"# {name}: fitted on {len(train)} logs (<= 2 nodes): channels {n.channels}, bus bw one node "
+        channels = n.channels if n.channels is not None else f"{n.graph_channels(64, 2)} (hardware)"
+        print(f"# {name}: fitted on {len(train)} logs (<= 2 nodes): channels {channels}, bus bw one node "
               f"{n.intra_bus_Bps / 1e9:.4g} GB/s, several {n.inter_bus_Bps / 1e9:.4g} GB/s, latencyInter "
               f"{n.latency_inter_s * 1e6:.3g} us, launch {n.launch_s * 1e6:.3g} us")
         points = nccl_fit.predict(n, [import_file("nccl-tests", ref / f) for f in test])

@@ -1,19 +1,27 @@
-"""Calibrate simfog's NCCL model (simfog.nccl) from nccl-tests measurements of any mix of layouts.
+"""Calibrate simfog's NCCL model (simfog.nccl) from nccl-tests measurements of any mix of layouts and collectives
+(allreduce, allgather, reduce-scatter, broadcast, reduce, alltoall, sendrecv): one parameter set for them all.
 
-The fitted parameters are what NCCL's tuner reads from its topology search and simfog cannot see (NcclNetwork):
-bus bandwidth on one node and on several, the graph's inter-node latency, a per-operation launch time, the tree
-pipeline fill and the channel count. Everything else (step counts, per-protocol hardware latencies, protocol and
-tree caps, correction factors, NCCL's choice of algorithm and protocol) is NCCL's own, from the release named.
+What is fitted is what NCCL reads from its topology search and simfog cannot see: the bus bandwidth on one node
+and between nodes (the whole node's; a layout uses its NICs' share, rails), the graph's latencyInter (a network
+plugin's latency; 2.12 on), a per-operation launch time, and the point-to-point rates and per-peer latency of
+alltoall / sendrecv. Everything else (steps, per-protocol latencies, caps, corrections, NCCL's choice) is NCCL's
+own, from the release the logs state (simfog.nccl_facts). Each parameter is fitted only where the logs hold the
+measurements it acts on (one-node bandwidth from one-node logs, ...); the rest take the hardware's value
+(simfog.nccl.network) and are reported as assumed.
 
-Loss: each measurement counts by log(predicted / measured), so 8 B and 8 GiB weigh alike, under a soft-L1 loss
-(scipy.optimize.least_squares, f_scale = 5 %): a point far off (a noisy scale, a warm-up row) pulls on the fit
-like a point 5 % off, not quadratically. The channel count is discrete: every value in CHANNELS is tried.
-A measurement's time is the minimum of its samples (min of out-of-place and in-place for nccl-tests), the
-uncontended run, unless `statistic` says otherwise.
+simfog's additions to NCCL's formulas start off and are kept only when the logs identify them, i.e. fitting one
+cuts the loss by more than IDENTIFY_GAIN of it (and by more than 1 % rms noise): the tree's pipeline fill, the
+bandwidth a 2-node tree delivers above the inter-node rate, extra inter-node latency per protocol (a fabric's
+plugin making LL or Simple costlier than NCCL's tables), and before 2.12 the graph latency. Channels likewise: the
+logs' count when NCCL_DEBUG printed one, else the hardware's (search.cc, derived), replaced by a fitted count only
+when that is identified; without hardware facts the best count is fitted.
 
-Flags: after the fit, a point is flagged "off" when the model misses it by more than FLAG_ERROR, and
-"non-monotone" when it took FLAG_SLOWER times longer than the next larger size of the same log: a time no
-model of a collective can give, so it says the run was disturbed (or NCCL chose badly there), not the network.
+Loss: log(predicted / measured) per measurement, so 8 B and 8 GiB weigh alike, under a soft-L1 loss
+(scipy.optimize.least_squares, f_scale = 5 %). Each fit is bounded (MAX_NFEV iterations); layouts are evaluated
+vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the
+minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Flags: "off" when
+the model misses a point by more than FLAG_ERROR; "non-monotone" when it took FLAG_SLOWER times longer than the
+next larger size of the same log (a disturbed run: no model of a collective gives that).
 """
 
 from __future__ import annotations
@@ -25,102 +33,51 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simfog import nccl, units
+from simfog import nccl, nccl_facts
 from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
+from simfog.nccl import batch
+from simfog.nccl.calibrated import Calibrated
+from simfog.nccl_facts import arch_of  # noqa: F401  (re-exported: callers read the GPU generation here)
+from simfog.nccl_report import NcclCalibration, Point
 from simfog.trace import NetworkTrace
 
-CHANNELS = (1, 2, 4, 8, 12, 16, 24, 32)
-# Tree pipeline fill when the data cannot tell it (fewer than 3 multi-node scales: at 2 nodes the tree has one
-# level and the fill hides in the launch and latency terms). 64 KiB is an estimate: the value that, with the
-# other parameters fitted on <= 2 nodes, best predicted the 4-32-node A100 and V100 logs of shared/ref (chosen
-# by looking at those logs, so bench/collectives.py is not blind to it; fitted whenever 3+ scales are given).
-DEFAULT_TREE_FILL_B = 64 * 2**10
+CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 STATISTICS = {"min": np.min, "median": np.median, "mean": np.mean}
 FLAG_ERROR = 0.25
 FLAG_SLOWER = 1.2
-# log GB/s, log GB/s, latencyInter µs, launch µs, log fill bytes (1 KiB .. 64 MiB)
-# and the launch per extra GPU of one thread, µs
-_BOUNDS = ([math.log(0.01), math.log(0.01), 0.0, 0.0, math.log(2**10), 0.0],
-           [math.log(1e4), math.log(1e4), 200.0, 1000.0, math.log(2**26), 100.0])
-_ARCH_BY_NAME = (("B200", "blackwell"), ("GB200", "blackwell"), ("B100", "blackwell"), ("H100", "hopper"),
-                 ("H200", "hopper"), ("H800", "hopper"), ("GH200", "hopper"), ("A100", "ampere"),
-                 ("A800", "ampere"), ("A30", "ampere"), ("A10", "ampere"), ("V100", "volta"))
+IDENTIFY_GAIN = 0.2
+NOISE_RMS = 0.01
+MAX_NFEV = 40
+F_SCALE = 0.05
+SCAN_NFEV = 12  # iterations of each channel count's fit before the best count is fitted to the end
+_LOG_BW = (math.log(0.01), math.log(1e4))  # GB/s
+# name -> (bounds, starting value); bandwidths as log GB/s, latencies in µs
+_PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": ((0.0, 200.0), 2.0),
+           "launch": ((0.0, 1000.0), 5.0), "thread_launch": ((0.0, 100.0), 2.0), "p2p_intra": (_LOG_BW, None),
+           "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
+           "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
+           "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
+_ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
+              "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
+              "net_simple": "Simple inter-node latency"}
 
 
 @dataclass(frozen=True)
-class Point:
-    """One measurement against the fitted model (SI units)."""
-
+class _Group:
     op: str
     ranks: int
     nodes: int
-    bytes: int
-    measured_s: float
-    predicted_s: float
-    algorithm: str
-    protocol: str
-    flag: str = ""
-
-    @property
-    def rel_error(self) -> float:
-        return (self.predicted_s - self.measured_s) / self.measured_s
-
-
-@dataclass(frozen=True)
-class NcclCalibration:
-    """The fitted network and every measurement's residual."""
-
-    network: nccl.NcclNetwork
-    points: tuple[Point, ...]
-    fitted: tuple[str, ...]      # which parameters the data determined
-    source: str = ""
-
-    def errors(self, *, flagged: bool = True) -> np.ndarray:
-        """|relative error| of every point (without flagged ones when `flagged` is False)."""
-        return np.array([abs(p.rel_error) for p in self.points if flagged or not p.flag])
-
-    def report(self) -> str:
-        """Parameters, per-size residuals, flagged points and the median/worst error, for people."""
-        n = self.network
-        out = [f"NCCL model {n.version} ({n.gpu_arch}, {n.cpu_vendor} CPUs, {n.intra_transport} inside a node)"
-               f"{' from ' + self.source if self.source else ''}",
-               f"  channels {n.channels}; bus bandwidth one node {n.intra_bus_Bps / 1e9:.4g} GB/s, several nodes "
-               f"{n.inter_bus_Bps / 1e9:.4g} GB/s; latencyInter {n.latency_inter_s * 1e6:.3g} us; launch "
-               f"{n.launch_s * 1e6:.3g} us; tree fill {units.format_bytes(n.tree_fill_B)}",
-               f"  fitted: {', '.join(self.fitted)}; the rest is NCCL's own constants", "",
-               f"{'op':10s} {'ranks':>5s} {'nodes':>5s} {'size':>10s} {'measured':>10s} {'predicted':>10s} "
-               f"{'error':>7s}  {'choice':14s} flag"]
-        for p in self.points:
-            out.append(f"{p.op:10s} {p.ranks:5d} {p.nodes:5d} {units.format_bytes(p.bytes):>10s} "
-                       f"{units.format_time(p.measured_s):>10s} {units.format_time(p.predicted_s):>10s} "
-                       f"{p.rel_error:+7.1%}  {p.algorithm + '/' + p.protocol:14s} {p.flag}")
-        e, ok = self.errors(), self.errors(flagged=False)
-        flagged = sum(1 for p in self.points if p.flag)
-        out += ["", f"{len(e)} points: median |error| {np.median(e):.1%}, worst {e.max():.1%}; "
-                    f"{flagged} flagged" + (f" (without them: median {np.median(ok):.1%}, worst {ok.max():.1%})"
-                                            if flagged and len(ok) else "")]
-        rms = math.sqrt(float(np.mean(np.log1p(np.array([p.rel_error for p in self.points])) ** 2)))
-        if rms > 0.2:
-            out.append(f"POOR FIT: rms log error {rms:.2f}; check the flagged points and the options "
-                       "(--nccl-version, --gpu-arch) before using this network")
-        return "\n".join(out)
-
-
-def arch_of(trace: NetworkTrace) -> str | None:
-    """The GPU generation named anywhere in the trace's extra data (GPU model strings), or None."""
-    text = repr(trace.extra)
-    for name, arch in _ARCH_BY_NAME:
-        if re.search(name, text):
-            return arch
-    return None
+    gpt: int              # GPUs one benchmark thread drove
+    sizes: np.ndarray
+    times: np.ndarray
 
 
 def gpus_per_thread(trace: NetworkTrace) -> list[int]:
     """For each measurement, how many GPUs one thread of the benchmark drove (nccl-tests' `-g`, the header's
-    nGpus), from the importer's per-run records in extra["nccl_tests"]; 1 where unrecorded. One thread launches
-    its GPUs' kernels one after another, so a single-process run of 8 GPUs pays about 8 launches per operation:
-    the 2/4/8-GPU A100 logs' 8 B times grow 8.5 -> 16 -> 31 us while the network does not change."""
+    nGpus), from the importer's per-run records; 1 where unrecorded. One thread launches its GPUs' kernels one
+    after another, so a single-process run of 8 GPUs pays about 8 launches per operation (the A100 logs' 8 B
+    times grow 8.5 -> 16 -> 31 us from 2 to 8 GPUs while the network does not change)."""
     out = [1] * len(trace.measurements)
     runs = trace.extra.get("nccl_tests") if isinstance(trace.extra, dict) else None
     for run in runs if isinstance(runs, list) else ():
@@ -132,11 +89,11 @@ def gpus_per_thread(trace: NetworkTrace) -> list[int]:
     return out
 
 
-def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, int, int, int, float, int]]:
+def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple]:
+    """(op, ranks, nodes, bytes, seconds, GPUs per thread) of every measurement NCCL's model covers."""
     pts = []
     for trace in traces:
-        gpus = gpus_per_thread(trace)
-        for m, g in zip(trace.measurements, gpus, strict=True):
+        for m, g in zip(trace.measurements, gpus_per_thread(trace), strict=True):
             if m.ranks < 2 or m.collective not in nccl.OPS or not m.time_s or m.bytes == 0:  # 0 B: no transfer
                 continue
             t = float(STATISTICS[statistic](m.time_s))
@@ -147,80 +104,219 @@ def _series(traces: Sequence[NetworkTrace], statistic: str) -> list[tuple[str, i
     return pts
 
 
-def fit(traces: Sequence[NetworkTrace], *, version: str = "2.30", gpu_arch: str | None = None,
-        cpu_vendor: str = "intel", intra_transport: str = "nvlink", channels: int | None = None,
-        statistic: str = "min", source: str = "") -> NcclCalibration:
-    """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts; 1-rank runs and
-    collectives NCCL's model does not cover, alltoall and sendrecv, are left out). `gpu_arch` None: read from the
-    GPU names in the traces (else "ampere"); `channels` None: the best of CHANNELS.
+def _groups(pts) -> list[_Group]:
+    by: dict[tuple, list] = {}
+    for op, r, n, b, t, g in pts:
+        by.setdefault((op, r, n, g), []).append((b, t))
+    return [_Group(*k, np.array([b for b, _ in v], dtype=float), np.array([t for _, t in v]))
+            for k, v in sorted(by.items())]
 
-    Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, or a single message size),
-    ConfigError for bad options or times."""
-    from scipy.optimize import least_squares  # only calibration needs scipy
 
+class _Model:
+    """The parameters being fitted (`active`, in order) on top of a network, and the loss over every group."""
+
+    def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict):
+        self.base, self.groups, self.fallback = base, groups, fallback
+        self.prepared = [{} for _ in groups]  # batch.choose_many's per-layout work, kept across evaluations
+
+    def network(self, values: dict, channels) -> nccl.NcclNetwork:
+        v = {**self.fallback, **values}
+        intra = math.exp(v["intra"]) if "intra" in v else None
+        inter = math.exp(v["inter"]) if "inter" in v else None
+        intra, inter = intra or inter, inter or intra
+        lat = (v.get("net_ll", 0.0), v.get("net_ll128", 0.0), v.get("net_simple", 0.0))
+        return replace(
+            self.base, intra_bus_Bps=intra * 1e9, inter_bus_Bps=inter * 1e9, channels=channels,
+            latency_inter_s=v.get("latency_inter", 0.0) * 1e-6, launch_s=v.get("launch", 0.0) * 1e-6,
+            tree_fill_B=math.exp(v["tree_fill"]) if "tree_fill" in v else 0.0,
+            two_node_tree_gain=v.get("tree_gain", 1.0), net_latency_s=tuple(x * 1e-6 for x in lat),
+            p2p_intra_Bps=math.exp(v["p2p_intra"]) * 1e9 if "p2p_intra" in v else self.base.p2p_intra_Bps,
+            p2p_nic_Bps=math.exp(v["p2p_nic"]) * 1e9 if "p2p_nic" in v else self.base.p2p_nic_Bps,
+            p2p_latency_s=v["p2p_latency"] * 1e-6 if "p2p_latency" in v else self.base.p2p_latency_s)
+
+    def residuals(self, net: nccl.NcclNetwork, thread_launch_s: float) -> np.ndarray:
+        out = []
+        for g, prepared in zip(self.groups, self.prepared, strict=True):
+            t, _ = batch.choose_many(g.op, g.sizes, g.ranks, g.nodes, net, prepared)
+            out.append(np.log((t + (g.gpt - 1) * thread_launch_s) / g.times))
+        r = np.concatenate(out)
+        return np.where(np.isfinite(r), r, 10.0)
+
+    def cost(self, values: dict, channels) -> float:
+        """The soft-L1 loss least_squares minimises (0.5 · f² · Σ 2(√(1 + (r/f)²) - 1), f = F_SCALE) at `values`."""
+        r = self.residuals(self.network(values, channels), values.get("thread_launch", 0.0) * 1e-6)
+        return float(F_SCALE**2 * np.sum(np.sqrt(1 + (r / F_SCALE) ** 2) - 1))
+
+    def solve(self, active: list[str], x0: dict, channels, max_nfev: int = MAX_NFEV) -> tuple[float, dict]:
+        """(soft-L1 cost, fitted values) with `active` free, starting from x0."""
+        from scipy.optimize import least_squares  # only calibration needs scipy
+
+        lo = [_PARAMS[a][0][0] for a in active]
+        hi = [_PARAMS[a][0][1] for a in active]
+        start = np.clip([x0[a] for a in active], lo, hi)
+
+        def res(x):
+            v = dict(zip(active, x, strict=True))
+            return self.residuals(self.network(v, channels), v.get("thread_launch", 0.0) * 1e-6)
+
+        r = least_squares(res, start, loss="soft_l1", f_scale=F_SCALE, bounds=(lo, hi), max_nfev=max_nfev)
+        return float(r.cost), dict(zip(active, (float(x) for x in r.x), strict=True))
+
+
+def _identified(cost_without: float, cost_with: float, n: int) -> bool:
+    """A parameter is identified when fitting it cuts the loss by more than IDENTIFY_GAIN of it and by more than
+    NOISE_RMS noise would (the soft-L1 cost of n points at NOISE_RMS is about n · NOISE_RMS² / 2)."""
+    gain = cost_without - cost_with
+    return gain > IDENTIFY_GAIN * cost_without and gain > n * NOISE_RMS**2 / 2
+
+
+def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch: str | None = None,
+        cpu_vendor: str | None = None, intra_transport: str | None = None, channels: int | None = None,
+        nics_per_node: int | None = None, nic_Bps: float | None = None, gpu_nic_path: str | None = None,
+        nvls: bool | None = None, collnet: bool | None = None, statistic: str = "min",
+        source: str = "") -> NcclCalibration:
+    """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts and collectives; 1-rank
+    runs and collectives NCCL has no model for are left out). Hardware arguments None: as the logs state, else
+    assumed (simfog.nccl_facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
+    message size, times that do not grow), ConfigError for bad options, times, or logs of different releases."""
     if statistic not in STATISTICS:
         raise ConfigError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
+    facts = nccl_facts.resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
+                                            intra_transport=intra_transport, channels=channels,
+                                            nics_per_node=nics_per_node, nic_Bps=nic_Bps, gpu_nic_path=gpu_nic_path,
+                                            nvls=nvls, collnet=collnet))
     pts = _series(traces, statistic)
+    _check_fittable(pts)
+    base = nccl.NcclNetwork(1e9, 1e9, **facts.hardware)
+    groups = _groups(pts)
+    coll = [g for g in groups if g.op in nccl.model.COLLECTIVES]
+    p2p = [g for g in groups if g.op in nccl.p2p.OPS]
+    single, multi = any(g.nodes == 1 for g in coll), any(g.nodes > 1 for g in coll)
+    fallback, assumed = _hardware_fallback(base, single, multi, coll)
+    model = _Model(base, groups, fallback)
+    new_latency = nccl.parse_release(base.version) >= (2, 12, 0)
+    active = ([k for k, on in (("intra", single), ("inter", multi), ("latency_inter", multi and new_latency))
+               if on] + ["launch"] + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
+              + [k for k, on in (("p2p_intra", any(g.nodes == 1 for g in p2p)),
+                                 ("p2p_nic", any(g.nodes > 1 for g in p2p)), ("p2p_latency", bool(p2p))) if on])
+    x0 = {k: v for k, (_, v) in _PARAMS.items() if v is not None} | _bandwidth_guesses(groups, fallback)
+    if not coll and "intra" not in fallback and "inter" not in fallback:  # only alltoall / sendrecv logs
+        fallback["inter"] = x0["p2p_nic"] if any(g.nodes > 1 for g in p2p) else x0["p2p_intra"]
+        assumed.append("bus bandwidths = the point-to-point rate (no collective logs, no hardware facts)")
+    fixed_channels = facts.channels
+    hardware_channels = base.nics_per_node is not None and base.nic_Bps is not None
+    ch0 = fixed_channels if fixed_channels is not None else (None if hardware_channels else 8)
+    cost, values = model.solve(active, x0, ch0)
+    ch, channel_note = ch0, None
+    if fixed_channels is None:  # every count briefly from the first fit's values, the best one to the end
+        tried = {c: model.solve(active, {**x0, **values}, c, SCAN_NFEV) for c in CHANNELS}
+        best = min(tried, key=lambda c: tried[c][0])
+        tried[best] = min(tried[best], model.solve(active, {**x0, **tried[best][1]}, best), key=lambda cv: cv[0])
+        if not hardware_channels or _identified(cost, tried[best][0], len(pts)):
+            close = [c for c in tried if c != best and not _identified(tried[c][0], tried[best][0], len(pts))]
+            ch, (cost, values) = best, tried[best]
+            channel_note = f"channels {best}" + (f" (the logs fit {', '.join(map(str, close[:4]))} about as well)"
+                                                  if close else "")
+    additions = [a for a, on in (("latency_inter", multi and not new_latency),
+                                 ("tree_gain", any(g.nodes == 2 and g.op == "allreduce" for g in coll)),
+                                 ("tree_fill", multi), ("net_ll", multi), ("net_ll128", multi),
+                                 ("net_simple", multi)) if on]
+    kept = []
+    for a in additions if not cost <= len(pts) * NOISE_RMS**2 / 2 else ():  # at the noise floor: nothing to gain
+        c2, v2 = model.solve(active + [a], {**x0, **values}, ch)
+        if _identified(cost, c2, len(pts)):
+            active, cost, values = active + [a], c2, v2
+            kept.append(_ADDITIONS[a])
+    net = model.network(values, ch)
+    fitted = _fitted_names(active, values, channel_note, not new_latency)
+    if fixed_channels is not None:
+        given = [f"channels {fixed_channels} ({facts.sources['channels']})"]
+    else:
+        given = []
+        if ch is None:
+            assumed.append("channels (derived from the NICs, as NCCL's search: "
+                           f"{net.graph_channels(base.nics_per_node, 2)} with every NIC in use)")
+    assumed += [f"{_ADDITIONS[a]} (off: not identified)" for a in additions if _ADDITIONS[a] not in kept]
+    assumed += [f"{what} (no {where}alltoall / sendrecv logs: {how})" for key, what, where, how in (
+        ("p2p_intra", "p2p GPU rate", "one-node ", "one node's bus bandwidth"),
+        ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),
+        ("p2p_latency", "p2p latency per peer", "", "the release's Ring/Simple step latency")) if key not in active]
+    given += [f"{k} = {_show(k, v)} ({s})" for k, v in facts.hardware.items() for s in [facts.sources[k]]
+              if s != "assumed"]
+    assumed += [f"{k} = {_show(k, v)}" for k, v in facts.hardware.items() if facts.sources[k] == "assumed"
+                and v is not None]
+    thread = values.get("thread_launch", 0.0) * 1e-6
+    covered = Calibrated(facts.hardware["version"] if facts.sources["version"] != "assumed" else "",
+                         tuple(sorted({(g.nodes, -(-g.ranks // g.nodes)) for g in groups})),
+                         int(min(p[3] for p in pts)), int(max(p[3] for p in pts)),
+                         tuple(sorted({g.op for g in groups})))
+    return NcclCalibration(net, _points(pts, net, thread), tuple(fitted), source, tuple(assumed), tuple(given),
+                           facts.warnings, covered)
+
+
+def _check_fittable(pts) -> None:
     if not pts:
-        raise Infeasible("nothing to calibrate: no measurement of allreduce, allgather, reduce_scatter, broadcast "
-                         "or reduce on 2 or more ranks (a 1-rank log only measures the launch)")
+        raise Infeasible("nothing to calibrate: no measurement of a collective NCCL models on 2 or more ranks (a "
+                         "1-rank log only measures the launch)")
     if len({p[3] for p in pts}) < 2:
         raise Infeasible(f"nothing to calibrate: every measurement has the same size ({pts[0][3]} B); latency "
                          "and bandwidth need at least two sizes")
     times = [p[4] for p in pts]
     if max(times) - min(times) <= 1e-9 * max(times):
         raise Infeasible(f"nothing to calibrate: the times do not grow with message size (every measurement takes "
-                         f"{units.format_time(times[0])}), so no bandwidth can be fitted")
-    arch = gpu_arch or next((a for a in map(arch_of, traces) if a), None) or "ampere"
-    base = nccl.NcclNetwork(1e9, 1e9, version=version, gpu_arch=arch, cpu_vendor=cpu_vendor,
-                            intra_transport=intra_transport)
-    single, multi = any(p[2] == 1 for p in pts), any(p[2] > 1 for p in pts)
-    fit_fill = len({p[2] for p in pts if p[2] > 1}) >= 3
-    big = max(pts, key=lambda p: p[3])
-    guess = max(1.0, 2 * big[3] / big[4] / 1e9)  # bus bandwidth of the largest message, GB/s
-
-    def network(x: np.ndarray, ch: int) -> nccl.NcclNetwork:
-        intra = math.exp(x[0]) if single else math.exp(x[1])
-        inter = math.exp(x[1]) if multi else intra
-        return replace(base, intra_bus_Bps=intra * 1e9, inter_bus_Bps=inter * 1e9, channels=ch,
-                       latency_inter_s=float(x[2]) * 1e-6 if multi else 0.0, launch_s=float(x[3]) * 1e-6,
-                       tree_fill_B=math.exp(x[4]) if fit_fill else float(DEFAULT_TREE_FILL_B))
-
-    lo, hi = list(_BOUNDS[0]), list(_BOUNDS[1])
-    if not fit_fill:
-        lo[4], hi[4] = math.log(DEFAULT_TREE_FILL_B) - 1e-9, math.log(DEFAULT_TREE_FILL_B) + 1e-9
-    threaded = any(p[5] > 1 for p in pts)
-    if not threaded:
-        hi[5] = 1e-9
-
-    def residuals(x: np.ndarray, ch: int) -> np.ndarray:
-        net = network(x, ch)
-        return np.array([math.log(_predict(op, r, n, b, g, net, x[5] * 1e-6) / t) for op, r, n, b, t, g in pts])
-
-    best = None
-    for ch in (channels,) if channels else CHANNELS:
-        for fill in (1.6e4, 1e6) if fit_fill else (DEFAULT_TREE_FILL_B,):
-            x0 = np.clip(np.array([math.log(guess), math.log(guess), 5.0, 5.0, math.log(fill), 2.0]), lo, hi)
-            r = least_squares(residuals, x0, args=(ch,), loss="soft_l1", f_scale=0.05, bounds=(lo, hi))
-            if best is None or r.cost < best[0]:
-                best = (r.cost, ch, r.x)
-    _, ch, x = best
-    net = network(x, ch)
-    fitted = (["bus bandwidth on one node"] if single else []) + (
-        ["bus bandwidth on several nodes", "latencyInter"] if multi else []) + (
-        ["tree fill"] if fit_fill else []) + ["launch"] + (
-        [] if channels else ["channels"])
-    if threaded:
-        fitted.append(f"launch per extra GPU of one thread ({x[5]:.3g} us; for the fit only)")
-    return NcclCalibration(net, _points(pts, net, float(x[5]) * 1e-6), tuple(fitted), source)
+                         f"{times[0]:g} s), so no bandwidth can be fitted")
 
 
-def _predict(op: str, ranks: int, nodes: int, nbytes: int, gpus_per_thread: int, net: nccl.NcclNetwork,
-             thread_launch_s: float) -> float:
-    """The model's time for a measurement whose thread drove `gpus_per_thread` GPUs: each GPU after the first
-    adds one serial launch (`thread_launch_s`, fitted apart from NcclNetwork.launch_s, which holds for the usual
-    one GPU per process and is what simulations use)."""
-    return nccl.choose(op, nbytes, ranks, nodes, net).time_s + (gpus_per_thread - 1) * thread_launch_s
+def _hardware_fallback(base, single: bool, multi: bool, coll) -> tuple[dict, list[str]]:
+    """Values (log GB/s) of the bus bandwidths the logs cannot fit, from the hardware where it is known."""
+    out, assumed = {}, []
+    for key, on, nodes in (("intra", single, 1), ("inter", multi, 2)):
+        if on:
+            continue
+        bw = nccl.derived_bus_Bps(base, nodes=nodes)
+        if bw is not None:
+            out[key] = math.log(bw / 1e9)
+            assumed.append(f"bus bandwidth {'on one node' if nodes == 1 else 'between nodes'} {bw / 1e9:.4g} GB/s "
+                           "(derived from the hardware)")
+        elif single or multi:
+            assumed.append(f"bus bandwidth {'on one node' if nodes == 1 else 'between nodes'} = the "
+                           f"{'several-node' if nodes == 1 else 'one-node'} one (no logs, no hardware facts)")
+    return out, assumed
+
+
+def _bandwidth_guesses(groups: list[_Group], fallback: dict) -> dict:
+    """Starting bus bandwidths (log GB/s): the largest message's busbw of each kind of log."""
+    def guess(gs):
+        g = max(gs, key=lambda g: g.sizes.max(), default=None)
+        if g is None:
+            return None
+        k = int(np.argmax(g.sizes))
+        return math.log(max(0.1, 2 * g.sizes[k] / g.times[k] / 1e9))
+
+    out = {}
+    for key, pick in (("intra", lambda g: g.nodes == 1 and g.op in nccl.model.COLLECTIVES),
+                      ("inter", lambda g: g.nodes > 1 and g.op in nccl.model.COLLECTIVES),
+                      ("p2p_intra", lambda g: g.nodes == 1 and g.op in nccl.p2p.OPS),
+                      ("p2p_nic", lambda g: g.nodes > 1 and g.op in nccl.p2p.OPS)):
+        v = guess([g for g in groups if pick(g)])
+        out[key] = v if v is not None else fallback.get(key, 0.0)
+    return out
+
+
+def _fitted_names(active, values, channel_note, addition_latency: bool) -> list[str]:
+    names = {**_ADDITIONS, "intra": "bus bandwidth on one node", "inter": "bus bandwidth between nodes",
+             "launch": "launch", "p2p_intra": "p2p GPU rate", "p2p_nic": "p2p NIC rate",
+             "p2p_latency": "p2p latency per peer"}
+    if not addition_latency:
+        names["latency_inter"] = "latencyInter"
+    out = [names[a] for a in active if a != "thread_launch"]
+    if "thread_launch" in active:
+        out.append(f"launch per extra GPU of one thread ({values['thread_launch']:.3g} us; for the fit only)")
+    return out + ([channel_note] if channel_note else [])
+
+
+def _show(key: str, v) -> str:
+    return f"{v * 8 / 1e9:g}Gbit/s" if key == "nic_Bps" else str(v)
 
 
 def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[Point, ...]:
@@ -229,14 +325,11 @@ def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[P
     out = []
     for i, (op, r, n, b, t, g) in enumerate(pts):
         c = nccl.choose(op, b, r, n, net)
-        c = replace(c, time_s=c.time_s + (g - 1) * thread_launch_s)  # as _predict, without choosing twice
+        predicted = c.time_s + (g - 1) * thread_launch_s
         nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
-        flag = ""
-        if nxt is not None and t > FLAG_SLOWER * nxt[4]:
-            flag = "non-monotone"
-        elif abs(c.time_s - t) / t > FLAG_ERROR:
-            flag = "off"
-        out.append(Point(op, r, n, b, t, c.time_s, c.algorithm, c.protocol, flag))
+        flag = "non-monotone" if nxt is not None and t > FLAG_SLOWER * nxt[4] else (
+            "off" if abs(predicted - t) / t > FLAG_ERROR else "")
+        out.append(Point(op, r, n, b, t, predicted, c.algorithm, c.protocol, flag))
     return tuple(out)
 
 

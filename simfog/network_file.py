@@ -2,18 +2,34 @@
 experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, curve, tune, plan and validate.
 
     [nccl]
-    version = "2.30"              # which release's constant tables (simfog.nccl.VERSIONS)
+    version = "2.21.5"            # the NCCL release, X.Y or X.Y.Z (its constant tables: simfog.nccl.releases)
     gpu_arch = "ampere"           # volta | ampere | hopper | blackwell
-    cpu_vendor = "intel"          # intel | amd
-    intra_transport = "nvlink"    # nvlink | pci
-    channels = 8
+    cpu_vendor = "intel"          # intel | amd | arm
+    intra_transport = "nvswitch"  # nvlink | nvswitch | pci
+    nics_per_node = 4             # optional: rails, GPU i sends through NIC i mod 4 (default: unknown, no rails)
+    nic_bandwidth = "200Gbit/s"   # optional: one NIC's line rate (derives channels and unfitted bandwidths)
+    gpu_nic_path = "pxb"          # pix | pxb | pxn | phb | sys (LL128 is off beyond PXB, PXN on Hopper)
+    channels = 8                  # the graph's nChannels with every NIC in use, or "hardware": derived per layout
     intra_bus_bandwidth = "204GB/s"    # nChannels·bwIntra on one node
-    inter_bus_bandwidth = "130GB/s"    # nChannels·bw on several nodes
+    inter_bus_bandwidth = "130GB/s"    # nChannels·bw between nodes, every NIC in use
     latency_inter = "2.9us"            # the graph's latencyInter
     launch = "8.8us"                   # per operation, outside NCCL's model
-    tree_fill = "93KiB"                # tree pipeline fill (0 = NCCL's model exactly)
+    tree_fill = "0B"                   # simfog's additions, 0 / 1 = off: tree pipeline fill,
+    two_node_tree_gain = 1.0           #   a 2-node tree's bandwidth / the inter-node one,
+    net_latency_ll = "0us"             #   extra latency per inter-node step, by protocol
+    net_latency_ll128 = "0us"
+    net_latency_simple = "0us"
+    p2p_latency = "6us"                # optional: alltoall / sendrecv (simfog.nccl.p2p), else derived
+    p2p_nic_bandwidth = "20GB/s"
+    p2p_intra_bandwidth = "200GB/s"
     nvls = false
     collnet = false
+
+    [calibrated]                  # written by simfog calibrate: what the logs covered (extrapolation notes)
+    release = "2.21.5"
+    layouts = ["1x8", "2x8"]           # nodes x GPUs per node
+    sizes = ["8B", "8GiB"]
+    collectives = ["allreduce"]
 
     [p2p]                         # optional: per-flow caps of the point-to-point model (simfog.p2p)
     nic_flow_bandwidth = "850Mbit/s"   # what ONE flow between nodes reaches (default: the NIC's bandwidth)
@@ -35,13 +51,17 @@ from pathlib import Path
 from simfog import files, units
 from simfog.errors import ConfigError
 from simfog.nccl import NcclNetwork
+from simfog.nccl.calibrated import Calibrated
 
 _QUANTITIES = {"intra_bus_bandwidth": ("intra_bus_Bps", "bandwidth"),
                "inter_bus_bandwidth": ("inter_bus_Bps", "bandwidth"),
                "latency_inter": ("latency_inter_s", "time"), "launch": ("launch_s", "time"),
-               "tree_fill": ("tree_fill_B", "bytes")}
+               "tree_fill": ("tree_fill_B", "bytes"), "nic_bandwidth": ("nic_Bps", "bandwidth"),
+               "p2p_latency": ("p2p_latency_s", "time"), "p2p_nic_bandwidth": ("p2p_nic_Bps", "bandwidth"),
+               "p2p_intra_bandwidth": ("p2p_intra_Bps", "bandwidth")}
+_NET_LATENCY = ("net_latency_ll", "net_latency_ll128", "net_latency_simple")  # NcclNetwork.net_latency_s
 _PLAIN = {"version": str, "gpu_arch": str, "cpu_vendor": str, "intra_transport": str, "channels": int,
-          "nvls": bool, "collnet": bool}
+          "nvls": bool, "collnet": bool, "nics_per_node": int, "gpu_nic_path": str, "two_node_tree_gain": float}
 _REQUIRED = ("intra_bus_bandwidth", "inter_bus_bandwidth")
 _FLOW_KEYS = {"nic_flow_bandwidth": "nic_Bps", "intra_flow_bandwidth": "intra_Bps"}
 _FLOW_ALLOWED = 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one flow reaches; leave the key out for none)'
@@ -74,6 +94,7 @@ class NetworkFile:
     provenance: dict = field(default_factory=dict)
     path: str = ""
     flows: FlowCaps = FlowCaps()
+    calibrated: Calibrated | None = None  # what the calibration's logs covered (None: not recorded)
 
 
 def load(path: str | Path) -> NetworkFile:
@@ -81,25 +102,34 @@ def load(path: str | Path) -> NetworkFile:
     path = str(path)
     text = files.read_text(path)
     doc = files.parse_toml(text, path, "a valid TOML network file")
-    unknown = set(doc) - {"nccl", "p2p", "provenance"}
+    unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated"}
     if unknown:
-        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance", source=path)
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated",
+                          source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
         raise ConfigError("nccl", "(missing)", "a [nccl] section (write one with `simfog calibrate ... -o`)",
                           source=path)
     kwargs: dict = {}
+    latency = [0.0] * len(_NET_LATENCY)
     for key, value in n.items():
         if key in _QUANTITIES:
             name, kind = _QUANTITIES[key]
             kwargs[name] = units.parse(value, kind, field=f"nccl.{key}", source=path)
+        elif key in _NET_LATENCY:
+            latency[_NET_LATENCY.index(key)] = units.parse(value, "time", field=f"nccl.{key}", source=path)
+        elif key == "channels" and value == "hardware":
+            kwargs[key] = None
         elif key in _PLAIN:
             want = _PLAIN[key]
-            if type(value) is not want:
-                raise ConfigError(f"nccl.{key}", value, f"a {want.__name__}", source=path)
-            kwargs[key] = value
+            if type(value) is not want and not (want is float and type(value) is int):
+                raise ConfigError(f"nccl.{key}", value, f"a {want.__name__}" + (
+                    ' or "hardware" (derived per layout)' if key == "channels" else ""), source=path)
+            kwargs[key] = float(value) if want is float else value
         else:
-            raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_PLAIN])}", source=path)
+            raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_NET_LATENCY, *_PLAIN])}",
+                              source=path)
+    kwargs["net_latency_s"] = tuple(latency)
     for key in _REQUIRED:
         if key not in n:
             raise ConfigError(f"nccl.{key}", "(missing)", 'a bandwidth such as "120GB/s"', source=path)
@@ -110,7 +140,8 @@ def load(path: str | Path) -> NetworkFile:
     prov = doc.get("provenance", {})
     if not isinstance(prov, dict):
         raise ConfigError("provenance", prov, "a table of strings", source=path)
-    return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path))
+    covered = Calibrated.from_toml(doc["calibrated"], path) if "calibrated" in doc else None
+    return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path), covered)
 
 
 def _flow_caps(section: object, path: str) -> FlowCaps:
@@ -128,18 +159,31 @@ def _flow_caps(section: object, path: str) -> FlowCaps:
     return FlowCaps(**caps)
 
 
-def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: FlowCaps = FlowCaps()) -> str:
+def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: FlowCaps = FlowCaps(),
+          calibrated: Calibrated | None = None) -> str:
     """The TOML text of a network file (human units, 6 significant figures; flow caps, when any, in bit/s with
     every digit, so that a cap written and read back is the same float)."""
-    lines = ["# simfog network file: NCCL's cost model with calibrated parameters (see simfog/nccl.py)", "[nccl]"]
-    for key in ("version", "gpu_arch", "cpu_vendor", "intra_transport"):
+    lines = ["# simfog network file: NCCL's cost model with calibrated parameters (see simfog/nccl/)", "[nccl]"]
+    for key in ("version", "gpu_arch", "cpu_vendor", "intra_transport", "gpu_nic_path"):
         lines.append(f'{key} = "{getattr(net, key)}"')
-    lines.append(f"channels = {net.channels}")
+    if net.nics_per_node is not None:
+        lines.append(f"nics_per_node = {net.nics_per_node}")
+    if net.nic_Bps is not None:
+        lines.append(f'nic_bandwidth = "{net.nic_Bps * 8 / 1e9:.6g}Gbit/s"')
+    lines.append(f"channels = {net.channels}" if net.channels is not None else 'channels = "hardware"')
     lines.append(f'intra_bus_bandwidth = "{net.intra_bus_Bps / 1e9:.6g}GB/s"')
     lines.append(f'inter_bus_bandwidth = "{net.inter_bus_Bps / 1e9:.6g}GB/s"')
     lines.append(f'latency_inter = "{net.latency_inter_s * 1e6:.6g}us"')
     lines.append(f'launch = "{net.launch_s * 1e6:.6g}us"')
     lines.append(f'tree_fill = "{net.tree_fill_B:.6g}B"')
+    lines.append(f"two_node_tree_gain = {net.two_node_tree_gain:.6g}")
+    for key, value in zip(_NET_LATENCY, net.net_latency_s, strict=True):
+        lines.append(f'{key} = "{value * 1e6:.6g}us"')
+    if net.p2p_latency_s is not None:
+        lines.append(f'p2p_latency = "{net.p2p_latency_s * 1e6:.6g}us"')
+    for key, name in (("p2p_nic_bandwidth", "p2p_nic_Bps"), ("p2p_intra_bandwidth", "p2p_intra_Bps")):
+        if getattr(net, name) is not None:
+            lines.append(f'{key} = "{getattr(net, name) / 1e9:.6g}GB/s"')
     lines.append(f"nvls = {str(net.nvls).lower()}")
     lines.append(f"collnet = {str(net.collnet).lower()}")
     if flows.any:
@@ -147,6 +191,11 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
         for key, name in _FLOW_KEYS.items():
             if getattr(flows, name) is not None:
                 lines.append(f'{key} = "{getattr(flows, name) * 8!r}bit/s"')
+    if calibrated is not None:
+        lines += ["", "[calibrated]"]
+        for k, v in calibrated.to_toml().items():
+            lines.append(f"{k} = " + (_toml_string(v) if isinstance(v, str) else
+                                      "[" + ", ".join(_toml_string(str(x)) for x in v) + "]"))
     if provenance:
         lines += ["", "[provenance]"]
         for k, v in provenance.items():
@@ -155,10 +204,10 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
 
 
 def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None = None,
-         flows: FlowCaps = FlowCaps()) -> None:
+         flows: FlowCaps = FlowCaps(), calibrated: Calibrated | None = None) -> None:
     """Write a network file atomically."""
     with files.atomic_open(path) as f:
-        f.write(dumps(net, provenance, flows))
+        f.write(dumps(net, provenance, flows, calibrated))
 
 
 def _toml_string(s: str) -> str:

@@ -53,9 +53,25 @@ def test_a_disturbed_point_is_flagged_not_followed():
     assert "flagged" in cal.report()
 
 
-def test_two_node_data_keeps_the_default_fill():
-    cal = nccl_fit.fit([synthetic([(8, 1), (16, 2)])], channels=8)
-    assert cal.network.tree_fill_B == nccl_fit.DEFAULT_TREE_FILL_B and "tree fill" not in cal.fitted
+def test_additions_stay_off_where_the_logs_cannot_tell_them():
+    # simfog's tree fill starts off and 2-node logs cannot identify it (it was a 64 KiB default chosen on the
+    # reference logs before; issue 23: defaults of simfog's additions are off, fitted only when identified)
+    exact = replace(TRUE, tree_fill_B=0.0)
+    for layouts in ([(8, 1), (16, 2)], [(8, 1), (16, 2), (32, 4), (64, 8)]):
+        cal = nccl_fit.fit([synthetic(layouts, exact)], channels=8)
+        assert cal.network.tree_fill_B == 0 and "tree fill" not in cal.fitted
+        assert "tree fill (off: not identified)" in cal.assumed and np.median(cal.errors()) < 0.01
+        assert cal.network.net_latency_s == (0.0, 0.0, 0.0) and cal.network.two_node_tree_gain == 1.0
+
+
+def test_a_plugin_costlier_protocol_is_fitted():
+    # a fabric whose plugin makes every LL inter-node step 30 us costlier than NCCL's tables (NCCL still chooses
+    # by its tables): identified and recovered from 1-8-node logs, the other protocols' extra latency stays off
+    slow = replace(TRUE, tree_fill_B=0.0, net_latency_s=(30 * US, 0.0, 0.0))
+    cal = nccl_fit.fit([synthetic([(8, 1), (16, 2), (32, 4), (64, 8)], slow)], channels=8)
+    assert "LL inter-node latency" in cal.fitted
+    assert cal.network.net_latency_s[0] == pytest.approx(30 * US, rel=0.1)
+    assert cal.network.net_latency_s[1:] == (0.0, 0.0) and np.median(cal.errors()) < 0.01
 
 
 def test_nothing_to_fit_is_refused_in_one_line():
@@ -70,14 +86,16 @@ def test_nothing_to_fit_is_refused_in_one_line():
 
 @needs_ref
 def test_real_a100_logs_held_out():
-    """Fitted on <= 2 nodes of Echo's A100 logs, the 4-16-node logs are predicted within a median of 10 %."""
+    """Fitted on <= 2 nodes of Echo's A100 logs, the 4-16-node logs are predicted within a median of 15 %. (Was
+    10 % with a tree fill of 64 KiB by default, a value chosen by looking at these very logs; simfog's additions
+    now start off and 2-node logs cannot identify the fill: 12.4 %.)"""
     train = [import_file("nccl-tests", A100 / f"nccl_{n}.log") for n in (1, 2, 4, 8, 16)]
     test = [import_file("nccl-tests", A100 / f"nccl_{n}.log") for n in (32, 64, 128)]
     cal = nccl_fit.fit(train)
     assert cal.network.gpu_arch == "ampere"  # read from the logs' A100-SXM4-40GB devices
     pts = nccl_fit.predict(cal.network, test)
     errors = np.array([abs(p.rel_error) for p in pts])
-    assert len(errors) == 69 and np.median(errors) < 0.10
+    assert len(errors) == 69 and np.median(errors) < 0.15
     # the 1 KiB row of the 64-GPU log (314.8/293.7 us against 76.9 us at 4 KiB) is flagged as disturbed
     assert any(p.ranks == 64 and p.bytes == 1024 and p.flag == "non-monotone" for p in pts)
 

@@ -2,9 +2,8 @@
 microbenchmarks, as `simfog calibrate` fits nccl-tests logs (simfog.nccl_fit), and applied to the experiment the
 simulator runs (collective "nccl", the fitted network as if given by `[cluster] network`).
 
-The NCCL release picks the model's constant tables: the microbenchmarks record torch's NCCL version; releases
-before 2.19 use the 2.8 tables (2.19 changed the ring LL bandwidth factor and added the per-step net overhead),
-later ones the 2.30 tables. The GPU generation comes from the recorded GPU name.
+The NCCL release picks the model's constant tables: the microbenchmarks record torch's NCCL version, and
+simfog.nccl has the tables of every release from 2.8. The GPU generation comes from the recorded GPU name.
 """
 
 from __future__ import annotations
@@ -19,12 +18,16 @@ from simfog.trace import NetworkTrace
 
 
 def tables_for(version: str | None) -> str:
-    """simfog.nccl.VERSIONS entry for an NCCL release string such as "2.21.5" (None or unreadable: "2.30")."""
+    """The NCCL release whose tables simfog.nccl uses for the release string the microbenchmarks recorded, such as
+    "2.21.5" (every release from 2.8 has its own; None, unreadable or older than 2.8: "2.30")."""
+    from simfog.errors import ConfigError
+    from simfog.nccl import parse_release
+
     try:
-        major, minor = (int(x) for x in str(version).split(".")[:2])
-    except ValueError:
+        parse_release(str(version))
+    except ConfigError:
         return "2.30"
-    return "2.8" if (major, minor) < (2, 19) else "2.30"
+    return str(version)
 
 
 @dataclass(frozen=True)

@@ -2,22 +2,25 @@
 write the network file that experiments use.
 
     simfog calibrate net-a100.json.gz -o network.toml          # NCCL model (nccl-tests logs): fit, report, file
-    simfog calibrate a.json.gz b.json.gz --nccl-version 2.8    # several traces, any mix of layouts
+    simfog calibrate a.json.gz b.json.gz --nics-per-node 4 --nic-bandwidth 200Gbit/s   # any mix of layouts
+    simfog calibrate h100.json.gz --nccl-version 2.29.2 --gpu-nic-path pxb --intra-transport nvswitch --nvls
     simfog calibrate traces/net-gloo-loopback.json.gz          # α-β link fit (gloo, MPI) and residual tables
     simfog calibrate traces/net-gloo-loopback.json.gz --json   # one JSON object (SI units)
 
 The model is NCCL's (simfog.nccl_fit) when every trace was measured on NCCL, else α-β per link class
-(simfog.calibrate); --model forces one.
+(simfog.calibrate); --model forces one. For NCCL, what the logs state (release, GPU, NCCL_DEBUG=INFO lines) is
+used; a flag overrides it with a warning naming both; hardware neither states is assumed and reported.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 
-from simfog import nccl, nccl_fit, network_file
+from simfog import nccl, nccl_fit, network_file, units
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError, Infeasible
 from simfog.files import check_output, refuse_existing
@@ -36,14 +39,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=MODELS, default="auto",
                         help="nccl: NCCL's cost model; alpha-beta: one latency and bandwidth per link class; "
                         "auto: nccl when every trace is NCCL's")
-    parser.add_argument("--nccl-version", choices=nccl.VERSIONS, default="2.30",
-                        help="NCCL release whose constant tables apply (the one the logs were measured with)")
+    parser.add_argument("--nccl-version", default=None,
+                        help="NCCL release X.Y or X.Y.Z the logs were measured with (default: as the logs state, "
+                        "else 2.30)")
     parser.add_argument("--gpu-arch", choices=nccl.ARCHS, default=None,
                         help="GPU generation (default: read from the GPU names in the traces, else ampere)")
-    parser.add_argument("--cpu-vendor", choices=nccl.CPU_VENDORS, default="intel", help="the hosts' CPU vendor")
-    parser.add_argument("--intra-transport", choices=nccl.TRANSPORTS, default="nvlink",
-                        help="how GPUs of one node connect")
-    parser.add_argument("--channels", type=int, default=None, help="NCCL channels (default: fitted)")
+    parser.add_argument("--cpu-vendor", choices=nccl.CPU_VENDORS, default=None,
+                        help="the hosts' CPU vendor (default: as NCCL_DEBUG lines state, else intel)")
+    parser.add_argument("--intra-transport", choices=nccl.TRANSPORTS, default=None,
+                        help="how GPUs of one node connect (nvidia-smi topo -m: NV# = nvlink, NVSwitch systems "
+                        "nvswitch; default nvlink)")
+    parser.add_argument("--nics-per-node", type=int, default=None,
+                        help="NICs per node (ibstat; rails: GPU i sends through NIC i mod NICs; default: as "
+                        "NCCL_DEBUG's NET/ lines state, else unknown)")
+    parser.add_argument("--nic-bandwidth", default=None, help="one NIC's rate, e.g. 400Gbit/s (ibstat 'Rate')")
+    parser.add_argument("--gpu-nic-path", choices=nccl.PATHS, default=None,
+                        help="how a GPU reaches its NIC (nvidia-smi topo -m: PIX/PXB through PCIe switches, PHB or "
+                        "NODE through the CPU, SYS across sockets; default: as the logs state, else pxb)")
+    parser.add_argument("--nvls", action=argparse.BooleanOptionalAction, default=None,
+                        help="NVLink SHARP on the node's NVSwitches (Hopper+; NCCL_DEBUG: 'NVLS multicast support')")
+    parser.add_argument("--collnet", action=argparse.BooleanOptionalAction, default=None,
+                        help="SHARP in-network reduction on the fabric (CollNet plugin)")
+    parser.add_argument("--channels", type=int, default=None,
+                        help="NCCL's graph channels (default: as NCCL_DEBUG lines state, else derived from the "
+                        "hardware, fitted where the logs identify them)")
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
                         help="alpha-beta model: collective algorithm whose α-β coefficients are fitted")
     parser.add_argument("--statistic", choices=tuple(STATISTICS), default=None,
@@ -84,31 +103,46 @@ def _run(args: argparse.Namespace) -> int:
             raise e.in_file(str(args.trace[0])) from None
         print(json.dumps(cal.to_dict(), indent=1) if args.json else cal.report(rows=args.rows))
         return 0
-    if args.channels is not None and not 1 <= args.channels <= 64:
-        raise ConfigError("--channels", args.channels, "an integer in 1..64")
+    for name in ("channels", "nics_per_node"):
+        v = getattr(args, name)
+        if v is not None and not 1 <= v <= 64:
+            raise ConfigError(f"--{name.replace('_', '-')}", v, "an integer in 1..64")
+    nic = None
+    if args.nic_bandwidth is not None:
+        nic = units.parse(args.nic_bandwidth, "bandwidth", field="--nic-bandwidth")
+        if not nic > 0:
+            raise ConfigError("--nic-bandwidth", args.nic_bandwidth, 'a bandwidth > 0 such as "400Gbit/s"')
     cal = nccl_fit.fit(traces, version=args.nccl_version, gpu_arch=args.gpu_arch, cpu_vendor=args.cpu_vendor,
-                       intra_transport=args.intra_transport, channels=args.channels,
+                       intra_transport=args.intra_transport, channels=args.channels, nics_per_node=args.nics_per_node,
+                       nic_Bps=nic, gpu_nic_path=args.gpu_nic_path, nvls=args.nvls, collnet=args.collnet,
                        statistic=args.statistic or "min", source=", ".join(args.trace))
+    for w in cal.warnings:
+        print(f"simfog: warning: {w}", file=sys.stderr)
     if args.json:
-        print(json.dumps(_as_dict(cal), indent=1))
+        print(json.dumps(cal.to_dict(), indent=1))
     else:
         print(cal.report())
     if args.output:
         e = cal.errors()
         network_file.save(args.output, cal.network, {
             "fitted_from": ", ".join(args.trace), "fitted": ", ".join(cal.fitted),
+            "assumed": "; ".join(cal.assumed), "given": "; ".join(cal.given),
             "statistic": args.statistic or "min",
             "residuals": f"{len(e)} points, median |error| {float(np.median(e)):.3f}, worst {float(e.max()):.3f}",
-            "command": "simfog calibrate " + " ".join(args.trace)})
+            "command": "simfog calibrate " + " ".join([*args.trace, *_flags(args)])}, calibrated=cal.calibrated)
         if not args.json:
             print(f"wrote {args.output}")
     return 0
 
 
-def _as_dict(cal: nccl_fit.NcclCalibration) -> dict:
-    n = cal.network
-    return {"model": "nccl", "network": {k: getattr(n, k) for k in n.__dataclass_fields__},
-            "fitted": list(cal.fitted),
-            "points": [{"op": p.op, "ranks": p.ranks, "nodes": p.nodes, "bytes": p.bytes, "measured_s": p.measured_s,
-                        "predicted_s": p.predicted_s, "rel_error": p.rel_error, "algorithm": p.algorithm,
-                        "protocol": p.protocol, "flag": p.flag} for p in cal.points]}
+def _flags(args: argparse.Namespace) -> list[str]:
+    """The NCCL-model flags given, as they were typed (for the network file's provenance)."""
+    out = []
+    for name in ("nccl_version", "gpu_arch", "cpu_vendor", "intra_transport", "nics_per_node", "nic_bandwidth",
+                 "gpu_nic_path", "channels", "statistic"):
+        if getattr(args, name) is not None:
+            out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for name in ("nvls", "collnet"):
+        if getattr(args, name) is not None:
+            out.append(f"--{'' if getattr(args, name) else 'no-'}{name}")
+    return out

@@ -7,6 +7,9 @@ under the calibrated NCCL model, to hold against one's own log.
 
 Sizes: a range `LOW:HIGH` doubling from LOW (nccl-tests' -f 2), or a comma list; default 8B:8GiB, or the log's
 sizes with --compare. Columns as nccl-tests (time in µs, algbw and busbw in GB/s = 10⁹ B/s), float elements.
+Every row that leaves what the network file was calibrated on (more GPUs or NICs per node than any log, 3+ nodes
+from 2-node logs, sizes outside the logs', another release, a collective without logs) ends with `EXTRAPOLATED:`
+and each way it does (simfog.nccl.calibrated). alltoall and sendrecv take NCCL's point-to-point path ("p2p").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS
 from simfog.importers import import_file
 from simfog.importers.nccl_tests import BUS_FACTOR, normalise
+from simfog.nccl.calibrated import note_line
 from simfog.trace import load_network_trace
 
 MAX_SIZES = 64
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{args.gpus_per_node} GPUs ({MAX_RANK_ITERATIONS:,} ranks at most, as a simulation)")
     if not Path(args.network).is_file():
         raise ConfigError("--network", args.network, "an existing network file (simfog calibrate ... -o network.toml)")
-    net = network_file.load(args.network).nccl
+    loaded = network_file.load(args.network)
+    net, covered = loaded.nccl, loaded.calibrated
     ranks = args.nodes * args.gpus_per_node
     algos = _restrict(args.algo, nccl.ALGOS, "--algo")
     protos = _restrict(args.proto, nccl.PROTOS, "--proto")
@@ -80,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         if size in measured:
             row["measured_s"] = measured[size]
             row["rel_error"] = (c.time_s - measured[size]) / measured[size]
+        if covered is not None:
+            row["extrapolated"] = covered.notes(net, op, args.nodes, args.gpus_per_node, size)
         rows.append(row)
     if args.json:
         print_json({"op": op, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "network": args.network,
@@ -87,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"# simfog collective {op}: {ranks} ranks on {args.nodes} node(s), NCCL {net.version} model, "
           f"network {args.network} (predicted, not measured)")
+    if covered is None:
+        print("# the network file records no calibration coverage ([calibrated]): extrapolation is not checked")
     head = f"#{'size':>12s} {'count':>12s} {'type':>6s} {'time':>9s} {'algbw':>7s} {'busbw':>7s}  {'algo/proto':14s}"
     units_line = f"#{'(B)':>12s} {'(elements)':>12s} {'':6s} {'(us)':>9s} {'(GB/s)':>7s} {'(GB/s)':>7s}"
     if measured:
@@ -99,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{r['busbw_GBps']:7.2f}  {r['algorithm'] + '/' + r['protocol']:14s}")
         if "measured_s" in r:
             line += f" {r['measured_s'] * 1e6:9.2f} {r['rel_error']:+7.1%}"
+        if r.get("extrapolated"):
+            line += "  " + note_line(r["extrapolated"])
         print(line)
     if measured:
         errs = sorted(abs(r["rel_error"]) for r in rows if "rel_error" in r)

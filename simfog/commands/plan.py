@@ -64,19 +64,39 @@ def _duration(seconds: float) -> str:
     return units.format_time(seconds)
 
 
-def format_table(result, top: int) -> str:
+def extrapolations(catalogue, rows) -> list[str]:
+    """Per row of the table: how its prediction leaves what the option's network file was calibrated on
+    (simfog.nccl.calibrated; "" inside it, or where the option has no network file or the collective is not NCCL's)."""
+    from simfog.nccl.calibrated import note_line
+
+    options = {o.name: o for o in catalogue.options}
+    out = []
+    for r in rows.itertuples():
+        opt = options.get(r.option)
+        net = opt.network if opt is not None else None
+        if net is None or net.calibrated is None or r.collective != "nccl":
+            out.append("")
+            continue
+        per_node = min(r.gpus, opt.gpus_per_node)
+        out.append(note_line(net.calibrated.notes(net.nccl, None, int(r.nodes), per_node)))
+    return out
+
+
+def format_table(result, top: int, notes: list[str] | None = None) -> str:
     cur = result.currency
     epoch = result.epoch_samples is not None
     head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
             f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     lines = [head]
-    for r in result.feasible().head(top).itertuples():
+    for i, r in enumerate(result.feasible().head(top).itertuples()):
         line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
                 f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
                 f"{_memory(r.memory_peak_B, r.memory_complete):>10} "
                 f"{r.cost_per_hour:>10,.2f}")
         if epoch:
             line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
+        if notes and notes[i]:
+            line += f"  {notes[i]}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -146,17 +166,18 @@ def run(args) -> int:
             print(f"wrote every candidate to {csv}, {png}", file=sys.stderr if args.json else sys.stdout)
         raise
     csv, png = _write_where_asked(result, args)
+    top = result.feasible().head(args.top)
+    notes = extrapolations(catalogue, top)
     if args.json:
-        top = result.feasible().head(args.top)
+        records = [{**r, "extrapolated": n} for r, n in zip(json_records(top), notes, strict=True)]
         print_json({"title": result.title, "target_samples_per_s": result.target_samples_per_s,
                     "epoch_samples": epoch, "currency": result.currency, "ranked_by": result.cost_column,
-                    **result.info, "best": json_records(top.head(1))[0], "rows": json_records(top),
-                    "csv": csv, "png": png})
+                    **result.info, "best": records[0], "rows": records, "csv": csv, "png": png})
         print(f"wrote {csv}, {png}", file=sys.stderr)
         return 0
     print(result.title)
     note = f" ({catalogue.note})" if catalogue.note else ""
     print(f"prices from {catalogue.source}{note}; cheapest first, by cost per {'epoch' if epoch else 'hour'}:")
-    print(format_table(result, args.top))
+    print(format_table(result, args.top, notes))
     print(f"wrote {csv}, {png}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simfog import units
+from simfog.nccl.calibrated import note_line
 
 
 def add_arguments(parser) -> None:
@@ -76,7 +77,8 @@ def format_summary(s: dict) -> str:
         f"  scaling efficiency {100 * s['scaling_efficiency']:.1f} %",
         f"  compute            {units.format_time(s['compute_s'])} per rank, from {s['compute_source']}",
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
-        f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
+        f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}"
+        + (f"  {note_line(s['extrapolated'])}" if s.get("extrapolated") else ""),
     ]
     if "bucket_copy_Bps" in s:
         copy = (units.format_bandwidth(s["bucket_copy_Bps"]).replace("bit/s", "bit/s copies")
@@ -102,6 +104,21 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def extrapolated(exp, buckets: list) -> list[str] | None:
+    """How the run's NCCL collectives leave what its network file was calibrated on (simfog.nccl.calibrated): the
+    cluster's layout, the release, and the smallest and largest message the run sends (from its buckets); None when
+    the run has no calibrated network file or does not use NCCL's model."""
+    network = getattr(exp, "network", None)
+    if network is None or network.calibrated is None or exp.comm.collective != "nccl":
+        return None
+    covered, net = network.calibrated, network.nccl
+    notes = covered.notes(net, None, exp.cluster.nodes, exp.cluster.ranks_per_node)
+    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")]
+    for size in (min(sizes), max(sizes)) if sizes else ():
+        notes += [n for n in covered.notes(net, None, 1, 1, size) if n not in notes]
+    return notes
+
+
 def run(args) -> int:
     from simfog.cli import print_json
     from simfog.files import atomic_open, check_output, refuse_existing
@@ -114,6 +131,9 @@ def run(args) -> int:
     refuse_existing([args.timeline], force=args.force, option="--timeline")
     result = simulate(load_with_overrides(args), progress=True)
     summary = result.summary()
+    notes = extrapolated(result.experiment, result.buckets)
+    if notes is not None:
+        summary["extrapolated"] = notes
     if args.intervals:
         with atomic_open(args.intervals) as f:
             result.intervals().to_csv(f, index=False)

@@ -17,9 +17,10 @@ src/util.cu at b188a15 .. a0b82b2):
 
 Each test in a file (a `# nThread` header with its rows) is one run; every row becomes one Measurement whose time_s
 is [out-of-place, in-place]. Also handled: CRLF line endings, Open MPI `--tag-output` prefixes `[1,0]<stdout>:`
-(also when one is interleaved inside a line, as in Echo's `nccl_128.log`), UCX or NCCL_DEBUG lines anywhere,
-column widths that differ between builds (rows are split on whitespace), several data types (`-d all`), sizes of
-0, and a truncated log (no `# Avg bus bandwidth` footer: imported with an ImporterWarning naming the last size).
+(also when one is interleaved inside a line, as in Echo's `nccl_128.log`), Slurm `srun -l` task labels `0: `,
+UCX or NCCL_DEBUG lines anywhere, column widths that differ between builds (rows are split on whitespace), several
+data types (`-d all`), sizes of 0, and a truncated log (no `# Avg bus bandwidth` footer: imported with an
+ImporterWarning naming the last size).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from simfog import files
 from simfog.errors import ConfigError
 from simfog.importers.logs import clean_lines, is_number, ranks_option, warn
+from simfog.importers.nccl_debug import read_debug
 from simfog.trace import COLLECTIVES, Measurement, NetworkTrace, Provenance
 
 EXPECTED = ("an nccl-tests log (e.g. all_reduce_perf output: a '# nThread ...' header, '# Using devices' rank "
@@ -46,7 +48,7 @@ _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _UCX_STAMP = re.compile(r"^\[(\d{9,10}\.\d+)\]")
-_NCCL_NET = re.compile(r"NET/(IB|Socket)")
+_NCCL_NET = re.compile(r"NET/(IB|Socket|OFI)\b")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 TIMES = ("both", "out-of-place", "in-place")
 # busbw / algbw per collective, from nccl-tests doc/PERFORMANCE.md (n = ranks).
@@ -166,10 +168,21 @@ def _transport(text: str, nodes: int, ranks: int, devices: list[str]) -> tuple[s
     GPUs tells us anything (NVLink); a multi-node log does not say whether the NICs are IB or Ethernet."""
     net = {m.group(1) for m in _NCCL_NET.finditer(text)}
     if nodes > 1 and len(net) == 1:
-        return ("ib" if net == {"IB"} else "tcp"), "from the NCCL_DEBUG NET/ lines"
+        return {"IB": "ib", "Socket": "tcp", "OFI": "ofi"}[net.pop()], "from the NCCL_DEBUG NET/ lines"
     if nodes == 1 and ranks > 1 and devices and all("SXM" in d for d in devices):
         return "nvlink", "inferred: one node of SXM GPUs (SXM boards connect GPUs with NVLink)"
     return "unknown", "not recorded in the log (pass transport=...)"
+
+
+_SRUN_LABEL = re.compile(r"^\d+: ")
+
+
+def _without_srun_labels(lines: list[str]) -> list[str]:
+    """Lines without Slurm's `srun -l` task labels (`0: # nThread ...`), when the header carries one."""
+    if any(_HEADER.match(line) for line in lines) or not any(
+            _HEADER.match(_SRUN_LABEL.sub("", line)) for line in lines):
+        return lines
+    return [_SRUN_LABEL.sub("", line) for line in lines]
 
 
 def _nccl_version(code: int) -> str:
@@ -211,8 +224,10 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
     name it, `collective` if given, else inferred from the columns and busbw/algbw. Where the log names it, a given
     `collective` keeps only that collective's tests. `transport` is inferred where the log allows (see notes).
     Per test, extra["nccl_tests"] (a list) holds the layout (hosts, GPUs per node, GPU model), the header, versions,
-    data types, busbw and the measurements' index range. Raises ConfigError naming the file when it is not an
-    nccl-tests log or an option is bad; warns (ImporterWarning) for a truncated log or an uneven layout.
+    data types, busbw, the measurements' index range and what NCCL_DEBUG=INFO lines state (nccl_debug: release,
+    network, NICs, channels, GPU-NIC path, NVLS, CPU vendor; simfog.importers.nccl_debug). Raises ConfigError
+    naming the file when it is not an nccl-tests log or an option is bad; warns (ImporterWarning) for a truncated
+    log or an uneven layout.
     """
     path = str(path)
     name = Path(path).name
@@ -220,7 +235,7 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
         raise ConfigError("times", times, f"one of {', '.join(TIMES)}", source=path)
     wanted = _given_collective(collective, path)
     text = files.read_text(path)
-    lines = clean_lines(text)
+    lines = _without_srun_labels(clean_lines(text))
     spans = _split_runs(lines)
     if not spans:
         hint = " (this looks like an OSU or IMB log: use kind 'osu')" if re.search(
@@ -312,6 +327,7 @@ def import_nccl_tests(path, *, collective: str | None = None, transport: str | N
             "nccl_version": _nccl_version(int(version.group(3))) if version and version.group(3) else nccl_version,
             "header": header.group(0).lstrip("# ").strip(), "collective": coll, "collective_from": how_collective,
             "ranks": run_ranks, **layout, "transport": run_transport,
+            "nccl_debug": read_debug(lines[start:end]),
             "measurements": [first, len(measurements)],
             "types": [r["type"] for r in rows], "redops": [r["redop"] for r in rows],
             "busbw_GBps": [[r["oop"][2], r["ip"][2]] for r in rows],

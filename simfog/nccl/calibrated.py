@@ -1,0 +1,82 @@
+"""What a calibration covered (the layouts, sizes, collectives and NCCL release of its logs), kept in the network
+file, and every way a prediction leaves it: more GPUs or NICs per node than any log, 3+ nodes from logs of at
+most 2 (NCCL switches every per-node-count cap between 2 and 3 nodes), more nodes than any log, sizes outside the
+logs', a collective with no log, another release than the logs'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simfog import units
+from simfog.errors import ConfigError
+from simfog.nccl.network import NcclNetwork
+from simfog.nccl.releases import NEWEST, parse_release
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """Coverage of a calibration: release of the logs ("" if unknown), layouts (nodes, GPUs per node), the smallest
+    and largest message (B) and the collectives measured."""
+
+    release: str
+    layouts: tuple[tuple[int, int], ...]
+    min_bytes: int
+    max_bytes: int
+    collectives: tuple[str, ...]
+
+    def to_toml(self) -> dict:
+        return {"release": self.release, "layouts": [f"{n}x{g}" for n, g in self.layouts],
+                "sizes": [f"{self.min_bytes}B", f"{self.max_bytes}B"], "collectives": list(self.collectives)}
+
+    @staticmethod
+    def from_toml(d: object, source: str) -> Calibrated:
+        """The [calibrated] section of a network file. Raises ConfigError naming the key."""
+        allowed = 'release = "2.21.5", layouts = ["2x8", ...], sizes = ["8B", "8GiB"], collectives = [...]'
+        if not isinstance(d, dict) or set(d) - {"release", "layouts", "sizes", "collectives"}:
+            raise ConfigError("calibrated", d, allowed, source=source)
+        try:
+            layouts = tuple(tuple(int(x) for x in str(s).split("x")) for s in d.get("layouts", []))
+            if any(len(lay) != 2 or min(lay) < 1 for lay in layouts):
+                raise ValueError
+            sizes = d.get("sizes", ["0B", "0B"])
+            lo, hi = (int(units.nbytes(str(s), field="calibrated.sizes")) for s in sizes)
+            release = str(d.get("release", ""))
+            if release:
+                parse_release(release, "calibrated.release")
+            colls = tuple(str(c) for c in d.get("collectives", []))
+        except (ValueError, TypeError, ConfigError):
+            raise ConfigError("calibrated", d, allowed, source=source) from None
+        return Calibrated(release, layouts, lo, hi, colls)
+
+    def notes(self, net: NcclNetwork, op: str | None, nodes: int, gpus_per_node: int,
+              nbytes: float | None = None) -> list[str]:
+        """Every way a prediction of `op` (None: any) at `nbytes` (None: not checked) on `nodes` x `gpus_per_node`
+        leaves this calibration, as short phrases; [] inside it."""
+        out = []
+        gpus = max((g for _, g in self.layouts), default=0)
+        most_nodes = max((n for n, _ in self.layouts), default=0)
+        if gpus_per_node > gpus:
+            out.append(f"{gpus_per_node} GPUs per node (logs: at most {gpus})")
+        k = net.nics_used(gpus_per_node)
+        k_logs = max((net.nics_used(g) or 0 for n, g in self.layouts if n > 1), default=0)
+        if k is not None and nodes > 1 and k > k_logs:
+            out.append(f"{k} NICs per node in use (logs: at most {k_logs})")
+        if nodes >= 3 and most_nodes <= 2:
+            out.append(f"{nodes} nodes from logs of at most {most_nodes} (NCCL's caps change at 3 nodes)")
+        elif nodes > most_nodes:
+            out.append(f"{nodes} nodes (logs: at most {most_nodes})")
+        if op is not None and self.collectives and op not in self.collectives:
+            out.append(f"{op}: no {op} log (calibrated on {', '.join(self.collectives)})")
+        if nbytes is not None and self.max_bytes and not self.min_bytes <= nbytes <= self.max_bytes:
+            out.append(f"{units.format_bytes(nbytes)} outside the logs' {units.format_bytes(self.min_bytes)}.."
+                       f"{units.format_bytes(self.max_bytes)}")
+        if self.release and parse_release(self.release) != parse_release(net.version):
+            out.append(f"NCCL {net.version} (logs: {self.release})")
+        if parse_release(net.version) > NEWEST:
+            out.append(f"NCCL {net.version} is newer than simfog's tables ({'.'.join(map(str, NEWEST))})")
+        return out
+
+
+def note_line(notes: list[str]) -> str:
+    """'EXTRAPOLATED: a; b' or ''."""
+    return f"EXTRAPOLATED: {'; '.join(notes)}" if notes else ""

@@ -1,0 +1,97 @@
+"""The result of an NCCL calibration (simfog.nccl_fit): the fitted network, every measurement's residual, what was
+fitted, assumed and given, the warnings, what the logs covered, and the report printed for people."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simfog import nccl, units
+from simfog.nccl.calibrated import Calibrated
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement against the fitted model (SI units)."""
+
+    op: str
+    ranks: int
+    nodes: int
+    bytes: int
+    measured_s: float
+    predicted_s: float
+    algorithm: str
+    protocol: str
+    flag: str = ""
+
+    @property
+    def rel_error(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class NcclCalibration:
+    """The fitted network and every measurement's residual; `fitted` the parameters the data determined,
+    `assumed` what took the hardware's or a default value, `given` the facts from the logs or the user."""
+
+    network: nccl.NcclNetwork
+    points: tuple[Point, ...]
+    fitted: tuple[str, ...]
+    source: str = ""
+    assumed: tuple[str, ...] = ()
+    given: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    calibrated: Calibrated | None = field(default=None)
+
+    def errors(self, *, flagged: bool = True) -> np.ndarray:
+        """|relative error| of every point (without flagged ones when `flagged` is False)."""
+        return np.array([abs(p.rel_error) for p in self.points if flagged or not p.flag])
+
+    def report(self) -> str:
+        """Parameters, what was fitted / assumed / given, per-size residuals, flagged points, median and worst."""
+        n = self.network
+        lat = ", ".join(f"{p} {x * 1e6:.3g} us" for p, x in zip(nccl.PROTOS, n.net_latency_s, strict=True) if x)
+        nics = (f"{n.nics_per_node} NICs per node" + (f" x {n.nic_Bps * 8 / 1e9:g} Gbit/s" if n.nic_Bps else "")
+                if n.nics_per_node else "NICs per node unknown (no rails)")
+        channels = n.channels if n.channels is not None else f"from the hardware ({n.graph_channels(64, 2)} per node)"
+        out = [f"NCCL model {n.version} ({n.gpu_arch}, {n.cpu_vendor} CPUs, {n.intra_transport} inside a node, "
+               f"{nics}, GPU-NIC {n.gpu_nic_path}){' from ' + self.source if self.source else ''}",
+               f"  channels {channels}; bus bandwidth one node {n.intra_bus_Bps / 1e9:.4g} GB/s, between nodes "
+               f"{n.inter_bus_Bps / 1e9:.4g} GB/s; latencyInter {n.latency_inter_s * 1e6:.3g} us; launch "
+               f"{n.launch_s * 1e6:.3g} us; tree fill {units.format_bytes(n.tree_fill_B)}; 2-node tree gain "
+               f"{n.two_node_tree_gain:.3g}" + (f"; extra inter-node latency {lat}" if lat else ""),
+               f"  fitted: {', '.join(self.fitted)}"]
+        if self.given:
+            out.append(f"  given: {'; '.join(self.given)}")
+        if self.assumed:
+            out.append(f"  assumed: {'; '.join(self.assumed)}")
+        out += [f"  warning: {w}" for w in self.warnings]
+        out += ["", f"{'op':14s} {'ranks':>5s} {'nodes':>5s} {'size':>10s} {'measured':>10s} {'predicted':>10s} "
+                    f"{'error':>7s}  {'choice':16s} flag"]
+        for p in self.points:
+            out.append(f"{p.op:14s} {p.ranks:5d} {p.nodes:5d} {units.format_bytes(p.bytes):>10s} "
+                       f"{units.format_time(p.measured_s):>10s} {units.format_time(p.predicted_s):>10s} "
+                       f"{p.rel_error:+7.1%}  {p.algorithm + '/' + p.protocol:16s} {p.flag}")
+        e, ok = self.errors(), self.errors(flagged=False)
+        flagged = sum(1 for p in self.points if p.flag)
+        out += ["", f"{len(e)} points: median |error| {np.median(e):.1%}, worst {e.max():.1%}; "
+                    f"{flagged} flagged" + (f" (without them: median {np.median(ok):.1%}, worst {ok.max():.1%})"
+                                            if flagged and len(ok) else "")]
+        rms = math.sqrt(float(np.mean(np.log1p(np.array([p.rel_error for p in self.points])) ** 2)))
+        if rms > 0.2:
+            out.append(f"POOR FIT: rms log error {rms:.2f}; check the flagged points and the facts "
+                       "(--nccl-version, --gpu-arch, --nics-per-node, ...) before using this network")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the network (SI), what was fitted / assumed / given, warnings and every point."""
+        n = self.network
+        return {"model": "nccl", "network": {k: getattr(n, k) for k in n.__dataclass_fields__},
+                "fitted": list(self.fitted), "assumed": list(self.assumed), "given": list(self.given),
+                "warnings": list(self.warnings),
+                "calibrated": self.calibrated.to_toml() if self.calibrated else None,
+                "points": [{"op": p.op, "ranks": p.ranks, "nodes": p.nodes, "bytes": p.bytes,
+                            "measured_s": p.measured_s, "predicted_s": p.predicted_s, "rel_error": p.rel_error,
+                            "algorithm": p.algorithm, "protocol": p.protocol, "flag": p.flag} for p in self.points]}
