@@ -710,7 +710,7 @@ def _network_doc() -> dict:
     """A well-formed network file (as `simfog calibrate -o` writes one), as a dict of its sections."""
     from simfog import nccl
 
-    return {"nccl": {"version": nccl.VERSIONS[0], "gpu_arch": "ampere", "cpu_vendor": "intel",
+    return {"nccl": {"version": ".".join(map(str, nccl.NEWEST)), "gpu_arch": "ampere", "cpu_vendor": "intel",
                      "intra_transport": "nvlink", "channels": 8, "intra_bus_bandwidth": "204GB/s",
                      "inter_bus_bandwidth": "13GB/s", "latency_inter": "2.9us", "launch": "8.8us",
                      "tree_fill": "93KiB", "nvls": False, "collnet": False},
