@@ -34,7 +34,8 @@ def test_a_release_maps_to_the_newest_table_at_or_before_it():
     assert releases.tables("2.27.3").tag == "v2.27.3-1" and releases.tables("2.27").tag == "v2.27.5-1"
     assert releases.tables("2.31.1").tag == releases.tables("2.30").tag  # newer: the newest table
     assert releases.parse_release("2.21") == (2, 21, 5)
-    for bad in ("2.7.8", "2", "2.x", "v2.21", 2.21, None):
+    assert releases.parse_release("2.50") == (2, 50, 99)  # a future 2.x: the newest table, said so where used
+    for bad in ("2.7.8", "2", "2.x", "v2.21", 2.21, None, "9.99", "3.0", "2.51"):
         with pytest.raises(ConfigError, match="nccl.version"):
             releases.parse_release(bad)
 

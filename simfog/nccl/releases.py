@@ -25,6 +25,7 @@ PATHS = ("pix", "pxb", "pxn", "phb", "sys")  # how a GPU reaches its NIC, neares
 LATEST_PATCH = {8: 4, 9: 9, 10: 3, 11: 4, 12: 12, 13: 4, 14: 3, 15: 5, 16: 5, 17: 1, 18: 6, 19: 4, 20: 5, 21: 5,
                 22: 3, 23: 4, 24: 3, 25: 1, 26: 6, 27: 7, 28: 9, 29: 7, 30: 7}
 OLDEST, NEWEST = (2, 8, 0), (2, 30, LATEST_PATCH[30])
+NEWER_MINORS = 20  # how far past NEWEST a 2.x release is still taken as NCCL 2 (with the newest table)
 _RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _Z = (0.0, 0.0, 0.0)
 
@@ -302,15 +303,17 @@ def parse_release(text: object, field: str = "nccl.version") -> tuple[int, int, 
     """'2.21' (the latest 2.21 patch) or '2.21.5' -> (2, 21, 5). Raises ConfigError for anything else, or a release
     before 2.8 (the oldest whose tables simfog has). A release newer than NEWEST is accepted (it takes the newest
     table; simfog.nccl.calibrated says so where a prediction uses it)."""
-    allowed = (f"an NCCL release X.Y or X.Y.Z from 2.8 on, e.g. 2.21 or 2.21.5 (tables up to "
-               f"{'.'.join(map(str, NEWEST))})")
+    allowed = (f"an NCCL release X.Y or X.Y.Z from 2.8 to 2.{NEWEST[1] + NEWER_MINORS}, e.g. 2.21 or 2.21.5 "
+               f"(tables up to {'.'.join(map(str, NEWEST))}; a newer 2.x takes those)")
     m = _RELEASE.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise ConfigError(field, text, allowed)
     major, minor = int(m.group(1)), int(m.group(2))
     patch = int(m.group(3)) if m.group(3) is not None else LATEST_PATCH.get(minor, 99) if major == 2 else 99
     release = (major, minor, patch)
-    if release < OLDEST:
+    # A newer 2.x takes the newest table (and says so); another major, or a minor far past any release, is no
+    # NCCL whose cost model this is.
+    if release < OLDEST or major != OLDEST[0] or minor > NEWEST[1] + NEWER_MINORS:
         raise ConfigError(field, text, allowed)
     return release
 
