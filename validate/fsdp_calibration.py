@@ -72,3 +72,26 @@ def overhead(predicted_s: Sequence[float], per_rank: Sequence[dict]) -> tuple[fl
            f"{len(excess)} collectives): median of (mean completion over ranks - last start) - the calibrated cost, "
            f"{value * 1e6:.0f} us; quartiles of that excess {low * 1e6:.0f} / {high * 1e6:.0f} us")
     return value, how
+
+
+def measure(rig, like: Experiment, calibration) -> tuple[float, str]:
+    """(seconds, how): FSDP2's host work per collective on `rig`'s cluster and layout (validate.run.Rig), from the
+    probe run on it with `calibration` (the allreduce fit), before the validated runs; (0, why) when the probe
+    failed. Cached in the rig's cache per layout, NIC rate and emulation."""
+    from simfog.simulation import new_simulation
+
+    key = ("fsdp-overhead", *rig.key)
+    if rig.cache is not None and key in rig.cache:
+        return rig.cache[key]
+    folder = rig.work / "fsdp-probe"
+    folder.mkdir(parents=True, exist_ok=True)
+    prepared = rig.prepare(PROBE_ID, probe_experiment(like), calibration, folder)
+    sim = new_simulation(prepared.experiment)
+    predicted = [sim.cost.time(c.op, c.nbytes, None) for c in sim.algorithm.plan.colls]
+    ranks, error = rig.run([prepared], folder)
+    if ranks is None:
+        return 0.0, f"unmeasured, 0: the FSDP2 probe failed ({error.splitlines()[0]})"
+    result = overhead(predicted, [r["configs"][0] for r in ranks])
+    if rig.cache is not None:
+        rig.cache[key] = result
+    return result
