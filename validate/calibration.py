@@ -98,11 +98,9 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     from validate.families import FAMILIES
 
     if overheads is not None:
-        from simfog.overheads import TRACE_KEY
+        from validate.host_calibration import with_overheads
 
-        trace = exp.workload.trace
-        trace = replace(trace, extra={**trace.extra, TRACE_KEY: overheads})
-        exp = replace(exp, workload=replace(exp.workload, trace=trace))
+        exp = with_overheads(exp, overheads)
     if calibration is not None and hasattr(calibration, "simulated"):  # NCCL on GPUs: NCCL's model, fitted
         return calibration.simulated(exp)
     cluster = calibration.apply(exp.cluster) if calibration is not None else exp.cluster

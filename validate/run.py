@@ -6,8 +6,9 @@ For a group of experiments that share one cluster shape (nodes, ranks per node, 
    not possible, and every row says so);
 2. calibrate it from microbenchmarks on that same network, never from the validation runs (validate.calibration:
    gloo allreduce, or sendrecv for the point-to-point families, on the run's layout and on one node, fitted with
-   ring coefficients), then measure what the families' rank programs cost the host beyond that
-   (`Family.host_overhead`);
+   ring coefficients), then measure what each family's rank program costs the host inside a training step beyond
+   the same collectives bare (validate.host_calibration: one probe launch, `Family.host_probes`), which the
+   prediction then pays (`Family.with_host_costs`);
 3. simulate each experiment with the calibrated cluster and collective "gloo_ring" (gloo's segmented ring); the
    plan both sides name comes from the simulation that predicts (`Family.plan`), and the compute draws from that
    very `Simulation`, so both sides replay the same recorded iterations;
@@ -24,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from simfog.experiment import Experiment
 from simfog.results import Result
 from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace
+from validate import host_calibration
 from validate.calibration import (
     CALIBRATION_SIZES,
     NCCL_CALIBRATION_SIZES,
@@ -166,6 +168,8 @@ class Prepared:
     plan: tuple[merge.Bucket, ...]
     predicted: Result
     config: dict
+    host_fit: object = None  # the in-step host fit the prediction pays (validate.host_calibration.HostFit)
+    host_note: str = ""      # how it was applied, or why there is none
 
 
 def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher: str = "local") -> None:
@@ -201,7 +205,8 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
 class Rig:
     """A group's cluster as the families see it: `prepare` configurations and `run` them in one launch, under the
     group's options, in a folder of the group's workspace; what families' probes measure with
-    (Family.host_overhead). `cache`: measurements kept across groups (the bench's), keyed by what they depend on."""
+    (validate.host_calibration). `cache`: measurements kept across groups (the bench's), keyed by what they depend
+    on."""
 
     cluster: object
     shape: Cluster
@@ -217,8 +222,8 @@ class Rig:
                 bool(getattr(self.cluster, "shaped", False)))
 
     def prepare(self, vid: str, exp: Experiment, calibration, folder: Path, capacity_Bps: float | None = None,
-                collective_overhead: tuple[float, str] | None = None) -> Prepared:
-        return _prepare(vid, exp, calibration, self.options, folder, capacity_Bps, collective_overhead)
+                host: Mapping | None = None) -> Prepared:
+        return _prepare(vid, exp, calibration, self.options, folder, capacity_Bps, host)
 
     def run(self, prepared: Sequence[Prepared], folder: Path, log=lambda s: None) -> tuple[list | None, str]:
         return _run_ranks(self.cluster, self.shape, prepared, self.options, folder, log)
@@ -274,13 +279,11 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         calibration = fits[collectives[0]]
         capacity = nic_capacity(first, emulated) if options.backend == "gloo" else None
         rig = Rig(cluster, first, options, work, cache, log)
-        firsts: dict = {}  # per family, its first experiment: what its host probe is modelled on
-        for fam, exp in zip(families, experiments, strict=True):
-            firsts.setdefault(fam.algorithm, (fam, exp))
-        overheads = {a: fam.host_overhead(rig, exp, fits) for a, (fam, exp) in firsts.items()} \
-            if options.backend == "gloo" else {}
+        # gloo's in-step host work per collective (NCCL's GPUs: not probed); a single rank runs no collective
+        host = host_calibration.measure(rig, _probes(families, experiments, fits), fits) \
+            if options.backend == "gloo" and first.ranks > 1 else {}
         prepared = [_prepare(vid, exp, fits[fam.calibration_collective], options, work, capacity,
-                             overheads.get(fam.algorithm))
+                             host)
                     for vid, exp, fam in zip(ids, experiments, families, strict=True)]
         load = os.getloadavg()[0]  # other work on the machine slows the ranks: recorded in every row
         drops = dropped_packets(cluster)
@@ -291,7 +294,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     for k, (vid, exp, fam) in enumerate(zip(ids, experiments, families, strict=True)):
         p = prepared[k]
         keys = {**row_keys(vid, exp, options, emulated, fits[fam.calibration_collective]), "load_average": load,
-                "dropped_packets": drops, **overhead_keys(p.experiment), **machine.row()}
+                "dropped_packets": drops, **overhead_keys(p.experiment, p.host_fit, p.host_note), **machine.row()}
         if p.experiment.cluster.nic.flow_bandwidth_Bps is not None:  # the flow-level model's NIC (flow_link)
             keys["nic_capacity_Bps"] = p.experiment.cluster.nic.bandwidth_Bps
         if ranks is None:
@@ -306,16 +309,31 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
+def _probes(families, experiments: Sequence[Experiment], fits: Mapping) -> dict:
+    """The group's host probes: probe id -> (family, fit key, probe experiment), each family's over its rows, sized
+    with the family's calibrated collective costs."""
+    mine: dict = {}
+    for fam, exp in zip(families, experiments, strict=True):
+        mine.setdefault(fam.algorithm, (fam, []))[1].append(exp)
+    out = {}
+    for fam, exps in mine.values():
+        model = simulated_experiment(exps[0], fits[fam.calibration_collective]).cost_model()
+        probes = fam.host_probes(exps, lambda op, nbytes, model=model: model.time(op, nbytes, None))
+        out.update({pid: (fam, key, probe) for pid, (key, probe) in probes.items()})
+    return out
+
+
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path,
-             capacity_Bps: float | None = None, collective_overhead: tuple[float, str] | None = None) -> Prepared:
+             capacity_Bps: float | None = None, host: Mapping | None = None) -> Prepared:
     """One configuration, prepared. `capacity_Bps`: the NIC capacity of point-to-point families (nic_capacity),
-    ignored by the others. `collective_overhead`: (seconds, how) measured per collective (Family.host_overhead),
-    else the host's record says none beyond the calibrated latency."""
+    ignored by the others. `host`: the group's in-step host fits (validate.host_calibration.measure), applied by
+    the family (Family.with_host_costs); without, the host's record says none beyond the calibrated latency."""
     family = family_of(exp)
     overheads = host_overheads(exp.workload.trace, options.mode, options.backend)
-    if collective_overhead is not None:
-        overheads["collective_overhead_s"], overheads["collective_overhead_s_how"] = collective_overhead
     sim_exp = simulated_experiment(exp, calibration, overheads, capacity_Bps if family.point_to_point else None)
+    fit, note = None, ""
+    if host:
+        sim_exp, fit, note = family.with_host_costs(sim_exp, host)
     sim = new_simulation(sim_exp)
     plan = family.plan(sim)
     trace_path = exp.workload.trace_path
@@ -329,7 +347,7 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
               "buckets": None if comm.merge == "ddp" else [list(b.tensors) for b in plan], "bucket_cap_mb": cap,
               "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
               "spin_s": options.spin_s, **family.worker_fields(sim, options.warmup)}
-    return Prepared(sim_exp, sim, plan, sim.run(), config)
+    return Prepared(sim_exp, sim, plan, sim.run(), config, fit, note)
 
 
 def _run_ranks(cluster, shape: Cluster, prepared: Sequence[Prepared], options: Options, work: Path,

@@ -28,6 +28,9 @@ comm.group_collective = true costs each group operation as the ring allreduce a 
 2(S-1) steps in which every member sends M/S bytes to the next member of its group, all groups at once, each step
 timed by simfog.p2p.exchange_times (so groups crossing one NIC share it) and lasting its group's slowest message.
 For S = 2 that is 2α + M·β where recursive doubling pays α + M·β.
+
+Every group and global operation also takes comm.collective_overhead_s (simfog.overheads: the host's work per
+operation, e.g. the validator's measured in-step excess) on top of its network cost; 0 unless given or measured.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class WAGMA:
             raise ConfigError("comm.group_size", s, f"a power of two from 2 to the rank count ({n})")
         self.global_every = comm.global_every or WAGMA_GLOBAL_EVERY
         self.wait_for_group = bool(comm.wait_for_group)
+        self.overhead_s = exp.overheads().collective_overhead_s  # per group or global operation
         bits, width = n.bit_length() - 1, s.bit_length() - 1
         self.layouts = [tuple(range(lo, min(lo + width, bits))) for lo in range(0, bits, width)] or [()]
         self.masks = [sum(1 << b for b in layout) for layout in self.layouts]  # a rank's group id: rank & ~mask
@@ -72,9 +76,9 @@ class WAGMA:
         if n == 1:
             self.global_s = 0.0
         elif comm.global_collective:
-            self.global_s = sim.cost.allreduce(self.nbytes)
+            self.global_s = sim.cost.allreduce(self.nbytes) + self.overhead_s
         else:
-            self.global_s = self._rounds(tuple(range(bits))).max()
+            self.global_s = self._rounds(tuple(range(bits))).max() + self.overhead_s
         self.ops: dict[tuple[int, int], list] = {}     # (iteration, group id) -> [start, end, event, members seen]
         self.blocking: dict[tuple[int, int], object] = {}  # wait_for_group: (iteration, group id) -> Collective
         self.globals: dict[int, object] = {}
@@ -116,7 +120,7 @@ class WAGMA:
         """Seconds of the group operation of each rank's group under layout `layout` (rank-indexed)."""
         if layout not in self._group_s:
             cost = self._ring if self.sim.experiment.comm.group_collective else self._rounds
-            self._group_s[layout] = cost(self.layouts[layout])
+            self._group_s[layout] = cost(self.layouts[layout]) + self.overhead_s
         return self._group_s[layout]
 
     def is_global(self, iteration: int) -> bool:

@@ -44,15 +44,20 @@ def host_keys(host, per_rank: Sequence[dict]) -> dict:
     return host.load(min(it["start"] for it in its), max(it["end"] for it in its)).row()
 
 
-def overhead_keys(sim_exp: Experiment) -> dict:
-    """The beyond-the-wire inputs the prediction used (simfog.overheads) and where the one that matters for the
-    family came from (Family.overhead_input)."""
+def overhead_keys(sim_exp: Experiment, host_fit=None, host_note: str = "") -> dict:
+    """The beyond-the-wire inputs the prediction used (simfog.overheads), the in-step host fit it pays
+    (`host_fit`, validate.host_calibration.HostFit: per collective and per byte) and where they came from: how the
+    fit was measured and applied (`host_note`), else the source of the input that matters for the family
+    (Family.overhead_input)."""
     from validate.families import family_of
 
     oh = sim_exp.overheads()
+    source = oh.sources.get(family_of(sim_exp).overhead_input, "")
     return {"bucket_copy_Bps": oh.bucket_copy_Bps, "collective_overhead_s": oh.collective_overhead_s,
             "overlap_slowdown": oh.overlap_slowdown,
-            "overheads_source": oh.sources.get(family_of(sim_exp).overhead_input, "")}
+            "host_excess_s": "" if host_fit is None else host_fit.overhead_s,
+            "host_excess_s_per_B": "" if host_fit is None else host_fit.per_byte_s,
+            "overheads_source": host_note if host_fit is not None else "; ".join(filter(None, [source, host_note]))}
 
 
 def measured_result(sim_exp: Experiment, per_rank: Sequence[dict], plan, sim=None) -> Result:

@@ -19,10 +19,17 @@ never tests the algorithm's name itself:
 - `overhead_input`: the simfog.overheads input whose source the row quotes as `overheads_source`.
 - `measured_keys(sim_exp, config, per_rank, plan, mode)`: row keys read from the ranks' records: "buckets_match"
   (the ranks ran exactly the simulated communication), and whatever else the family measures (fsdp: memory).
-- `host_overhead(rig, like, fits)`: what the family's collectives cost the host beyond the calibrated network,
-  measured on the group's cluster (`rig`: validate.run.Rig) after the calibration and before the rows, for
-  experiments like `like`, with the group's fits by microbenchmark; (seconds per collective, how) or None (nothing
-  to measure: the host's record, validate.calibration.host_overheads, stands).
+- `host_probes(experiments, cost)`: the in-training host cost probes of the family's experiments of a group
+  (validate.host_calibration): probe id -> (fit key, probe experiment: the family's rank program on a synthetic
+  model with collectives of known sizes); probes of one fit key are fitted together, and the rows of one rank
+  program share a fit key (allreduce: DDP's and the bucketed hooks' apart). `cost(op, bytes)`: seconds of a
+  collective on the group's calibrated cluster (to size the probe's compute). {}: nothing to probe.
+- `host_points(prepared, per_rank)`: the points (bytes, seconds) a probe's records give its fit, and
+  `host_measured`, what those seconds are (most families: the in-step span minus what the calibrated model gives
+  the same collective, validate.host_calibration.excess_points).
+- `with_host_costs(sim_exp, fits)`: the simulated experiment with the fitted in-step excess applied through the
+  model's inputs, the fit used (None: none) and a note of how, for the row's `overheads_source` ("" when the
+  family has no fit: then the host's record stands).
 
 A new family is one module here with one adapter per algorithm, registered in validate.families.FAMILIES.
 """
@@ -44,6 +51,7 @@ class Family(Protocol):
     calibration_collective: str
     point_to_point: bool
     overhead_input: str
+    host_measured: str
 
     def check(self, exp: Experiment, mode: str, backend: str) -> None: ...
 
@@ -58,7 +66,19 @@ class Family(Protocol):
     def measured_keys(self, sim_exp: Experiment, config: Mapping, per_rank: Sequence[dict], plan, mode: str) -> dict:
         ...
 
-    def host_overhead(self, rig, like: Experiment, fits: Mapping) -> tuple[float, str] | None: ...
+    def host_probes(self, experiments: Sequence[Experiment], cost) -> dict[str, tuple[str, Experiment]]: ...
+
+    def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]: ...
+
+    def with_host_costs(self, sim_exp: Experiment, fits: Mapping) -> tuple[Experiment, object, str]: ...
+
+
+def fit_of(fits: Mapping, key: str):
+    """(HostFit, "") of `key` in a group's host fits, (None, why) when its probe failed, (None, "") when none ran."""
+    from validate.host_calibration import HostFit
+
+    got = fits.get(key)
+    return (got, "") if isinstance(got, HostFit) else (None, got or "")
 
 
 def buckets_match(plan, per_rank: Sequence[dict]) -> bool:

@@ -15,13 +15,22 @@ from collections.abc import Mapping, Sequence
 from simfog import merge
 from simfog.experiment import Comm, Experiment
 from simfog.simulation import new_simulation
-from validate.families.base import buckets_match
+from validate.families.base import buckets_match, fit_of
+from validate.host_calibration import (
+    EXCESS,
+    excess_points,
+    overheads_record,
+    probe_experiment,
+    probe_trace,
+    with_overheads,
+)
 
 
 class _Sharded:
     calibration_collective = "allreduce"
     point_to_point = False
     overhead_input = "collective_overhead_s"
+    host_measured = EXCESS
 
     def simulated_comm(self, comm: Comm) -> Comm:
         return comm
@@ -32,8 +41,36 @@ class _Sharded:
     def measured_keys(self, sim_exp: Experiment, config: Mapping, per_rank: Sequence[dict], plan, mode: str) -> dict:
         return {"buckets_match": buckets_match(plan, per_rank)}
 
-    def host_overhead(self, rig, like: Experiment, fits: Mapping) -> tuple[float, str] | None:
-        return None  # the host's record (validate.calibration.host_overheads) stands
+    def host_probes(self, experiments: Sequence[Experiment], cost) -> dict[str, tuple[str, Experiment]]:
+        out = {}  # their collectives run one at a time already (validate.ranks.fsdp, zero)
+        for exp in experiments:
+            key, comm = self._probe(exp)
+            if key not in out:
+                out[key] = (key, probe_experiment(exp, probe_trace(), param_dtype=None, reduce_dtype=None, **comm))
+        return out
+
+    def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
+        """The in-step excess of the plan's collectives (the records' order) over their cost in the prediction."""
+        sim = prepared.sim
+        bare = [(float(c.nbytes), sim.cost.time(c.op, c.nbytes, None)) for c in sim.algorithm.plan.colls]
+        return excess_points(per_rank, [bare] * len(per_rank[0]["iterations"]))
+
+    def with_host_costs(self, sim_exp: Experiment, fits: Mapping) -> tuple[Experiment, object, str]:
+        """The fit as collective_overhead_s, the sharded algorithms' one per-collective input: overhead plus
+        per_byte times the mean size of the experiment's own planned collectives, so that every iteration pays the
+        fit's total over its collectives exactly (each collective the mean of it)."""
+        fit, why = fit_of(fits, self._probe(sim_exp)[0])
+        if fit is None:
+            return sim_exp, None, why
+        colls = new_simulation(sim_exp).algorithm.plan.colls
+        mean = sum(c.nbytes for c in colls) / len(colls) if colls else 0.0
+        value = fit.excess_s(mean)
+        record = overheads_record(sim_exp)
+        record["collective_overhead_s"] = value
+        record["collective_overhead_s_how"] = f"{fit.how}; at this plan's mean collective of {mean / 1e3:.4g} kB"
+        note = (f"{fit.how}; applied as collective_overhead {value * 1e3:.3f} ms (at the plan's mean collective, "
+                f"{mean / 1e3:.4g} kB)")
+        return with_overheads(sim_exp, record), fit, note
 
 
 class Fsdp(_Sharded):
@@ -58,12 +95,9 @@ class Fsdp(_Sharded):
     def measured_keys(self, sim_exp: Experiment, config: Mapping, per_rank: Sequence[dict], plan, mode: str) -> dict:
         return {**memory_keys(sim_exp, per_rank, mode), **super().measured_keys(sim_exp, config, per_rank, plan, mode)}
 
-    def host_overhead(self, rig, like: Experiment, fits: Mapping) -> tuple[float, str] | None:
-        """FSDP2's host work per collective (validate.fsdp_calibration's probe, on the allreduce fit)."""
-        from validate import fsdp_calibration
-
-        rig.log("measuring FSDP2's host work per collective (validate.fsdp_calibration)")
-        return fsdp_calibration.measure(rig, like, fits["allreduce"])
+    def _probe(self, exp: Experiment) -> tuple[str, dict]:
+        """FSDP2 with one unit per probe layer, resharded after forward, prefetch 1 (three collectives a layer)."""
+        return "fsdp", {"algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": True, "prefetch": 1}
 
 
 class Zero2(_Sharded):
@@ -79,6 +113,13 @@ class Zero2(_Sharded):
         from validate.ranks.zero import worker_fields
 
         return worker_fields(sim)
+
+    def _probe(self, exp: Experiment) -> tuple[str, dict]:
+        """ZeRO-2 with a bucket per probe tensor (reduce_bucket_size of one element) and one parameter
+        all-gather, blocking or overlapped as the rows."""
+        overlap = bool(exp.comm.overlap_comm)
+        return f"zero2-{'overlap' if overlap else 'blocking'}", {"algorithm": "zero2", "reduce_bucket_size": 1,
+                                                                 "overlap_comm": overlap}
 
     def row_keys(self, exp: Experiment) -> dict:
         from validate.ranks.zero import ZERO2_NOTE
