@@ -26,7 +26,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simfog import merge
@@ -221,12 +221,18 @@ class Rig:
         return (self.shape.nodes, self.shape.ranks_per_node, self.shape.nic.bandwidth_Bps,
                 bool(getattr(self.cluster, "shaped", False)))
 
-    def prepare(self, vid: str, exp: Experiment, calibration, folder: Path, capacity_Bps: float | None = None,
-                host: Mapping | None = None) -> Prepared:
-        return _prepare(vid, exp, calibration, self.options, folder, capacity_Bps, host)
+    @property
+    def replay(self) -> Options:
+        """The group's options in replay mode, under the group's scheduling: what synthetic probes run with (their
+        replay models are no zoo model, whatever the rows run)."""
+        return replace(self.options, mode="replay", priority=self.options.scheduling)
+
+    def prepare(self, vid: str, exp: Experiment, calibration, folder: Path) -> Prepared:
+        """A probe configuration (replay mode; no host costs applied)."""
+        return _prepare(vid, exp, calibration, self.replay, folder)
 
     def run(self, prepared: Sequence[Prepared], folder: Path, log=lambda s: None) -> tuple[list | None, str]:
-        return _run_ranks(self.cluster, self.shape, prepared, self.options, folder, log)
+        return _run_ranks(self.cluster, self.shape, prepared, self.replay, folder, log)
 
 
 def run_group(experiments: Sequence[Experiment], options: Options = Options(), *, ids: Sequence[str] | None = None,

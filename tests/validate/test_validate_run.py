@@ -395,4 +395,5 @@ def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
     with open(out_csv, newline="") as f:
         r, = list(csv.DictReader(f))
     assert (r["algorithm"], r["error"], r["buckets_match"], r["buckets"]) == ("fsdp:layer:reshard:k1", "", "True", "9")
+    assert r["overheads_source"].startswith("host probe: fsdp")  # the probe replays its synthetic model
     assert math.isfinite(float(r["rel_error"])) and abs(float(r["memory_rel_error"])) < 0.02
