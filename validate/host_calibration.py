@@ -141,26 +141,31 @@ def excess_points(per_rank: Sequence[Mapping], bare: Sequence[Sequence[tuple[flo
             for c in range(min(len(s), len(b))) if s[c] == s[c]]
 
 
-def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """(a, b) >= 0 minimising the squared error of a + b·M over the median excess of each size M (non-negative
-    least squares in two unknowns: the unconstrained line, else the best with b = 0 or with a = 0, else 0)."""
+def medians_by_size(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(size, median of its values) of `points` ((size, value)), by increasing size."""
     by_size: dict[float, list[float]] = {}
     for m, e in points:
         by_size.setdefault(float(m), []).append(e)
-    xs = sorted(by_size)
-    ys = [statistics.median(by_size[m]) for m in xs]
-    if not xs:
+    return [(m, statistics.median(by_size[m])) for m in sorted(by_size)]
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) >= 0 minimising the squared error of a + b·M over the median excess of each size M (non-negative
+    least squares in two unknowns: the unconstrained line, else the best with b = 0 or with a = 0, else 0)."""
+    medians = medians_by_size(points)
+    if not medians:
         return 0.0, 0.0
+    xs, ys = [m for m, _ in medians], [e for _, e in medians]
     candidates = [(max(0.0, statistics.fmean(ys)), 0.0)]
     sxx = sum(x * x for x in xs)
     if sxx > 0:
-        candidates.append((0.0, max(0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sxx)))
+        candidates.append((0.0, max(0.0, sum(x * y for x, y in medians) / sxx)))
     if len(xs) > 1:
         mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+        b = sum((x - mx) * (y - my) for x, y in medians) / sum((x - mx) ** 2 for x in xs)
         if b >= 0 and my - b * mx >= 0:
             candidates.append((my - b * mx, b))
-    return min(candidates, key=lambda ab: sum((ab[0] + ab[1] * x - y) ** 2 for x, y in zip(xs, ys, strict=True)))
+    return min(candidates, key=lambda ab: sum((ab[0] + ab[1] * x - y) ** 2 for x, y in medians))
 
 
 EXCESS = "in-step span minus the calibrated cost"  # what the points of most families are
@@ -169,11 +174,8 @@ EXCESS = "in-step span minus the calibrated cost"  # what the points of most fam
 def fit(points: Sequence[tuple[float, float]], what: str, measured: str = EXCESS) -> HostFit:
     """The HostFit of `points` ((bytes, seconds): `measured`) of the probes `what`, with its description."""
     a, b = fit_line(points)
-    by_size: dict[float, list[float]] = {}
-    for m, e in points:
-        by_size.setdefault(float(m), []).append(e)
-    medians = ", ".join(f"{m / 1e3:g} kB {statistics.median(v) * 1e3:+.2f} ms" for m, v in sorted(by_size.items()))
-    how = (f"host probe: {what} on this cluster before the rows, {len(points)} collectives; {measured}, median by "
+    medians = ", ".join(f"{m / 1e3:g} kB {e * 1e3:+.2f} ms" for m, e in medians_by_size(points))
+    how = (f"host probe: {what} on this cluster before the rows, {len(points)} measurements; {measured}, median by "
            f"size {medians}; fitted {a * 1e3:.3f} ms + {b * 1e9:.3f} ns/B")
     return HostFit(a, b, len(points), how)
 

@@ -52,8 +52,8 @@ from validate.cluster.fingerprint import fingerprint
 from validate.cluster.hostload import HostSampler
 from validate.cluster.nodes import check_gpus, dropped_packets, open_nodes, workspace
 from validate.cluster.scheduling import PRIORITIES, RR_TIME_SLICE_MS, rr_time_slice
-from validate.comparison import compare
-from validate.comparison.rows import export_timelines, host_keys, measured_result, overhead_keys, row_keys
+from validate.comparison import compare, rows
+from validate.comparison.rows import export_timelines, measured_result
 from validate.families import FAMILIES, family_of
 from validate.families.allreduce import bucket_plan
 from validate.families.sharded import memory_keys
@@ -170,6 +170,7 @@ class Prepared:
     config: dict
     host_fit: object = None  # the in-step host fit the prediction pays (validate.host_calibration.HostFit)
     host_note: str = ""      # how it was applied, or why there is none
+    unprobed: Result | None = None  # the prediction without the fit (what the probe changed, in the row)
 
 
 def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher: str = "local") -> None:
@@ -278,7 +279,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
             net = measure_network(cluster, first.ranks_per_node, options, work, cache, collectives)
         except LaunchError as e:
             failed = [Validation(vid, exp, exp, None, None, compare.failed_row(
-                row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
+                rows.row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
                 for vid, exp in zip(ids, experiments, strict=True)]
             return GroupRun(failed, None, None, emulated, note, [v.row for v in failed])
         fits = {c: calibration_of(net, c, options.backend) for c in collectives}
@@ -299,19 +300,19 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     validations = []
     for k, (vid, exp, fam) in enumerate(zip(ids, experiments, families, strict=True)):
         p = prepared[k]
-        keys = {**row_keys(vid, exp, options, emulated, fits[fam.calibration_collective]), "load_average": load,
-                "dropped_packets": drops, **overhead_keys(p.experiment, p.host_fit, p.host_note), **machine.row()}
+        keys = {**rows.row_keys(vid, exp, options, emulated, fits[fam.calibration_collective]), "load_average": load,
+                "dropped_packets": drops, **rows.overhead_keys(p.experiment, p.host_fit, p.host_note), **machine.row()}
         if p.experiment.cluster.nic.flow_bandwidth_Bps is not None:  # the flow-level model's NIC (flow_link)
             keys["nic_capacity_Bps"] = p.experiment.cluster.nic.bandwidth_Bps
         if ranks is None:
             validations.append(Validation(vid, exp, p.experiment, p.predicted, None, compare.failed_row(keys, error)))
             continue
         per_rank = [r["configs"][k] for r in ranks]
-        keys.update(host_keys(host, per_rank))
+        keys.update(rows.host_keys(host, per_rank))
         measured = measured_result(p.experiment, per_rank, p.plan, p.sim)
         keys.update(fam.measured_keys(p.experiment, p.config, per_rank, p.plan, options.mode))
-        validations.append(Validation(vid, exp, p.experiment, p.predicted, measured,
-                                      compare.compare(keys, measured, p.predicted)))
+        row = {**compare.compare(keys, measured, p.predicted), **rows.unprobed_keys(measured, p.unprobed)}
+        validations.append(Validation(vid, exp, p.experiment, p.predicted, measured, row))
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
 
 
@@ -337,9 +338,10 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
     family = family_of(exp)
     overheads = host_overheads(exp.workload.trace, options.mode, options.backend)
     sim_exp = simulated_experiment(exp, calibration, overheads, capacity_Bps if family.point_to_point else None)
-    fit, note = None, ""
+    fit, note, unprobed = None, "", None
     if host:
-        sim_exp, fit, note = family.with_host_costs(sim_exp, host)
+        paid, fit, note = family.with_host_costs(sim_exp, host)
+        unprobed, sim_exp = (new_simulation(sim_exp).run() if fit is not None else None), paid
     sim = new_simulation(sim_exp)
     plan = family.plan(sim)
     trace_path = exp.workload.trace_path
@@ -353,7 +355,7 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
               "buckets": None if comm.merge == "ddp" else [list(b.tensors) for b in plan], "bucket_cap_mb": cap,
               "samples": sim.draws.tolist(), "slowdown": sim.slowdown.tolist(), "delays": sim.delays.tolist(),
               "spin_s": options.spin_s, **family.worker_fields(sim, options.warmup)}
-    return Prepared(sim_exp, sim, plan, sim.run(), config, fit, note)
+    return Prepared(sim_exp, sim, plan, sim.run(), config, fit, note, unprobed)
 
 
 def _run_ranks(cluster, shape: Cluster, prepared: Sequence[Prepared], options: Options, work: Path,

@@ -173,3 +173,21 @@ def test_neighbour_probe_solves_the_model_for_the_latency_the_step_adds():
 def test_by_phase_is_the_mean_of_the_phases_medians():
     # phase 0: 1, 2, 30 (a stall) -> 2; phase 1: 10, 12 -> 11; mean 6.5
     assert by_phase({0: 1.0, 1: 10.0, 2: 2.0, 3: 12.0, 4: 30.0}, [0, 1, 0, 1, 0]) == 6.5
+
+
+def test_rows_say_what_the_probe_changed_on_the_same_measurements():
+    from validate.comparison import compare
+    from validate.comparison.rows import unprobed_keys
+
+    exp = make_experiment(make_trace([0.1, 0.1], [0.1, 0.1], [1000, 1000]), nodes=2, gpus_per_node=1)
+    # two iterations ending at 0.5 and 0.9 s: steady state 0.4 s
+    records = [{"buckets": [["l1.weight"], ["l0.weight"]],
+                "iterations": [{"start": s, "forward_end": s + 0.1, "backward_end": s + 0.2, "launch": [s + 0.15] * 2,
+                                "done": [s + 0.3] * 2, "optimizer_start": s + 0.3, "end": e,
+                                "launch_order": [0, 1]} for s, e in ((0.0, 0.5), (0.5, 0.9))]} for _ in range(2)]
+    measured = compare.measured_result(exp, records, bucket_bytes=[4000, 4000])
+    unprobed = simulate(exp)
+    t_u = compare.steady_iteration_s(unprobed)
+    assert unprobed_keys(measured, unprobed) == {"predicted_without_probe_s": t_u,
+                                                 "rel_error_without_probe": pytest.approx((t_u - 0.4) / 0.4)}
+    assert unprobed_keys(measured, None) == {}

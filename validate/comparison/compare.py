@@ -37,7 +37,7 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "nic_capacity_Bps", "intra_latency_s",
            "intra_fit_bandwidth_Bps",
            "bucket_copy_Bps", "collective_overhead_s", "overlap_slowdown", "host_excess_s", "host_excess_s_per_B",
-           "overheads_source",
+           "overheads_source", "predicted_without_probe_s", "rel_error_without_probe",
            "load_average", "host_cpu_busy", "host_runnable", "host_oversubscribed", "host_limited",
            "host_steal", "host_cpu_model", "host_cores", "host_kernel", "host_microbenchmark_s",
            "dropped_packets", "measured_memory_B", "predicted_memory_B", "memory_rel_error", "calibration", "trace",

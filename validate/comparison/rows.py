@@ -60,6 +60,17 @@ def overhead_keys(sim_exp: Experiment, host_fit=None, host_note: str = "") -> di
             "overheads_source": host_note if host_fit is not None else "; ".join(filter(None, [source, host_note]))}
 
 
+def unprobed_keys(measured: Result, unprobed: Result | None) -> dict:
+    """What the host probe changed in the prediction of this row, on the same measurements: the predicted
+    steady-state iteration without its fit and that prediction's error (validate.host_calibration); {} when no fit
+    was applied. For the merge policies that choose their buckets with the cost model (mgwfbp, optimal) the plan
+    without the fit may differ from the one that ran."""
+    if unprobed is None:
+        return {}
+    t_m, t_u = compare.steady_iteration_s(measured), compare.steady_iteration_s(unprobed)
+    return {"predicted_without_probe_s": t_u, "rel_error_without_probe": (t_u - t_m) / t_m if t_m > 0 else float("nan")}
+
+
 def measured_result(sim_exp: Experiment, per_rank: Sequence[dict], plan, sim=None) -> Result:
     """The measured Result of one configuration, buckets named as the simulator names them. `sim`: the simulation
     of `sim_exp`, when at hand (its compute model gives the single-rank time)."""
