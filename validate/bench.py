@@ -176,6 +176,12 @@ def verdict(rows: list[dict]) -> str:
         ok = med <= m and worst <= w
         lines.append(f"target median <= {m:.0%}, worst <= {w:.0%}: {'MET' if ok else 'NOT MET'} "
                      f"(median {med:.1%}, worst {worst:.1%} over {s['configurations']} rows the rig can emulate)")
+    lines.append(f"mean signed error {s['mean_rel_error']:+.1%} over the rows the rig can emulate")
+    u = compare.error_stats([r for r in rows if not compare.host_limited(r)], key="rel_error_without_probe")
+    if u["configurations"]:  # the same measurements predicted without the in-step host fit (validate.host_calibration)
+        lines.append(f"without the host probe, on the same measurements: median {u['median_abs_rel_error']:.1%}, "
+                     f"worst {u['worst_abs_rel_error']:.1%}, mean signed {u['mean_rel_error']:+.1%} over "
+                     f"{u['configurations']} of those rows")
     if limited:
         h = compare.error_stats(limited)
         lines.append(f"host-limited, reported apart: {len(limited)} rows, median {h['median_abs_rel_error']:.1%}, "

@@ -191,3 +191,15 @@ def test_rows_say_what_the_probe_changed_on_the_same_measurements():
     assert unprobed_keys(measured, unprobed) == {"predicted_without_probe_s": t_u,
                                                  "rel_error_without_probe": pytest.approx((t_u - 0.4) / 0.4)}
     assert unprobed_keys(measured, None) == {}
+
+
+def test_the_bench_verdict_gives_the_error_without_the_probe_on_the_same_rows():
+    from validate.bench import verdict
+
+    rows = [{"id": "a", "rel_error": 0.01, "rel_error_without_probe": -0.05, "host_limited": False},
+            {"id": "b", "rel_error": -0.03, "rel_error_without_probe": -0.09, "host_limited": False},
+            {"id": "c", "rel_error": -0.40, "rel_error_without_probe": -0.50, "host_limited": True}]
+    text = verdict(rows)
+    assert "mean signed error -1.0% over the rows the rig can emulate" in text
+    assert ("without the host probe, on the same measurements: median 7.0%, worst 9.0%, mean signed -7.0% over 2 "
+            "of those rows") in text
