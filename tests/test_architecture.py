@@ -205,9 +205,11 @@ def test_every_algorithm_family_is_a_folder_of_the_same_module_names():
 
     root = REPO / "simfog" / "algorithms"
     families = sorted(p for p in root.iterdir() if (p / "__init__.py").is_file())
-    assert [p.name for p in families] == ["allreduce", "dataflow", "dynamic", "sharded"]
+    registered = import_graph()["simfog.algorithms"]
+    assert len(families) >= 4
     for family in families:
         assert FAMILY_MODULES <= {p.stem for p in family.glob("*.py")}, family.name
+        assert f"simfog.algorithms.{family.name}" in registered, f"{family.name}: not imported by simfog.algorithms"
     for name in algorithms.REGISTRY.names():
         cls = algorithms.REGISTRY.get(name)
         assert issubclass(cls, TrainingAlgorithm), name
