@@ -7,7 +7,6 @@ its last rank has arrived; packs, launch overheads and unpacks on the stream aro
 from __future__ import annotations
 
 from simfog import merge
-from simfog.algorithms.allreduce import closed_form, closed_form_streams
 from simfog.algorithms.allreduce.plan import (
     bucket_ready,
     shared_allreduce_time,
@@ -70,13 +69,21 @@ class AllreduceSGD(TrainingAlgorithm):
         if self.whole_iterations:
             return "the algorithm runs whole iterations itself"
         if self.streams > 1:  # collectives sharing links
-            return closed_form_streams.blocker(self)
+            from simfog.algorithms.allreduce.closed_form_streams import blocker
+
+            return blocker(self)
         return None
 
     def closed_form(self):
+        """The run solved over every rank at once (closed_form; closed_form_streams on several streams), imported
+        when asked: a run needs one family's closed form, not every family's."""
         if self.streams > 1:
-            return closed_form_streams.run(self.sim, PATH_ANALYTIC)
-        return closed_form.run(self.sim)
+            from simfog.algorithms.allreduce.closed_form_streams import run
+
+            return run(self.sim, PATH_ANALYTIC)
+        from simfog.algorithms.allreduce.closed_form import run
+
+        return run(self.sim)
 
     def memory(self):
         return estimate(self.sim.experiment, self.describe_buckets())

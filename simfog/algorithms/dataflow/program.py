@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simfog.algorithms.dataflow import closed_form, fluid
 from simfog.algorithms.dataflow.plan import P2PStep, Plan, Run, graph_pairs
 from simfog.algorithms.mixing import DEFAULT_CONSENSUS_EPS, mixing_of
 from simfog.engine.protocol import TrainingAlgorithm
@@ -168,9 +167,14 @@ class DataflowAlgorithm(TrainingAlgorithm):
         return None
 
     def closed_form(self):
+        """The run solved without the event engine (closed_form, or fluid in time order), imported when asked."""
         if self.comm.p2p_sharing == "fluid":  # message times decided by what overlaps: in time order
-            return fluid.run(self.sim)
-        return closed_form.run(self.sim, PATH_ANALYTIC)
+            from simfog.algorithms.dataflow.fluid import run
+
+            return run(self.sim)
+        from simfog.algorithms.dataflow.closed_form import run
+
+        return run(self.sim, PATH_ANALYTIC)
 
     def events_blocker(self) -> str | None:
         """Why the event engine cannot run this configuration, or None. Its Plan gives each message a duration

@@ -7,7 +7,6 @@ closed form solves this very program.
 
 from __future__ import annotations
 
-from simfog.algorithms.sharded import closed_form
 from simfog.algorithms.sharded.plan import (
     LayerBytes,
     Plan,
@@ -93,10 +92,15 @@ class ShardedAlgorithm(TrainingAlgorithm):
         redefined = self.redefined(ShardedAlgorithm, self.program_methods)
         if redefined is not None:
             return f"algorithm {self.comm.algorithm!r} overrides {redefined}"
-        return closed_form.blocker(self)
+        from simfog.algorithms.sharded.closed_form import blocker
+
+        return blocker(self)
 
     def closed_form(self):
-        return closed_form.run(self.sim, PATH_ANALYTIC)
+        """The run solved over every rank at once (closed_form), imported when asked."""
+        from simfog.algorithms.sharded.closed_form import run
+
+        return run(self.sim, PATH_ANALYTIC)
 
     # --- the iteration --------------------------------------------------------------------------------------------
 
