@@ -110,6 +110,14 @@ def test_ring_follows_the_node_order_and_spreads_over_the_nics():
     assert step_cost(Flat(nodes=6, nic_Bps=1e9, nics_per_node=2), p).slowest_Bps == 1e9
 
 
+def test_hierarchical_rings_take_their_local_rank_s_rail():
+    """Local rank l's ring crosses on NIC l mod K (NCCL's rails): 4 local rings on 2 NICs use NICs 0, 1, 0, 1, so
+    each NIC carries two of them."""
+    p = hierarchical_pattern([0, 1], 8e6, ranks_per_node=4, nics=2)
+    assert p.flows.src_nic.tolist() == [0, 0, 1, 1, 0, 0, 1, 1] and (p.flows.src_nic == p.flows.dst_nic).all()
+    assert step_cost(Flat(nodes=2, nic_Bps=1e9, nics_per_node=2), p).slowest_Bps == 1e9 / 2
+
+
 def test_one_node_has_no_fabric_flows():
     for p in (ring_pattern([3], 1e6, ranks_per_node=4), tree_pattern([3], 1e6),
               hierarchical_pattern([3], 1e6, ranks_per_node=4)):

@@ -69,6 +69,13 @@ def fabric_and_flows(draw):
     return fabric, Flows.from_list(items)
 
 
+def solved(case, **kw):
+    """(flows, routes, max-min rates, which flows cross a link) of a drawn case."""
+    fabric, flows = case
+    routes = fabric.route(flows)
+    return flows, routes, max_min_rates(routes, **kw), np.isin(np.arange(len(flows)), routes.flow)
+
+
 def _bottlenecked(routes, rates) -> list[int]:
     """Flows that cross a link and have no bottleneck link (full, and none faster than them on it)."""
     load, cap = routes.load(np.where(np.isfinite(rates), rates, 0.0)), routes.capacity
@@ -88,10 +95,7 @@ def _bottlenecked(routes, rates) -> list[int]:
 @settings(max_examples=300, deadline=None)
 @given(fabric_and_flows())
 def test_links_never_carry_more_than_their_capacity_and_every_flow_has_a_bottleneck(case):
-    fabric, flows = case
-    routes = fabric.route(flows)
-    rates = max_min_rates(routes)
-    crossing = np.isin(np.arange(len(flows)), routes.flow)
+    flows, routes, rates, crossing = solved(case)
     assert np.isfinite(rates[crossing]).all() and (rates[crossing] > 0).all()
     assert (routes.load(np.where(crossing, rates, 0.0)) <= routes.capacity * (1 + EPS)).all()
     assert _bottlenecked(routes, rates) == []
@@ -114,10 +118,7 @@ def test_rates_do_not_depend_on_the_order_of_the_flows(case, rnd):
 @settings(max_examples=200, deadline=None)
 @given(fabric_and_flows())
 def test_the_closed_form_is_the_slowest_flow_of_the_filling(case):
-    fabric, flows = case
-    routes = fabric.route(flows)
-    rates = max_min_rates(routes)
-    crossing = np.isin(np.arange(len(flows)), routes.flow)
+    flows, routes, rates, crossing = solved(case)
     expected = rates[crossing].min() if crossing.any() else np.inf
     assert slowest_rate(routes) == expected
     # all flows coupled into one group run at that same rate
@@ -128,11 +129,9 @@ def test_the_closed_form_is_the_slowest_flow_of_the_filling(case):
 @settings(max_examples=200, deadline=None)
 @given(fabric_and_flows(), st.data())
 def test_coupled_groups_share_one_rate_within_capacity(case, data):
-    fabric, flows = case
-    routes = fabric.route(flows)
-    groups = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(flows), max_size=len(flows))))
-    rates = max_min_rates(routes, groups=groups)
-    crossing = np.isin(np.arange(len(flows)), routes.flow)
+    n = len(case[1])
+    groups = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    flows, routes, rates, crossing = solved(case, groups=groups)
     for g in np.unique(groups[crossing]):
         members = rates[crossing & (groups == g)]
         assert (members == members[0]).all()
@@ -145,11 +144,8 @@ def test_coupled_groups_share_one_rate_within_capacity(case, data):
 @settings(max_examples=100, deadline=None)
 @given(fabric_and_flows(), st.sampled_from([1e8, 1e9, 1e10]))
 def test_a_flow_cap_bounds_every_rate_and_keeps_the_links_within_capacity(case, cap):
-    fabric, flows = case
-    routes = fabric.route(flows)
-    rates = max_min_rates(routes, max_Bps=cap)
+    flows, routes, rates, crossing = solved(case, max_Bps=cap)
     assert (rates <= cap * (1 + EPS)).all()
-    crossing = np.isin(np.arange(len(flows)), routes.flow)
     assert (routes.load(np.where(crossing, rates, 0.0)) <= routes.capacity * (1 + EPS)).all()
     # a flow below its cap is held back by a full link
     uncapped = crossing & (rates < cap * (1 - EPS))

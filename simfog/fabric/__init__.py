@@ -11,9 +11,9 @@ Modules, one concept each:
 Units are SI inside (bytes, seconds, bytes/s); human units only in the [fabric] table.
 """
 
-from simfog.fabric.base import Fabric
+from simfog.fabric.base import Fabric, nic_of_gpu
 from simfog.fabric.clos import FatTree
-from simfog.fabric.config import flat, from_table
+from simfog.fabric.config import default_fabric, from_table
 from simfog.fabric.dragonfly import Dragonfly
 from simfog.fabric.flat import Flat
 from simfog.fabric.flows import Flows, StepTimes, step_times
@@ -33,6 +33,6 @@ from simfog.fabric.schedules import (
 from simfog.fabric.sharing import max_min_rates, slowest_rate
 
 __all__ = ["ECMP", "Dragonfly", "Fabric", "FatTree", "Flat", "Flows", "LinkTable", "Placement", "RailOptimized",
-           "Routes", "StepCost", "StepPattern", "StepTimes", "flat", "from_table", "hierarchical_pattern",
-           "max_min_rates", "pattern", "place", "ring_pattern", "shared_step_costs", "slowest_rate", "step_cost",
-           "step_times", "tree_pattern"]
+           "Routes", "StepCost", "StepPattern", "StepTimes", "default_fabric", "from_table", "hierarchical_pattern",
+           "max_min_rates", "nic_of_gpu", "pattern", "place", "ring_pattern", "shared_step_costs", "slowest_rate",
+           "step_cost", "step_times", "tree_pattern"]

@@ -34,6 +34,12 @@ def check_rate(name: str, v: object) -> None:
         raise ConfigError(f"fabric.{name}", v, "a finite bandwidth > 0 (B/s)")
 
 
+def nic_of_gpu(gpu, nics_per_node: int):
+    """The NIC (rail) GPU `gpu` of a node sends through: gpu mod nics_per_node, as NCCL's rails map them (a node of
+    G GPUs then uses min(G, nics_per_node) NICs). Works on arrays."""
+    return gpu % nics_per_node
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fabric:
     """Base of the fabric kinds (module docstring). `ecmp` is how flows use equal-cost paths: "split" (each flow

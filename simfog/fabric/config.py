@@ -56,14 +56,17 @@ def from_table(table: Mapping | None, *, nodes: int, nic_Bps: float, nics_per_no
                source: str | None = None) -> Fabric:
     """The fabric a `[fabric]` table describes (module docstring), holding at least `nodes` nodes; no table (None
     or empty) is the flat default. Raises ConfigError naming `source`, the field, the value and what is allowed."""
+    if not table:
+        return default_fabric(nodes, nic_Bps, nics_per_node=nics_per_node)
     try:
-        return _build(dict(table or {}), nodes, nic_Bps, nics_per_node, source)
+        return _build(dict(table), nodes, nic_Bps, nics_per_node, source)
     except ConfigError as e:
         raise e.in_file(source) if source else e from None
 
 
-def flat(nodes: int, nic_Bps: float, *, nics_per_node: int = 1, oversubscription: float = 1.0) -> Flat:
-    """Today's fabric for a cluster: `nodes` nodes on one core, `oversubscription` as Cluster's."""
+def default_fabric(nodes: int, nic_Bps: float, *, nics_per_node: int = 1, oversubscription: float = 1.0) -> Flat:
+    """Today's fabric for a cluster without a [fabric] table: `nodes` nodes on one core, `oversubscription` as
+    simfog.cluster.Cluster's."""
     return Flat(nodes=nodes, nic_Bps=nic_Bps, nics_per_node=nics_per_node, oversubscription=oversubscription)
 
 

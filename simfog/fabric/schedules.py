@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simfog.errors import ConfigError
+from simfog.fabric.base import nic_of_gpu
 from simfog.fabric.flows import Flows
 from simfog.fabric.sharing import max_min_rates, slowest_rate
 
@@ -104,7 +105,8 @@ def hierarchical_pattern(nodes: Sequence[int], nbytes: float, *, ranks_per_node:
     if m == 1:
         return StepPattern(f"hierarchical {op}", _none(), per, steps, 1)
     src = np.asarray(nodes, dtype=np.int64)
-    rings = [Flows.of(src, np.roll(src, -1), per, local % nics, local % nics) for local in range(L)]
+    rings = [Flows.of(src, np.roll(src, -1), per, nic_of_gpu(local, nics), nic_of_gpu(local, nics))
+             for local in range(L)]
     return StepPattern(f"hierarchical {op}", Flows.concat(rings), per, steps, 1)
 
 

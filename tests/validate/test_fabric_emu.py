@@ -102,9 +102,9 @@ def test_four_nodes_on_two_leaves_build_and_leave_nothing():
             shown = subprocess.run(["ip", "-n", c.switch, "-o", "link", "show", "master", f"sfft-l{leaf}"],
                                    capture_output=True, text=True, check=True).stdout
             assert {line.split(":")[1].strip().split("@")[0] for line in shown.splitlines()} == ports
-        spine = subprocess.run(["ip", "-n", c.switch, "-o", "link", "show", "master", "sfft-sp"],
+        spine = subprocess.run(["ip", "-n", c.switch, "-o", "link", "show", "master", "sfft-br"],
                                capture_output=True, text=True, check=True).stdout
-        assert "sfft-d0" in spine and "sfft-d1" in spine
+        assert {line.split(":")[1].strip().split("@")[0] for line in spine.splitlines()} == {"sfft-d0", "sfft-d1"}
         for dev in ("sfft-u0", "sfft-d0", "sfft-u1", "sfft-d1"):
             qdisc = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", dev], capture_output=True,
                                    text=True, check=True).stdout

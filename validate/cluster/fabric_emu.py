@@ -3,9 +3,9 @@ jobs on one such cluster.
 
 Layout (validate.cluster.netemu's, with the one bridge split into leaves):
 
-    namespace <run>-sw   bridge "<prefix>-sp" (the spine); per leaf j a bridge "<prefix>-l<j>" and a veth pair
-                         "<prefix>-u<j>" (on the leaf) / "<prefix>-d<j>" (on the spine), both ends in this namespace;
-                         node i's port "<prefix>-p<i>" on its leaf's bridge
+    namespace <run>-sw   bridge "<prefix>-br" (netemu's, here the spine); per leaf j a bridge "<prefix>-l<j>" and a
+                         veth pair "<prefix>-u<j>" (on the leaf) / "<prefix>-d<j>" (on the spine), both ends in
+                         this namespace; node i's port "<prefix>-p<i>" on its leaf's bridge
     namespace <run>-n<i> node i, as in netemu (its NIC shaped by tbf each way)
 
 Leaf j's uplink is the veth pair between its bridge and the spine's: tbf on "<prefix>-u<j>" shapes what the leaf
@@ -31,7 +31,6 @@ from simfog.fabric import FatTree
 from validate.cluster import netemu
 from validate.cluster.netemu import BURST_S, MIN_BURST_BYTES, MIN_LIMIT_BYTES, MTU, QUEUE_S, NodeSpec, _sh
 
-SPINE_IFNAME = "{prefix}-sp"
 LEAF_IFNAME = "{prefix}-l{leaf}"
 UP_IFNAME = "{prefix}-u{leaf}"  # leaf end of leaf j's uplink: its egress is what the leaf sends up
 DOWN_IFNAME = "{prefix}-d{leaf}"  # spine end: its egress is what comes down to leaf j
@@ -88,10 +87,10 @@ class TieredCluster(netemu.EmulatedCluster):
             "burst", str(burst), "limit", str(limit))
 
     def _build(self) -> None:
-        sw, spine = self.switch, SPINE_IFNAME.format(prefix=self.prefix)
-        self._add_namespace(sw)
-        _sh("ip", "-n", sw, "link", "add", "name", spine, "type", "bridge")
-        _sh("ip", "-n", sw, "link", "set", "dev", spine, "up")
+        """netemu's one-bridge cluster, whose bridge becomes the spine: each node's port moves onto its leaf's
+        bridge, and each leaf's bridge joins the spine through its shaped uplink."""
+        super()._build()
+        sw, spine = self.switch, netemu.BRIDGE_IFNAME.format(prefix=self.prefix)
         for leaf in range(self.leaves):
             bridge, up, down = self._names(leaf)
             _sh("ip", "-n", sw, "link", "add", "name", bridge, "type", "bridge")
@@ -105,16 +104,7 @@ class TieredCluster(netemu.EmulatedCluster):
                 self._shape(sw, dev, self.uplink_bandwidth_Bps, self.uplink_burst_bytes, self.uplink_limit_bytes)
         for node in self.nodes:
             port = netemu.PORT_IFNAME.format(prefix=self.prefix, index=node.index)
-            self._add_namespace(node.namespace)
-            netemu._set_congestion_control(node.namespace, self.tcp_congestion_control)
-            _sh("ip", "-n", node.namespace, "link", "add", "name", node.ifname, "mtu", str(MTU), "type", "veth",
-                "peer", "name", port, "mtu", str(MTU), "netns", sw)
             _sh("ip", "-n", sw, "link", "set", "dev", port, "master", self._names(self.leaf_of(node.index))[0])
-            _sh("ip", "-n", sw, "link", "set", "dev", port, "up")
-            _sh("ip", "-n", node.namespace, "addr", "add", f"{node.address}/24", "dev", node.ifname)
-            _sh("ip", "-n", node.namespace, "link", "set", "dev", node.ifname, "up")
-            self._tbf(node.namespace, node.ifname)  # upload
-            self._tbf(sw, port)  # download
 
     def _verify(self) -> None:
         """netemu's checks (every NIC shaped both ways, node 0 reaches every node: across the uplinks too), and
