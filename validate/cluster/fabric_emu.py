@@ -60,8 +60,9 @@ class TieredCluster(netemu.EmulatedCluster):
     @classmethod
     def for_fabric(cls, fabric, **kwargs) -> TieredCluster:
         """The emulated tiers of a two-tier simfog.fabric.FatTree with one NIC per node: its leaves, nodes per leaf,
-        NIC rate, and each leaf's uplinks as one shaped link of their summed rate (what ECMP "split" spreads over;
-        under "hash" the real links would each carry their share). Raises ConfigError for anything else."""
+        NIC rate, and each leaf's uplinks as one shaped link of their summed rate: exact for ECMP "split"; under
+        "hash" the collisions of flows on one of the real links are not emulated. Raises ConfigError for anything
+        else."""
         if not isinstance(fabric, FatTree) or fabric.tiers != 2:
             raise ConfigError("fabric.kind", type(fabric).__name__, "a two-tier fat_tree for emulated tiers")
         if fabric.nics_per_node != 1:
