@@ -275,3 +275,7 @@ def test_srun_task_labels_are_read_through(tmp_path):
     trace = import_nccl_tests(path)
     assert [(m.ranks, m.nodes, m.bytes) for m in trace.measurements] == [(8, 2, 8), (8, 2, 1024), (8, 2, 2**20)]
     assert nccl_facts.arch_of(trace) == "hopper"
+    # from 10 tasks on srun right-aligns the label (` 0: `, and `  0: ` from 100), as Alps' 4-128-node logs have it
+    for pad in (" ", "  "):
+        path.write_text("+ srun -l all_reduce_perf\n" + "\n".join(f"{pad}0: {line}" for line in lines) + "\n")
+        assert [m.bytes for m in import_nccl_tests(path).measurements] == [8, 1024, 2**20]
