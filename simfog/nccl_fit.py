@@ -117,6 +117,12 @@ class _Model:
 
     def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict):
         self.base, self.groups, self.fallback = base, groups, fallback
+        self.bounds = {k: b for k, (b, _) in _PARAMS.items()}
+        if base.nics_per_node is not None and base.nic_Bps is not None:
+            # the wire: a node's inter-node bus bandwidth is at most its NICs' line rate, one NIC's p2p rate its own
+            wire = math.log(base.nics_per_node * base.nic_Bps / 1e9)
+            self.bounds["inter"] = (_LOG_BW[0], wire)
+            self.bounds["p2p_nic"] = (_LOG_BW[0], math.log(base.nic_Bps / 1e9))
         self.prepared = [{} for _ in groups]  # batch.choose_many's per-layout work, kept across evaluations
 
     def network(self, values: dict, channels) -> nccl.NcclNetwork:
@@ -151,8 +157,8 @@ class _Model:
         """(soft-L1 cost, fitted values) with `active` free, starting from x0."""
         from scipy.optimize import least_squares  # only calibration needs scipy
 
-        lo = [_PARAMS[a][0][0] for a in active]
-        hi = [_PARAMS[a][0][1] for a in active]
+        lo = [self.bounds[a][0] for a in active]
+        hi = [self.bounds[a][1] for a in active]
         start = np.clip([x0[a] for a in active], lo, hi)
 
         def res(x):
