@@ -115,8 +115,8 @@ def _groups(pts) -> list[_Group]:
 class _Model:
     """The parameters being fitted (`active`, in order) on top of a network, and the loss over every group."""
 
-    def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict):
-        self.base, self.groups, self.fallback = base, groups, fallback
+    def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict, inter_from_p2p: bool = False):
+        self.base, self.groups, self.fallback, self.inter_from_p2p = base, groups, fallback, inter_from_p2p
         self.bounds = {k: b for k, (b, _) in _PARAMS.items()}
         if base.nics_per_node is not None and base.nic_Bps is not None:
             # the wire: a node's inter-node bus bandwidth is at most its NICs' line rate, one NIC's p2p rate its own
@@ -129,6 +129,8 @@ class _Model:
         v = {**self.fallback, **values}
         intra = math.exp(v["intra"]) if "intra" in v else None
         inter = math.exp(v["inter"]) if "inter" in v else None
+        if inter is None and self.inter_from_p2p and "p2p_nic" in v:  # the NICs' measured rate
+            inter = math.exp(v["p2p_nic"]) * (self.base.nics_per_node or 1)
         intra, inter = intra or inter, inter or intra
         lat = (v.get("net_ll", 0.0), v.get("net_ll128", 0.0), v.get("net_simple", 0.0))
         return replace(
@@ -169,6 +171,26 @@ class _Model:
         return float(r.cost), dict(zip(active, (float(x) for x in r.x), strict=True))
 
 
+def _fit_nics(model: _Model, active: list[str], x0: dict, n: int) -> tuple[_Model, str | None]:
+    """NICs per node where no one states them and multi-node logs of several GPUs per node can tell (rails: a
+    layout of G GPUs per node uses min(G, K) NICs): each count K up to the most GPUs per node of those logs, kept
+    when it is identified against no rails. (model, what was fitted) or (model, None)."""
+    gpus = sorted({-(-g.ranks // g.nodes) for g in model.groups if g.nodes > 1})
+    if len(gpus) < 2:
+        return model, None
+    counts = sorted({k for k in (1, 2, 4, 8, 16, 32) if k <= gpus[-1]} | set(gpus))
+    without, _ = model.solve(active, x0, 8)
+    tried = {}
+    for k in counts:
+        m = _Model(replace(model.base, nics_per_node=k), model.groups, model.fallback, model.inter_from_p2p)
+        tried[k] = (m.solve(active, x0, 8)[0], m)
+    best = min(tried, key=lambda k: tried[k][0])
+    if not _identified(without, tried[best][0], n):
+        return model, None
+    return tried[best][1], (f"NICs per node {best} (logs at {', '.join(map(str, gpus))} GPUs per node on several "
+                            "nodes)")
+
+
 def _identified(cost_without: float, cost_with: float, n: int) -> bool:
     """A parameter is identified when fitting it cuts the loss by more than IDENTIFY_GAIN of it and by more than
     NOISE_RMS noise would (the soft-L1 cost of n points at NOISE_RMS is about n · NOISE_RMS² / 2)."""
@@ -198,17 +220,25 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     coll = [g for g in groups if g.op in nccl.model.COLLECTIVES]
     p2p = [g for g in groups if g.op in nccl.p2p.OPS]
     single, multi = any(g.nodes == 1 for g in coll), any(g.nodes > 1 for g in coll)
-    fallback, assumed = _hardware_fallback(base, single, multi, coll)
-    model = _Model(base, groups, fallback)
+    p2p_multi = not multi and any(g.nodes > 1 for g in p2p)  # NICs measured by alltoall / sendrecv only
+    fallback, assumed = _hardware_fallback(base, single, multi or p2p_multi, coll)
+    if p2p_multi:
+        assumed.append("bus bandwidth between nodes = the p2p NIC rate x the NICs per node (no multi-node "
+                       "collective logs)")
+    model = _Model(base, groups, fallback, p2p_multi)
     new_latency = nccl.parse_release(base.version) >= (2, 12, 0)
     active = ([k for k, on in (("intra", single), ("inter", multi), ("latency_inter", multi and new_latency))
                if on] + ["launch"] + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
               + [k for k, on in (("p2p_intra", any(g.nodes == 1 for g in p2p)),
                                  ("p2p_nic", any(g.nodes > 1 for g in p2p)), ("p2p_latency", bool(p2p))) if on])
     x0 = {k: v for k, (_, v) in _PARAMS.items() if v is not None} | _bandwidth_guesses(groups, fallback)
-    if not coll and "intra" not in fallback and "inter" not in fallback:  # only alltoall / sendrecv logs
-        fallback["inter"] = x0["p2p_nic"] if any(g.nodes > 1 for g in p2p) else x0["p2p_intra"]
+    if not coll and "intra" not in fallback and "inter" not in fallback and not p2p_multi:  # one-node p2p logs only
+        fallback["inter"] = x0["p2p_intra"]
         assumed.append("bus bandwidths = the point-to-point rate (no collective logs, no hardware facts)")
+    nics_note = None
+    if base.nics_per_node is None:
+        model, nics_note = _fit_nics(model, active, x0, len(pts))
+        base = model.base
     fixed_channels = facts.channels
     hardware_channels = base.nics_per_node is not None and base.nic_Bps is not None
     ch0 = fixed_channels if fixed_channels is not None else (None if hardware_channels else 8)
@@ -234,7 +264,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
             active, cost, values = active + [a], c2, v2
             kept.append(_ADDITIONS[a])
     net = model.network(values, ch)
-    fitted = _fitted_names(active, values, channel_note, not new_latency)
+    fitted = _fitted_names(active, values, channel_note, not new_latency) + ([nics_note] if nics_note else [])
     if fixed_channels is not None:
         given = [f"channels {fixed_channels} ({facts.sources['channels']})"]
     else:

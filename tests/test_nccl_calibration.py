@@ -279,3 +279,29 @@ def test_srun_task_labels_are_read_through(tmp_path):
     for pad in (" ", "  "):
         path.write_text("+ srun -l all_reduce_perf\n" + "\n".join(f"{pad}0: {line}" for line in lines) + "\n")
         assert [m.bytes for m in import_nccl_tests(path).measurements] == [8, 1024, 2**20]
+
+
+def test_nics_per_node_fitted_from_logs_at_several_gpus_per_node():
+    # 2-node alltoall at 1, 2, 4, 8 GPUs per node with 4 NICs: the node's remote share G x S/2 leaves through
+    # min(G, 4) NICs, so the time doubles from 4 to 8 GPUs and not before. Nobody states the NICs: the fit finds 4.
+    net = replace(H100, nics_per_node=4)
+    logs = [synthetic([(1, 1), (4, 1), (8, 1)], net, ops=("alltoall", "sendrecv")),
+            synthetic([(2 * g, 2) for g in (1, 2, 4, 8)], net, ops=("alltoall", "sendrecv"))]
+    cal = nccl_fit.fit(logs, version="2.29.2", gpu_arch="hopper", intra_transport="nvswitch")
+    assert cal.network.nics_per_node == 4
+    assert "NICs per node 4 (logs at 1, 2, 4, 8 GPUs per node on several nodes)" in cal.fitted
+    assert np.median(cal.errors()) < 0.01
+    # logs of one GPU count per node cannot tell: no rails, as before
+    one = nccl_fit.fit([synthetic([(8, 1), (16, 2)], net, ops=("alltoall",))], version="2.29.2", gpu_arch="hopper")
+    assert one.network.nics_per_node is None
+
+
+def test_inter_node_bus_bandwidth_from_the_p2p_nic_rate_without_multi_node_collective_logs():
+    # one-node allreduce, 2-node alltoall / sendrecv only: the collectives between nodes run on the NICs the p2p
+    # logs measured, p2p NIC rate x NICs (40 GB/s x 8), not on the one-node bus bandwidth
+    logs = [synthetic([(8, 1)], H100, ops=("allreduce",)),
+            synthetic([(16, 2)], H100, ops=("alltoall", "sendrecv"))]
+    cal = nccl_fit.fit(logs, **HARDWARE)
+    assert cal.network.p2p_nic_Bps == pytest.approx(40e9, rel=0.03)
+    assert cal.network.inter_bus_Bps == pytest.approx(8 * cal.network.p2p_nic_Bps, rel=1e-9)
+    assert any(a.startswith("bus bandwidth between nodes = the p2p NIC rate") for a in cal.assumed)
