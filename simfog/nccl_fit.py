@@ -222,13 +222,18 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     single, multi = any(g.nodes == 1 for g in coll), any(g.nodes > 1 for g in coll)
     p2p_multi = not multi and any(g.nodes > 1 for g in p2p)  # NICs measured by alltoall / sendrecv only
     fallback, assumed = _hardware_fallback(base, single, multi or p2p_multi, coll)
+    if not any(g.nodes == 1 for g in groups):
+        # a constant per operation cannot be told from the inter-node latency without one-node logs; NCCL's own
+        # model has none, so the logs' constant goes to the network's latency
+        assumed.append("launch 0 (no one-node logs: a constant cannot be told from the inter-node latency)")
     if p2p_multi:
         assumed.append("bus bandwidth between nodes = the p2p NIC rate x the NICs per node (no multi-node "
                        "collective logs)")
     model = _Model(base, groups, fallback, p2p_multi)
     new_latency = nccl.parse_release(base.version) >= (2, 12, 0)
     active = ([k for k, on in (("intra", single), ("inter", multi), ("latency_inter", multi and new_latency))
-               if on] + ["launch"] + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
+               if on] + (["launch"] if any(g.nodes == 1 for g in groups) else [])
+              + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
               + [k for k, on in (("p2p_intra", any(g.nodes == 1 for g in p2p)),
                                  ("p2p_nic", any(g.nodes > 1 for g in p2p)), ("p2p_latency", bool(p2p))) if on])
     x0 = {k: v for k, (_, v) in _PARAMS.items() if v is not None} | _bandwidth_guesses(groups, fallback)

@@ -305,3 +305,17 @@ def test_inter_node_bus_bandwidth_from_the_p2p_nic_rate_without_multi_node_colle
     assert cal.network.p2p_nic_Bps == pytest.approx(40e9, rel=0.03)
     assert cal.network.inter_bus_Bps == pytest.approx(8 * cal.network.p2p_nic_Bps, rel=1e-9)
     assert any(a.startswith("bus bandwidth between nodes = the p2p NIC rate") for a in cal.assumed)
+
+
+def test_without_one_node_logs_the_constant_goes_to_the_network_latency():
+    # 2-node logs alone cannot tell a per-operation launch from the inter-node latency (both add a constant there);
+    # NCCL's model has no launch term, so none is fitted and latencyInter carries the constant. Truth: launch 0,
+    # latencyInter 12 us (a socket-like network): recovered, and so are the 8-node times.
+    net = replace(H100, launch_s=0.0, latency_inter_s=12 * US, channels=8, nics_per_node=None, nic_Bps=None)
+    cal = nccl_fit.fit([synthetic([(16, 2)], net)], version="2.29.2", gpu_arch="hopper", channels=8)
+    assert cal.network.launch_s == 0.0 and "launch" not in cal.fitted
+    assert any(a.startswith("launch 0 (no one-node logs") for a in cal.assumed)
+    assert cal.network.latency_inter_s == pytest.approx(12 * US, rel=0.05)
+    for b in (8, 2**16):
+        assert nccl.choose("allreduce", b, 64, 8, cal.network).time_s == pytest.approx(
+            nccl.choose("allreduce", b, 64, 8, net).time_s, rel=0.05)
