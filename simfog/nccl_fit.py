@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simfog import nccl, nccl_facts
+from simfog import nccl, nccl_facts, units
 from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
 from simfog.nccl import batch
@@ -58,6 +58,10 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
            "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
+# The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
+# fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes).
+UNIDENTIFIED = {"tree_fill_B": 0.0, "two_node_tree_gain": 1.0}
+UNIDENTIFIED_SOURCE = "simfog's default"
 _ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
               "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
               "net_simple": "Simple inter-node latency"}
@@ -202,11 +206,13 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         cpu_vendor: str | None = None, intra_transport: str | None = None, channels: int | None = None,
         nics_per_node: int | None = None, nic_Bps: float | None = None, gpu_nic_path: str | None = None,
         nvls: bool | None = None, collnet: bool | None = None, statistic: str = "min",
-        source: str = "") -> NcclCalibration:
+        source: str = "", unidentified: dict | None = None) -> NcclCalibration:
     """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts and collectives; 1-rank
     runs and collectives NCCL has no model for are left out). Hardware arguments None: as the logs state, else
     assumed (simfog.nccl_facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
-    message size, times that do not grow), ConfigError for bad options, times, or logs of different releases."""
+    message size, times that do not grow), ConfigError for bad options, times, or logs of different releases.
+    `unidentified`: the values of the tree fill ("tree_fill_B", bytes) and the 2-node tree gain
+    ("two_node_tree_gain") where the logs cannot identify them (default UNIDENTIFIED)."""
     if statistic not in STATISTICS:
         raise ConfigError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     facts = nccl_facts.resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
@@ -222,6 +228,11 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     single, multi = any(g.nodes == 1 for g in coll), any(g.nodes > 1 for g in coll)
     p2p_multi = not multi and any(g.nodes > 1 for g in p2p)  # NICs measured by alltoall / sendrecv only
     fallback, assumed = _hardware_fallback(base, single, multi or p2p_multi, coll)
+    defaults = {**UNIDENTIFIED, **(unidentified or {})}
+    if defaults["tree_fill_B"] > 0:  # held fixed unless the logs identify another value
+        fallback["tree_fill"] = math.log(defaults["tree_fill_B"])
+    if defaults["two_node_tree_gain"] != 1.0:
+        fallback["tree_gain"] = float(defaults["two_node_tree_gain"])
     if not any(g.nodes == 1 for g in groups):
         # a constant per operation cannot be told from the inter-node latency without one-node logs; NCCL's own
         # model has none, so the logs' constant goes to the network's latency
@@ -247,6 +258,15 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     fixed_channels = facts.channels
     hardware_channels = base.nics_per_node is not None and base.nic_Bps is not None
     ch0 = fixed_channels if fixed_channels is not None else (None if hardware_channels else 8)
+    if fixed_channels is None and not hardware_channels and base.nics_per_node is not None and (multi or p2p_multi):
+        # NICs known, their rate not: NCCL's search derives the channels from the NICs and their rate; take the
+        # rate the logs measure (the p2p NIC rate, else the inter-node bus bandwidth per NIC) for it
+        net0 = model.network(model.solve(active, x0, 8)[1], 8)
+        rate = net0.p2p_nic_Bps if "p2p_nic" in active else net0.inter_bus_Bps / base.nics_per_node
+        ch0 = nccl.derived_channels(replace(base, nic_Bps=rate), base.nics_per_node, 2)
+        hardware_channels = True
+        assumed.append(f"channels {ch0} (derived from the {base.nics_per_node} NICs as NCCL's search, at the "
+                       f"{rate / 1e9:.3g} GB/s per NIC the logs measure: their rate is not stated)")
     cost, values = model.solve(active, x0, ch0)
     ch, channel_note = ch0, None
     if fixed_channels is None:  # every count briefly from the first fit's values, the best one to the end
@@ -277,7 +297,8 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         if ch is None:
             assumed.append("channels (derived from the NICs, as NCCL's search: "
                            f"{net.graph_channels(base.nics_per_node, 2)} with every NIC in use)")
-    assumed += [f"{_ADDITIONS[a]} (off: not identified)" for a in additions if _ADDITIONS[a] not in kept]
+    assumed += [f"{_ADDITIONS[a]} ({_unidentified_value(a, fallback)}: not identified)" for a in additions
+                if _ADDITIONS[a] not in kept]
     assumed += [f"{what} (no {where}alltoall / sendrecv logs: {how})" for key, what, where, how in (
         ("p2p_intra", "p2p GPU rate", "one-node ", "one node's bus bandwidth"),
         ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),
@@ -306,6 +327,14 @@ def _check_fittable(pts) -> None:
     if max(times) - min(times) <= 1e-9 * max(times):
         raise Infeasible(f"nothing to calibrate: the times do not grow with message size (every measurement takes "
                          f"{times[0]:g} s), so no bandwidth can be fitted")
+
+
+def _unidentified_value(addition: str, fallback: dict) -> str:
+    if addition not in fallback:
+        return "off"
+    if addition == "tree_fill":
+        return f"{units.format_bytes(math.exp(fallback['tree_fill']))}, {UNIDENTIFIED_SOURCE}"
+    return f"{fallback[addition]:.3g}, {UNIDENTIFIED_SOURCE}"
 
 
 def _hardware_fallback(base, single: bool, multi: bool, coll) -> tuple[dict, list[str]]:

@@ -319,3 +319,15 @@ def test_without_one_node_logs_the_constant_goes_to_the_network_latency():
     for b in (8, 2**16):
         assert nccl.choose("allreduce", b, 64, 8, cal.network).time_s == pytest.approx(
             nccl.choose("allreduce", b, 64, 8, net).time_s, rel=0.05)
+
+
+def test_nics_without_their_rate_derive_the_channels_at_the_rate_the_logs_measure():
+    # 4 NICs stated, their rate not: NCCL's search would derive the channels from the NICs and their rate, so the
+    # fit takes the p2p NIC rate the logs measure (40 GB/s) and derives from it (unless the logs identify a count)
+    net = replace(H100, nics_per_node=4)
+    logs = synthetic([(8, 1), (16, 2)], net, ops=("allreduce", "alltoall"))
+    cal = nccl_fit.fit([logs], version="2.29.2", gpu_arch="hopper", intra_transport="nvswitch", nics_per_node=4)
+    note = next(a for a in cal.assumed if "derived from the 4 NICs" in a)
+    expected = nccl.derived_channels(replace(net, nic_Bps=cal.network.p2p_nic_Bps), 4, 2)
+    assert note.startswith(f"channels {expected} ") and "40 GB/s per NIC" in note
+    assert cal.network.nic_Bps is None  # the rate stays unstated in the network
