@@ -7,18 +7,29 @@ shared/ref/nccl-tests with their facts in bench/data/nccl-tests-ref-facts) is ca
 with the measured time (the least of out-of-place and in-place). Disturbed points are set aside by one fixed rule
 (nccl_corpus.DISTURBED_RULE) and counted.
 
+Logs of at most 2 nodes cannot identify two of simfog's terms: the tree's pipeline fill (it grows with the tree's
+depth) and the bandwidth a 2-node tree delivers relative to the ring of 3+ nodes. Their values where the logs cannot
+tell are learned across clusters, leave-one-cluster-out: cluster k is predicted with the grid values (GRID) that
+give the least mean of the per-cluster median errors over the held-out points of the OTHER clusters; the figures
+printed are those. simfog's shipped defaults (simfog.nccl_fit.UNIDENTIFIED) are the values learned from all
+clusters; the bench says whether they still are.
+
 Prints a table per cluster (per held-out log and collective: points, median and worst error, the worst row), a line
 saying why where a cluster misses the targets (median <= 8 %, worst <= 25 %), a summary over the clusters, and last
 `clusters=<n> points=<n> median=<pct> worst=<pct>` over every held-out point.
 
-Run: python bench/collectives.py [--points] [--fit-only] [--only CLUSTER] [--ref DIR]
+Run: python bench/collectives.py [--points] [--fit-only] [--shipped] [--only CLUSTER] [--jobs N] [--ref DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +43,76 @@ from simfog.errors import SimfogError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_WORST = 0.08, 0.25
+GRID = tuple({"tree_fill_B": f, "two_node_tree_gain": g}
+             for f, g in itertools.product((0.0, 8192.0, 32768.0, 131072.0, 524288.0), (1.0, 1.25, 1.5, 1.75, 2.0)))
 # Why a cluster stays off the targets, as found by looking at its figures (not used by any computation).
 OFF_REASONS: dict[str, str] = {}
+
+
+@dataclass
+class Prepared:
+    """A cluster's logs, read once: calibration traces and held-out (log, trace, points set aside) without the
+    disturbed points."""
+
+    cluster: nccl_corpus.Cluster
+    fit_args: dict
+    calibration: list
+    held: list
+    aside_calibration: int = 0
+    off: str = ""
+
+
+@dataclass
+class Outcome:
+    """One cluster under one setting of the unidentified terms."""
+
+    calibration: nccl_fit.NcclCalibration | None = None
+    rows: list = field(default_factory=list)  # (log, op, points, set aside)
+    off: str = ""
+
+    @property
+    def points(self) -> list:
+        return [p for _, _, pts, _ in self.rows for p in pts]
+
+    def median(self) -> float:
+        pts = self.points
+        return float(np.median([abs(p.rel_error) for p in pts])) if pts else np.nan
+
+
+def prepare(cluster: nccl_corpus.Cluster) -> Prepared:
+    cal_logs, held_logs = cluster.split()
+    out = Prepared(cluster, nccl_corpus.fit_arguments(cluster.facts)[0], [], [])
+    if not held_logs:
+        out.off = "no log of 3 or more nodes"
+        return out
+    for log in cal_logs:
+        trace = nccl_corpus.read(cluster, log)
+        drop = nccl_corpus.disturbed(trace, log)
+        out.aside_calibration += len(drop)
+        out.calibration.append(nccl_corpus.without(trace, drop))
+    for log in held_logs:
+        trace = nccl_corpus.read(cluster, log)
+        drop = nccl_corpus.disturbed(trace, log)
+        out.held.append((log, trace, drop))
+    return out
+
+
+def evaluate(prep: Prepared, unidentified: dict, *, predict: bool = True) -> Outcome:
+    if prep.off:
+        return Outcome(off=prep.off)
+    try:
+        cal = nccl_fit.fit(prep.calibration, source=prep.cluster.name, unidentified=unidentified, **prep.fit_args)
+    except SimfogError as e:
+        return Outcome(off=f"calibration failed: {e}")
+    out = Outcome(cal)
+    for log, trace, drop in prep.held if predict else ():
+        points = nccl_fit.predict(cal.network, [nccl_corpus.without(trace, drop)])
+        for op in sorted({m.collective for m in trace.measurements}):
+            aside = sum(1 for i in drop if trace.measurements[i].collective == op)
+            out.rows.append((log, op, [p for p in points if p.op == op], aside))
+    if predict and not out.points:
+        out.off = "every held-out point set aside"
+    return out
 
 
 def _row(p) -> str:
@@ -45,36 +124,29 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def run_cluster(cluster: nccl_corpus.Cluster, *, show_points: bool, fit_only: bool) -> dict:
-    """Calibrate one cluster and predict its held-out logs; prints its table. Returns {points, aside, off}."""
-    cal_logs, held_logs = cluster.split()
-    kwargs, given, used, left = nccl_corpus.fit_arguments(cluster.facts)
-    print(f"\n== {cluster.name}{' (reference set)' if cluster.reference else ''}: {len(cal_logs)} calibration "
-          f"logs, {len(held_logs)} held out")
+def _setting(u: dict) -> str:
+    return f"tree fill {units.format_bytes(u['tree_fill_B'])}, 2-node tree gain {u['two_node_tree_gain']:g}"
+
+
+def show(prep: Prepared, out: Outcome, setting: str, *, show_points: bool, fit_only: bool) -> None:
+    """Print one cluster's table."""
+    c = prep.cluster
+    _, given, used, left = nccl_corpus.fit_arguments(c.facts)
+    cal_logs, held_logs = c.split()
+    print(f"\n== {c.name}{' (reference set)' if c.reference else ''}: {len(cal_logs)} calibration logs, "
+          f"{len(held_logs)} held out")
     print(f"   facts given: {', '.join(given) or 'none'}")
     if used:
         print(f"   inferred, used (simfog would otherwise take its default): {', '.join(used)}")
     if left:
         print(f"   inferred, not used (simfog calibrates without them): {', '.join(left)}")
-    result = {"points": [], "aside": 0, "off": ""}
-    if not held_logs:
-        result["off"] = "no log of 3 or more nodes"
-        return result
-    traces, aside_cal = [], 0
-    for log in cal_logs:
-        trace = nccl_corpus.read(cluster, log)
-        drop = nccl_corpus.disturbed(trace, log)
-        aside_cal += len(drop)
-        traces.append(nccl_corpus.without(trace, drop))
-    try:
-        cal = nccl_fit.fit(traces, source=cluster.name, **kwargs)
-    except SimfogError as e:
-        result["off"] = f"calibration failed: {e}"
-        return result
+    if out.calibration is None:
+        print(f"   off: {out.off}")
+        return
+    cal, n = out.calibration, out.calibration.network
     e = cal.errors()
-    n = cal.network
-    print(f"   calibration: {len(e)} points ({aside_cal} set aside), fit median {_pct(np.median(e))}, worst "
-          f"{_pct(e.max())}; NCCL {n.version}, channels "
+    print(f"   calibration: {len(e)} points ({prep.aside_calibration} set aside), fit median {_pct(np.median(e))}, "
+          f"worst {_pct(e.max())}; NCCL {n.version}, channels "
           f"{n.channels if n.channels is not None else str(n.graph_channels(64, 2)) + ' (hardware)'}, bus bw one node "
           f"{n.intra_bus_Bps / 1e9:.4g} GB/s, between nodes {n.inter_bus_Bps / 1e9:.4g} GB/s, latencyInter "
           f"{n.latency_inter_s * 1e6:.3g} us, launch {n.launch_s * 1e6:.3g} us")
@@ -85,43 +157,60 @@ def run_cluster(cluster: nccl_corpus.Cluster, *, show_points: bool, fit_only: bo
         print(f"   warning: {w}")
     if fit_only:
         print("\n".join("   | " + line for line in cal.report().splitlines()[3:]))
-        return result
+        return
+    print(f"   unidentified terms: {setting}")
     print(f"   {'held-out log':44s} {'op':14s} {'layout':>7s} {'points':>6s} {'aside':>5s} {'median':>7s} "
           f"{'worst':>7s}  worst row")
-    for log in held_logs:
-        trace = nccl_corpus.read(cluster, log)
-        drop = nccl_corpus.disturbed(trace, log)
-        result["aside"] += len(drop)
-        points = nccl_fit.predict(n, [nccl_corpus.without(trace, drop)])
-        result["points"] += points
-        ops = sorted({m.collective for m in trace.measurements})
-        for op in ops:
-            mine = [p for p in points if p.op == op]
-            aside = sum(1 for i in drop if trace.measurements[i].collective == op)
-            if not mine:
-                print(f"   {log.path[-44:]:44s} {op:14s} {log.nodes:>4d}x{log.gpus_per_node:<2d} {0:6d} {aside:5d}")
-                continue
-            err = np.array([abs(p.rel_error) for p in mine])
-            worst = max(mine, key=lambda p: abs(p.rel_error))
-            print(f"   {log.path[-44:]:44s} {op:14s} {log.nodes:>4d}x{log.gpus_per_node:<2d} {len(mine):6d} "
-                  f"{aside:5d} {_pct(np.median(err)):>7s} {worst.rel_error:+7.1%}  {_row(worst)}")
-            if show_points:
-                for p in mine:
-                    print(f"      {units.format_bytes(p.bytes):>10s} {units.format_time(p.measured_s):>10s} "
-                          f"{units.format_time(p.predicted_s):>10s} {p.rel_error:+7.1%}  {p.algorithm}/{p.protocol}")
-    pts = result["points"]
-    if pts:
+    for log, op, pts, aside in out.rows:
+        lay = f"{log.nodes:>4d}x{log.gpus_per_node:<2d}"
+        if not pts:
+            print(f"   {log.path[-44:]:44s} {op:14s} {lay} {0:6d} {aside:5d}")
+            continue
         err = np.array([abs(p.rel_error) for p in pts])
         worst = max(pts, key=lambda p: abs(p.rel_error))
-        print(f"   {cluster.name}: {len(pts)} held-out points ({result['aside']} set aside), median "
-              f"{_pct(np.median(err))}, worst {_pct(err.max())}: {worst.nodes}x{worst.ranks // worst.nodes} "
-              f"{_row(worst)}")
-        if np.median(err) > TARGET_MEDIAN or err.max() > TARGET_WORST:
-            result["off"] = OFF_REASONS.get(cluster.name, "no reason recorded")
-            print(f"   off target (median <= {_pct(TARGET_MEDIAN)}, worst <= {_pct(TARGET_WORST)}): {result['off']}")
+        print(f"   {log.path[-44:]:44s} {op:14s} {lay} {len(pts):6d} {aside:5d} {_pct(np.median(err)):>7s} "
+              f"{worst.rel_error:+7.1%}  {_row(worst)}")
+        for p in pts if show_points else ():
+            print(f"      {units.format_bytes(p.bytes):>10s} {units.format_time(p.measured_s):>10s} "
+                  f"{units.format_time(p.predicted_s):>10s} {p.rel_error:+7.1%}  {p.algorithm}/{p.protocol}")
+    pts = out.points
+    if not pts:
+        print(f"   off: {out.off}")
+        return
+    err = np.array([abs(p.rel_error) for p in pts])
+    worst = max(pts, key=lambda p: abs(p.rel_error))
+    aside = sum(a for *_, a in out.rows)
+    print(f"   {c.name}: {len(pts)} held-out points ({aside} set aside), median {_pct(np.median(err))}, worst "
+          f"{_pct(err.max())}: {worst.nodes}x{worst.ranks // worst.nodes} {_row(worst)}")
+    if np.median(err) > TARGET_MEDIAN or err.max() > TARGET_WORST:
+        out.off = OFF_REASONS.get(c.name, "no reason recorded")
+        print(f"   off target (median <= {_pct(TARGET_MEDIAN)}, worst <= {_pct(TARGET_WORST)}): {out.off}")
+
+
+def _evaluate_task(task: tuple) -> Outcome:
+    return evaluate(*task)
+
+
+def leave_one_out(preps: list[Prepared], jobs: int = 1) -> tuple[dict[str, int], int, dict]:
+    """Every cluster under every GRID setting (in `jobs` processes; each fit is deterministic, so the results are
+    the same whatever their number); (cluster -> index of the setting learned from the others, index learned from
+    all, outcomes by (cluster, index))."""
+    keys = [(p.cluster.name, i) for p in preps for i in range(len(GRID))]
+    tasks = [(p, u) for p in preps for u in GRID]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_evaluate_task, tasks, chunksize=4))
     else:
-        result["off"] = "every held-out point set aside"
-    return result
+        results = [_evaluate_task(t) for t in tasks]
+    outcomes = dict(zip(keys, results, strict=True))
+    scored = [p.cluster.name for p in preps if not p.off]
+    median = {(name, i): outcomes[name, i].median() for name in scored for i in range(len(GRID))}
+
+    def best(names: list[str]) -> int:  # ties: the first in GRID (the smaller values)
+        return min(range(len(GRID)), key=lambda i: (float(np.nanmean([median[n, i] for n in names])), i))
+
+    learned = {name: best([n for n in scored if n != name]) for name in scored}
+    return learned, best(scored), outcomes
 
 
 def main() -> None:
@@ -130,33 +219,54 @@ def main() -> None:
                         help="the nccl-tests folder of the reference set")
     parser.add_argument("--corpus", default=str(ROOT / "bench" / "data" / "nccl-tests"))
     parser.add_argument("--ref-facts", default=str(ROOT / "bench" / "data" / "nccl-tests-ref-facts"))
-    parser.add_argument("--only", action="append", help="run only this cluster (repeatable)")
+    parser.add_argument("--only", action="append", help="run only this cluster (repeatable; with --shipped)")
     parser.add_argument("--points", action="store_true", help="print every held-out point")
     parser.add_argument("--fit-only", action="store_true", help="calibrate and print the fit; predict nothing")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the grid of fits")
+    parser.add_argument("--shipped", action="store_true",
+                        help="simfog's shipped defaults for every cluster instead of leave-one-cluster-out")
     args = parser.parse_args()
     started = time.perf_counter()
     clusters = nccl_corpus.discover(Path(args.corpus), Path(args.ref_facts), Path(args.ref))
     if args.only:
         clusters = [c for c in clusters if c.name in args.only]
     print(f"{len(clusters)} clusters; disturbed points set aside: {nccl_corpus.DISTURBED_RULE}")
-    results = {c.name: run_cluster(c, show_points=args.points, fit_only=args.fit_only) for c in clusters}
+    preps = [prepare(c) for c in clusters]
+    shipped = dict(nccl_fit.UNIDENTIFIED)
+    if args.fit_only or args.shipped or args.only:
+        chosen = {p.cluster.name: (evaluate(p, shipped, predict=not args.fit_only),
+                                   _setting(shipped) + " (simfog's shipped defaults)") for p in preps}
+        learned_all = None
+    else:
+        learned, learned_all, outcomes = leave_one_out(preps, args.jobs)
+        chosen = {p.cluster.name: (outcomes[p.cluster.name, learned.get(p.cluster.name, 0)],
+                                   _setting(GRID[learned.get(p.cluster.name, 0)]) + " (learned from the other "
+                                   "clusters' held-out points)") for p in preps}
+    for p in preps:
+        show(p, *chosen[p.cluster.name], show_points=args.points, fit_only=args.fit_only)
     if args.fit_only:
         return
     print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s}  status")
     everything, aside = [], 0
-    for name, r in results.items():
-        aside += r["aside"]
-        if r["points"]:
-            err = np.array([abs(p.rel_error) for p in r["points"]])
+    for p in preps:
+        out = chosen[p.cluster.name][0]
+        aside += sum(a for *_, a in out.rows)
+        if out.points:
+            err = np.array([abs(q.rel_error) for q in out.points])
             everything += list(err)
-            print(f"{name:24s} {len(err):6d} {r['aside']:5d} {_pct(np.median(err)):>7s} {_pct(err.max()):>7s}  "
-                  f"{'off: ' + r['off'] if r['off'] else 'on target'}")
+            print(f"{p.cluster.name:24s} {len(err):6d} {sum(a for *_, a in out.rows):5d} {_pct(np.median(err)):>7s} "
+                  f"{_pct(err.max()):>7s}  {'off: ' + out.off if out.off else 'on target'}")
         else:
-            print(f"{name:24s} {0:6d} {r['aside']:5d} {'':>7s} {'':>7s}  off: {r['off']}")
-    counted = sum(1 for r in results.values() if r["points"])
+            print(f"{p.cluster.name:24s} {0:6d} {0:5d} {'':>7s} {'':>7s}  off: {out.off}")
+    if learned_all is not None:
+        u = GRID[learned_all]
+        same = all(shipped[k] == u[k] for k in u)
+        print(f"# learned from every cluster: {_setting(u)}; simfog ships {_setting(shipped)}"
+              + ("" if same else " -- NOT the learned values: update simfog.nccl_fit.UNIDENTIFIED"))
+    counted = sum(1 for p in preps if chosen[p.cluster.name][0].points)
     e = np.array(everything) if everything else np.array([np.nan])
-    print(f"# {len(everything)} held-out points of {counted} clusters, {aside} set aside as disturbed; "
-          f"{time.perf_counter() - started:.1f} s")
+    print(f"# {len(everything)} held-out points of {counted} clusters, {aside} set aside as disturbed "
+          f"(+ {sum(p.aside_calibration for p in preps)} in calibration logs); {time.perf_counter() - started:.1f} s")
     print(f"clusters={counted} points={len(everything)} median={100 * np.median(e):.1f} worst={100 * np.max(e):.1f}")
 
 

@@ -140,7 +140,8 @@ class _Model:
         return replace(
             self.base, intra_bus_Bps=intra * 1e9, inter_bus_Bps=inter * 1e9, channels=channels,
             latency_inter_s=v.get("latency_inter", 0.0) * 1e-6, launch_s=v.get("launch", 0.0) * 1e-6,
-            tree_fill_B=math.exp(v["tree_fill"]) if "tree_fill" in v else 0.0,
+            tree_fill_B=(math.exp(values["tree_fill"]) if "tree_fill" in values
+                         else self.fallback.get("tree_fill_B", 0.0)),
             two_node_tree_gain=v.get("tree_gain", 1.0), net_latency_s=tuple(x * 1e-6 for x in lat),
             p2p_intra_Bps=math.exp(v["p2p_intra"]) * 1e9 if "p2p_intra" in v else self.base.p2p_intra_Bps,
             p2p_nic_Bps=math.exp(v["p2p_nic"]) * 1e9 if "p2p_nic" in v else self.base.p2p_nic_Bps,
@@ -231,6 +232,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     defaults = {**UNIDENTIFIED, **(unidentified or {})}
     if defaults["tree_fill_B"] > 0:  # held fixed unless the logs identify another value
         fallback["tree_fill"] = math.log(defaults["tree_fill_B"])
+        fallback["tree_fill_B"] = float(defaults["tree_fill_B"])
     if defaults["two_node_tree_gain"] != 1.0:
         fallback["tree_gain"] = float(defaults["two_node_tree_gain"])
     if not any(g.nodes == 1 for g in groups):
@@ -333,7 +335,7 @@ def _unidentified_value(addition: str, fallback: dict) -> str:
     if addition not in fallback:
         return "off"
     if addition == "tree_fill":
-        return f"{units.format_bytes(math.exp(fallback['tree_fill']))}, {UNIDENTIFIED_SOURCE}"
+        return f"{units.format_bytes(fallback['tree_fill_B'])}, {UNIDENTIFIED_SOURCE}"
     return f"{fallback[addition]:.3g}, {UNIDENTIFIED_SOURCE}"
 
 

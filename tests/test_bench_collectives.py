@@ -145,6 +145,9 @@ def test_bench_runs_the_corpus_counts_what_it_sets_aside_and_ends_with_the_summa
     # held out: alpha's 32 KiB at 4 nodes and the 9 sizes of gamma's 6-node log noted for timeouts
     assert re.search(r"^alpha\s+\d+\s+1 ", out, re.M) and re.search(r"^gamma\s+\d+\s+9 ", out, re.M)
     assert "inferred, not used (simfog calibrates without them): nic_bandwidth=200Gbit/s" in out
+    # the unidentified terms are learned leave-one-cluster-out: each cluster says what it was predicted with
+    assert out.count("(learned from the other clusters' held-out points)") == 2
+    assert "# learned from every cluster: tree fill" in out
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"clusters=2 points=(\d+) median=[\d.]+ worst=[\d.]+", last)
     # alpha: 4 nodes less one point, 8 nodes (allgather); gamma: 3 nodes (the 6-node log is all set aside)
