@@ -59,9 +59,13 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
            "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
 # The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
-# fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes).
-UNIDENTIFIED = {"tree_fill_B": 0.0, "two_node_tree_gain": 1.0}
-UNIDENTIFIED_SOURCE = "simfog's default"
+# fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes). Learned across
+# clusters: the grid point of bench/collectives.py (fill 0-512 KiB x gain 1-2) with the least mean of per-cluster
+# median errors over the held-out (3+ node) logs of all its 8 clusters (nccl-tests logs of A100, H100, GH200, B200 and
+# V100 clusters on InfiniBand, Slingshot and TCP, NCCL 2.8-2.30); the bench reports each cluster with the values
+# learned from the others and says when these are no longer what all of them give.
+UNIDENTIFIED = {"tree_fill_B": 8192.0, "two_node_tree_gain": 1.0}
+UNIDENTIFIED_SOURCE = "learned across the bench's clusters"
 _ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
               "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
               "net_simple": "Simple inter-node latency"}
