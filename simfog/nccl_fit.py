@@ -9,19 +9,21 @@ own, from the release the logs state (simfog.nccl_facts). Each parameter is fitt
 measurements it acts on (one-node bandwidth from one-node logs, ...); the rest take the hardware's value
 (simfog.nccl.network) and are reported as assumed.
 
-simfog's additions to NCCL's formulas start off and are kept only when the logs identify them, i.e. fitting one
-cuts the loss by more than IDENTIFY_GAIN of it (and by more than 1 % rms noise): the tree's pipeline fill, the
-bandwidth a 2-node tree delivers above the inter-node rate, extra inter-node latency per protocol (a fabric's
-plugin making LL or Simple costlier than NCCL's tables), and before 2.12 the graph latency. Channels likewise: the
-logs' count when NCCL_DEBUG printed one, else the hardware's (search.cc, derived), replaced by a fitted count only
-when that is identified; without hardware facts the best count is fitted.
+simfog's additions to NCCL's formulas are fitted only when the logs identify them, i.e. fitting one cuts the loss
+by more than IDENTIFY_GAIN of it (and by more than 1 % rms noise): the tree's pipeline fill, the bandwidth a 2-node
+tree delivers above the inter-node rate, extra inter-node latency per protocol (a fabric's plugin making LL or
+Simple costlier than NCCL's tables), and before 2.12 the graph latency; otherwise the fill and the gain take
+UNIDENTIFIED (learned across clusters), the others stay off. Channels likewise: the logs' count when NCCL_DEBUG
+printed one, else the hardware's (search.cc, derived from the NICs; at the rate the logs measure where the NICs'
+is not given), replaced by a fitted count only when that is identified; without NICs the best count is fitted.
+NICs per node, when nobody states them, are fitted where logs at several GPUs per node on several nodes identify
+them (rails); with no one-node log no launch is fitted (a constant the inter-node latency cannot be told from).
 
 Loss: log(predicted / measured) per measurement, so 8 B and 8 GiB weigh alike, under a soft-L1 loss
 (scipy.optimize.least_squares, f_scale = 5 %). Each fit is bounded (MAX_NFEV iterations); layouts are evaluated
 vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the
-minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Flags: "off" when
-the model misses a point by more than FLAG_ERROR; "non-monotone" when it took FLAG_SLOWER times longer than the
-next larger size of the same log (a disturbed run: no model of a collective gives that).
+minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Each point's
+residual and flag: simfog.nccl_report.residual_points.
 """
 
 from __future__ import annotations
@@ -39,13 +41,11 @@ from simfog.errors import ConfigError, Infeasible
 from simfog.nccl import batch
 from simfog.nccl.calibrated import Calibrated
 from simfog.nccl_facts import arch_of  # noqa: F401  (re-exported: callers read the GPU generation here)
-from simfog.nccl_report import NcclCalibration, Point
+from simfog.nccl_report import FLAG_ERROR, FLAG_SLOWER, NcclCalibration, Point, residual_points  # noqa: F401
 from simfog.trace import NetworkTrace
 
 CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 STATISTICS = {"min": np.min, "median": np.median, "mean": np.mean}
-FLAG_ERROR = 0.25
-FLAG_SLOWER = 1.2
 IDENTIFY_GAIN = 0.2
 NOISE_RMS = 0.01
 MAX_NFEV = 40
@@ -318,7 +318,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
                          tuple(sorted({(g.nodes, -(-g.ranks // g.nodes)) for g in groups})),
                          int(min(p[3] for p in pts)), int(max(p[3] for p in pts)),
                          tuple(sorted({g.op for g in groups})))
-    return NcclCalibration(net, _points(pts, net, thread), tuple(fitted), source, tuple(assumed), tuple(given),
+    return NcclCalibration(net, residual_points(pts, net, thread), tuple(fitted), source, tuple(assumed), tuple(given),
                            facts.warnings, covered)
 
 
@@ -395,20 +395,6 @@ def _show(key: str, v) -> str:
     return f"{v * 8 / 1e9:g}Gbit/s" if key == "nic_Bps" else str(v)
 
 
-def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[Point, ...]:
-    """Residual of every measurement with its flag, sorted by (op, ranks, nodes, bytes)."""
-    pts = sorted(pts, key=lambda p: p[:4])
-    out = []
-    for i, (op, r, n, b, t, g) in enumerate(pts):
-        c = nccl.choose(op, b, r, n, net)
-        predicted = c.time_s + (g - 1) * thread_launch_s
-        nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
-        flag = "non-monotone" if nxt is not None and t > FLAG_SLOWER * nxt[4] else (
-            "off" if abs(predicted - t) / t > FLAG_ERROR else "")
-        out.append(Point(op, r, n, b, t, predicted, c.algorithm, c.protocol, flag))
-    return tuple(out)
-
-
 def predict(net: nccl.NcclNetwork, traces: Sequence[NetworkTrace], *, statistic: str = "min") -> tuple[Point, ...]:
     """Every measurement of `traces` against `net` (no fitting): for held-out checks."""
-    return _points(_series(traces, statistic), net)
+    return residual_points(_series(traces, statistic), net)
