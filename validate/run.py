@@ -63,11 +63,11 @@ from pathlib import Path
 from simfog import merge
 from simfog.calibrate import Calibration, fit
 from simfog.cluster import Cluster, Link
-from simfog.engine import ComputeModel, Simulation
+from simfog.engine.compute import ComputeModel
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.results import Result
-from simfog.simulation import new_simulation
+from simfog.simulation import Simulation, new_simulation
 from simfog.trace import NetworkTrace, Provenance
 from validate.cluster.fingerprint import fingerprint
 from validate.cluster.hostload import HostSampler
@@ -347,7 +347,7 @@ def nic_capacity(shape: Cluster, emulated: bool) -> float | None:
 def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
     """The buckets both sides use: the simulator's own plan (simfog.algorithms.allreduce.static_plan, with the
     bucket overheads in the cost the policy sees; for horovod the static plan its cycles give on identical ranks)."""
-    from simfog.algorithms.allreduce import static_plan
+    from simfog.algorithms.allreduce.plan import static_plan
 
     return static_plan(sim_exp)
 

@@ -1,7 +1,8 @@
-"""The analytic path of static-bucket allreduce on several communication streams (comm.streams > 1).
+"""The static-bucket allreduce family's closed form on several communication streams (comm.streams > 1).
 
-The event engine (simfog.algorithms.allreduce) lets each rank keep up to `streams` bucket collectives in flight;
-collectives running at once share the links (simfog.events.SharedChannel, processor sharing), so when one ends
+The event engine's program (simfog.algorithms.allreduce.program) lets each rank keep up to `streams` bucket
+collectives in flight; collectives running at once share the links (simfog.engine.events.SharedChannel, processor
+sharing: simfog.engine.sharing), so when one ends
 depends on which others ran beside it, and no fixed max-plus schedule stands for it. But every collective is
 global (each rank joins every bucket's collective, in bucket order), so whatever the shared links do happens once
 for all ranks: a fluid loop over collectives, with the ranks as numpy vectors, replays it without SimPy.
@@ -23,7 +24,7 @@ instant they start, in a tie with whatever that instant holds.
 The per (rank, iteration) columns are summed as pandas sums the engine's records: comm records in the engine's
 order (each bucket's collective, then packs, overheads and unpacks as they were appended), the exposed part as the
 union of the comm intervals after backward (simfog.results._union_after_backward, the same stable sort and running
-cover), both with np.add.reduceat (analytic_records.row_sums).
+cover), both with np.add.reduceat (simfog.algorithms.sums.row_sums).
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simfog.analytic_records import CHUNK, row_sums
+from simfog.algorithms.sums import CHUNK, row_sums
+from simfog.engine.sharing import INF, SharedResource
 from simfog.errors import Handover
-
-INF = float("inf")
 
 
 def blocker(alg) -> str | None:
@@ -55,53 +55,39 @@ def blocker(alg) -> str | None:
 
 
 class _Links:
-    """simfog.events.SharedChannel without SimPy: the same state, the same arithmetic, in the same order. `due` is
-    the time of the pending wake-up (INF: none); `wake()` runs it."""
+    """The links' state as simfog.engine.events.SharedChannel keeps it (simfog.engine.sharing: the same arithmetic in
+    the same order), driven by this loop instead of SimPy. `due` is the time of the pending wake-up (INF: none);
+    `wake()` runs it."""
 
     def __init__(self, duration, nbytes):
         self.duration, self.nbytes, self.memo = duration, nbytes, {}
-        self.active: dict[int, float] = {}  # bucket -> fraction still to do, in start order
-        self.updated = 0.0
+        self.links = SharedResource(1e-9)  # bucket -> fraction still to do, in start order
         self.due = INF
 
-    def _time(self, b: int, k: int) -> float:
-        d = self.memo.get((b, k))
-        if d is None:
-            d = self.memo[b, k] = self.duration(self.nbytes[b], k)
-        return d
+    @property
+    def active(self) -> dict:
+        return self.links.jobs
 
-    def _rates(self) -> dict:
-        k = len(self.active)
-        return {b: 1.0 / self._time(b, k) if self._time(b, k) > 0 else INF for b in self.active}
+    def _rate(self, b: int):
+        def rate(k: int) -> float:
+            d = self.memo.get((b, k))
+            if d is None:
+                d = self.memo[b, k] = self.duration(self.nbytes[b], k)
+            return 1.0 / d if d > 0 else INF
 
-    def _advance(self, now: float) -> None:
-        dt = now - self.updated
-        if dt > 0 and self.active:
-            for b, rate in self._rates().items():
-                self.active[b] = max(0.0, self.active[b] - rate * dt)
-        self.updated = now
+        return rate
 
     def _schedule(self, now: float) -> None:
-        if not self.active:
-            self.due = INF
-            return
-        rates = self._rates()
-        self.due = now + min(left / rates[b] if rates[b] != INF else 0.0 for b, left in self.active.items())
+        self.due = now + self.links.delay() if self.links.jobs else INF
 
     def start(self, b: int, now: float) -> None:
-        self._advance(now)
-        self.active[b] = 1.0
+        self.links.add(now, b, 1.0, self._rate(b))
         self._schedule(now)
 
     def wake(self) -> tuple[float, list]:
         """Run the pending wake-up: (its time, the buckets whose collectives end then, in start order)."""
         now = self.due
-        self._advance(now)
-        rates = self._rates()
-        done = [b for b, left in self.active.items()
-                if left <= 1e-9 or rates[b] == INF or now + left / rates[b] <= now]
-        for b in done:
-            del self.active[b]
+        done = self.links.drained(now)
         self._schedule(now)
         return now, done
 
@@ -291,12 +277,9 @@ def exposed_sums(itn: Iteration, more) -> np.ndarray:
 
 
 def run(sim, path: str):
-    """Simulate `sim` (an engine.Simulation of allreduce with static buckets on several streams) with the fluid
-    loop. Returns its Result, which names `path`. Raises Handover where SimPy's tie order would decide."""
-    from simfog.results import Result
-
+    """Simulate `sim` (a simfog.simulation.Simulation of allreduce with static buckets on several streams) with the
+    fluid loop. Returns its Result, which names `path`. Raises Handover where SimPy's tie order would decide."""
     started = time.perf_counter()
-    alg = sim.algorithm
     n, iters = sim.simulated_ranks, sim.experiment.iterations
     cols = {k: np.zeros((n, iters)) for k in ("start_s", "end_s", "forward_s", "backward_s", "optimizer_s", "comm_s",
                                               "comm_exposed_s", "idle_s")}
@@ -318,12 +301,8 @@ def run(sim, path: str):
         cols["optimizer_s"][:, it] = itn.t_end - itn.t_o
         cols["idle_s"][:, it] = np.maximum((itn.t_o - itn.t_e) - cols["comm_exposed_s"][:, it], 0.0)
         t0 = itn.t_end
-    sim.finished = finished.tolist()
-    sim._check_finished()
-    return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
-                  buckets=alg.describe_buckets(), events=0, wall_s=time.perf_counter() - started, mixing=None,
-                  memory=sim.memory, columns=cols, path=path, make_records=lambda: records(sim),
-                  make_columns=lambda: waits(sim))
+    return sim.result(cols, path=path, started=started, finished=finished, make_records=lambda: records(sim),
+                      make_columns=lambda: waits(sim))
 
 
 def _kept(sim):

@@ -1,6 +1,6 @@
 """Compressed gradient allreduce: BAGUA ByteGrad and QAdam (8-bit MinMaxUInt8), DDP's fp16 hook, PowerSGD.
 
-Each is allreduce-SGD (simfog.algorithms.allreduce: buckets from comm.merge, launched in order, overlapping
+Each is allreduce-SGD (simfog.algorithms.allreduce.program: buckets from comm.merge, launched in order, overlapping
 backward) whose bucket costs the compressed bytes on the wire plus the codec's compute: codec bytes /
 `comm.encode_bandwidth`, charged to the collective (it runs on the communication side and the collective is
 synchronous, so the slowest codec rank's compute-time factor scales it). Horovod's run-time fusion (merge =
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from simfog import merge
-from simfog.algorithms.allreduce import AllreduceSGD, _settings, _tensor_ready_offsets
+from simfog.algorithms.allreduce.plan import bucket_ready, merge_settings, tensor_ready_offsets
+from simfog.algorithms.allreduce.program import AllreduceSGD
 from simfog.algorithms.codecs import codec_bandwidth, minmax_uint8_bytes
-from simfog.algorithms.registry import REGISTRY
+from simfog.engine.protocol import TrainingAlgorithm
 from simfog.errors import ConfigError
 from simfog.trace import DTYPE_BYTES, Tensor
 
@@ -48,8 +47,12 @@ class _Compressed(AllreduceSGD):
     symmetric = True
     codec = "fp16"
 
+    @classmethod
+    def for_experiment(cls, experiment) -> type[TrainingAlgorithm]:
+        return cls  # Horovod's run-time fusion is not combined with compression: __init__ refuses it
+
     def __init__(self, sim):
-        self.sim = sim
+        TrainingAlgorithm.__init__(self, sim)  # its own plan: none of AllreduceSGD's costs beyond the wire
         comm = sim.experiment.comm
         name = comm.algorithm
         if comm.merge in merge.DYNAMIC:
@@ -58,11 +61,9 @@ class _Compressed(AllreduceSGD):
         self.bw = codec_bandwidth(comm, self.codec)
         self.by_name = sim.experiment.workload.trace.tensors
         self.slow = float(max(sim.slowdown[self._codec_ranks()]))
-        tensors, offsets = _tensor_ready_offsets(sim)
-        self.dynamic = False
-        self.buckets = merge.plan(comm.merge, tensors, _settings(comm), self._time_of_bytes)
-        index = {t.name: i for i, t in enumerate(tensors)}
-        self.ready = np.stack([offsets[:, [index[n] for n in b.tensors]].max(1) for b in self.buckets], axis=1)
+        tensors, offsets = tensor_ready_offsets(sim)
+        self.buckets = merge.plan(comm.merge, tensors, merge_settings(comm), self._time_of_bytes)
+        self.ready = bucket_ready(self.buckets, tensors, offsets)
         self.costs = [self._bucket([self.by_name[n] for n in b.tensors]) for b in self.buckets]
         self.durations = [c["allreduce_s"] for c in self.costs]
         self._start_collectives()
@@ -94,7 +95,6 @@ class _Compressed(AllreduceSGD):
                 for i, (b, c) in enumerate(zip(self.buckets, self.costs, strict=True))]
 
 
-@REGISTRY.register("fp16")
 class Fp16Allreduce(_Compressed):
     """DDP fp16_compress_hook: gradients cast to float16 for the allreduce (half the bytes) and back."""
 
@@ -107,7 +107,6 @@ class Fp16Allreduce(_Compressed):
         return {"wire_bytes": wire, "comm_s": self.sim.cost.allreduce(wire), "codec_s": 2 * nbytes / self.bw}
 
 
-@REGISTRY.register("bytegrad")
 class ByteGrad(_Compressed):
     """BAGUA ByteGrad: 8-bit MinMaxUInt8 gradients, compressed alltoall then allgather (hierarchical by default)."""
 
@@ -137,7 +136,6 @@ class ByteGrad(_Compressed):
         return {"wire_bytes": wire, "comm_s": intra + inter, "codec_s": codec_bytes / self.bw}
 
 
-@REGISTRY.register("qadam")
 class QAdam(ByteGrad):
     """BAGUA QAdam after its warm-up: the momentum, MinMaxUInt8-compressed, exchanged as ByteGrad does."""
 
@@ -146,7 +144,6 @@ class QAdam(ByteGrad):
     # on the momentum, the same size as the gradients; the momentum update in the hook is not timed here.
 
 
-@REGISTRY.register("powersgd")
 class PowerSGD(_Compressed):
     """DDP PowerSGD hook (steady state): rank-r factors P and Q allreduced, 1-D tensors allreduced whole."""
 

@@ -1,7 +1,6 @@
-"""The analytic path of the dataflow algorithms (neighbor, hierarchical_neighbor, decentralized,
-low_precision_decentralized: simfog.algorithms.dataflow; win_put: simfog.algorithms.asynchronous): their iteration
-is a `Plan` fixed before the run, so it is evaluated over every rank at once (numpy vectors), structure by
-structure, without building the Plan.
+"""The dataflow family's closed form (neighbor, hierarchical_neighbor, win_put: bluefog.py; decentralized,
+low_precision_decentralized: bagua.py): their iteration is a `Plan` fixed before the run, so it is evaluated over
+every rank at once (numpy vectors), structure by structure, without building the Plan.
 
 Per bucket b of the chain, with x_b the rank's launch input (the algorithm's `_inputs`, given arrays):
 
@@ -16,7 +15,7 @@ engine's. The engine learns that rank r is done while handling the backward star
 depends on, at that rank's time `avail` (the same sweep over t_b with no durations: a max only); its optimizer
 then starts at max(t_e, avail + (done − avail)) (the SimPy timeout's `now + delay`), or max(t_e, avail) when
 done ≤ avail. Comm and wait records are DataflowAlgorithm._record's (each bucket's ops sorted by (start, end),
-merged into a running cover), summed as pandas sums the engine's records (simfog.analytic_records.row_sums).
+merged into a running cover), summed as pandas sums the engine's records (simfog.algorithms.sums.row_sums).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ import time
 
 import numpy as np
 
-from simfog.algorithms.dataflow import P2PStep, message_durations
-from simfog.analytic_records import row_sums
+from simfog.algorithms.dataflow.plan import P2PStep, message_durations
+from simfog.algorithms.sums import row_sums
 
 
 def _node_costs(alg, op: str, nbytes: float) -> np.ndarray:
@@ -239,10 +238,8 @@ def _sums(itn: dict, n: int) -> dict:
 
 
 def run(sim, path: str):
-    """Simulate `sim` (an engine.Simulation of a DataflowAlgorithm whose why_events() is None). Returns its Result,
-    which names `path`."""
-    from simfog.results import Result
-
+    """Simulate `sim` (a simfog.simulation.Simulation of a DataflowAlgorithm). Returns its Result, which names
+    `path`."""
     started = time.perf_counter()
     alg = sim.algorithm
     n, iters = sim.simulated_ranks, sim.experiment.iterations
@@ -261,13 +258,8 @@ def run(sim, path: str):
         cols["idle_s"][:, it] = np.maximum((itn["t_o"] - itn["t_e"]) - sums["comm_exposed_s"], 0.0)
         finished += np.isfinite(itn["t_end"])
         t0 = itn["t_end"]
-    sim.finished = finished.tolist()
-    sim._check_finished()
     alg.make_log = lambda: message_log(sim)
-    return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
-                  buckets=alg.describe_buckets(), events=0, wall_s=time.perf_counter() - started,
-                  mixing=alg.mixing(), memory=sim.memory, columns=cols, path=path,
-                  make_records=lambda: records(sim))
+    return sim.result(cols, path=path, started=started, finished=finished, make_records=lambda: records(sim))
 
 
 def _kept(sim, messages: bool = False):

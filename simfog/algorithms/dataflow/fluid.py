@@ -1,14 +1,13 @@
 """Fluid sharing of point-to-point messages over the whole run (comm.p2p_sharing = "fluid"), for the dataflow
-algorithms (simfog.algorithms.dataflow: neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized,
-win_put).
+family's algorithms (neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized, win_put).
 
 Their iteration is a Plan of operations; the start-together model (p2p_sharing = "together", simfog.p2p) gives every
-message a duration fixed by the number of messages of its step that share its links. Here a message lasts as long
-as the links let it: each resource it crosses (its sender's and receiver's NIC, or their intra-node links; see
-simfog.p2p.resource_keys) is shared equally AT EACH INSTANT among all the messages on it, of any step and any
-iteration (processor sharing: rate min(flow cap, bandwidth / messages there now), recomputed at every arrival and
-completion), and the message has crossed when it has drained on both, plus its latency. Ranks that drift apart
-(neighbour averaging has no barrier) then use a NIC one after the other, and a drifted rank's next message shares
+message a duration fixed by the number of messages of its step that share its links. Here a message lasts as long as the
+links let it: each resource it crosses (its sender's and receiver's NIC, or their intra-node links; see
+simfog.p2p.resource_keys) is shared equally AT EACH INSTANT among all the messages on it, of any step and any iteration
+(processor sharing, simfog.engine.sharing: rate min(flow cap, bandwidth / messages there now), recomputed at every
+arrival and completion), and the message has crossed when it has drained on both, plus its latency. Ranks that drift
+apart (neighbour averaging has no barrier) then use a NIC one after the other, and a drifted rank's next message shares
 the NIC with its node's previous one still draining, which a per-step model would miss.
 
 Measured on the emulated cluster (BlueFog one-peer exp2 on 4 nodes x 2 ranks, MLP, gloo; validate bench rows):
@@ -31,66 +30,10 @@ import time
 
 import numpy as np
 
-from simfog.algorithms.dataflow import P2PStep, Run
+from simfog.algorithms.dataflow.plan import P2PStep, Run
+from simfog.engine.sharing import SharedLinks
 from simfog.p2p import links_of, resource_keys
-
-PATH_FLUID = "fluid"
-
-
-class SharedLinks:
-    """Resources shared by processor sharing. `add(t, job, resource, nbytes, bw, cap)` puts a job on a resource at
-    time t; `next_time()` is the earliest completion; `pop(t)` advances every resource with a completion at t and
-    returns the (job, resource) pairs that have drained. Each job on a resource runs at min(cap, bw / jobs there)
-    bytes per second; a resource's rates change only when a job arrives or leaves."""
-
-    def __init__(self):
-        self.jobs: dict[int, dict] = {}       # resource -> {job: [bytes left, bw, cap]}
-        self.updated: dict[int, float] = {}
-        self.due: list[tuple[float, int, int]] = []  # (completion time, generation, resource)
-        self.generation: dict[int, int] = {}
-
-    def _advance(self, r: int, t: float) -> None:
-        jobs, dt = self.jobs.get(r), t - self.updated.get(r, t)
-        if jobs and dt > 0:
-            k = len(jobs)
-            for j in jobs.values():
-                j[0] -= min(j[2], j[1] / k) * dt
-        self.updated[r] = t
-
-    def _schedule(self, r: int) -> None:
-        g = self.generation[r] = self.generation.get(r, 0) + 1
-        jobs = self.jobs.get(r)
-        if jobs:
-            k, t = len(jobs), self.updated[r]
-            heapq.heappush(self.due, (t + min(max(left, 0.0) / min(cap, bw / k) for left, bw, cap in jobs.values()),
-                                      g, r))
-
-    def add(self, t: float, job: int, r: int, nbytes: float, bw: float, cap: float) -> None:
-        self._advance(r, t)
-        self.jobs.setdefault(r, {})[job] = [nbytes, bw, cap]
-        self._schedule(r)
-
-    def next_time(self) -> float:
-        while self.due and self.due[0][1] != self.generation.get(self.due[0][2]):
-            heapq.heappop(self.due)  # planned before the resource's jobs changed
-        return self.due[0][0] if self.due else math.inf
-
-    def pop(self, t: float) -> list[tuple[int, int]]:
-        out = []
-        while self.next_time() <= t:
-            _, _, r = heapq.heappop(self.due)
-            self._advance(r, t)
-            jobs = self.jobs[r]
-            k = len(jobs)
-            # drained, or what is left takes less than the clock can add to t
-            done = [j for j, (left, bw, cap) in jobs.items() if left <= 1e-6 or t + left / min(cap, bw / k) <= t]
-            if not done:  # rounding left a sliver: the earliest job is the one due
-                done = [min(jobs, key=lambda j: jobs[j][0] / min(jobs[j][2], jobs[j][1] / k))]
-            for j in done:
-                del jobs[j]
-                out.append((j, r))
-            self._schedule(r)
-        return out
+from simfog.results import PATH_FLUID
 
 
 def _messages(alg, plan, phase: int) -> dict[int, tuple]:
@@ -115,11 +58,8 @@ def _messages(alg, plan, phase: int) -> dict[int, tuple]:
 
 
 def run(sim):
-    """Simulate `sim` (an engine.Simulation of a DataflowAlgorithm with comm.p2p_sharing = "fluid"). Returns its
-    Result, path "fluid"."""
-    from simfog.interval_log import iteration_columns
-    from simfog.results import Result
-
+    """Simulate `sim` (a simfog.simulation.Simulation of a DataflowAlgorithm with comm.p2p_sharing = "fluid").
+    Returns its Result, path "fluid"."""
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute
     n, iters = sim.simulated_ranks, sim.experiment.iterations
@@ -212,8 +152,4 @@ def run(sim):
                 del drained[job]
                 it, op = job_of[job]
                 push(t_link + msgs[it % alg.period][op][0], "op", it, op)
-    sim._check_finished()
-    return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
-                  buckets=alg.describe_buckets(), events=seq, wall_s=time.perf_counter() - started,
-                  mixing=alg.mixing(), memory=sim.memory,
-                  columns=iteration_columns(sim.log, n, iters), make_records=sim.log.tuples, path=PATH_FLUID)
+    return sim.result(path=PATH_FLUID, started=started, events=seq)

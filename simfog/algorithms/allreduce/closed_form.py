@@ -1,7 +1,8 @@
-"""The analytic path: static-bucket allreduce as a max-plus recurrence over every rank at once (numpy vectors).
+"""The static-bucket allreduce family's closed form: a max-plus recurrence over every rank at once (numpy vectors).
 
 When every decision is fixed before the run (algorithm "allreduce" or a compressed allreduce with a static merge
-policy, one communication stream, no algorithm-driven iteration), the event engine's schedule has a closed form.
+policy, one communication stream), the event engine's schedule (simfog.algorithms.allreduce.program) has a closed
+form.
 Per iteration, with s the rank's compute draw, slow its slowdown, d its straggler delay:
 
     t_b  = t0 + (fwd[s]·slow + d)                     backward starts
@@ -17,11 +18,8 @@ Every addition is the one SimPy performs (`now + delay`, in the same order), so 
 the event engine. The per-(rank, iteration) columns the summary needs (compute, comm, exposed comm, idle, wait)
 are summed in the order and with the summation (np.add.reduceat) pandas uses on the engine's sorted records,
 so summaries are equal too. Records (the per-interval list of the event engine) are built only when asked for
-(`Result.intervals()`), from the same recurrence. The sharded algorithms (fsdp, hsdp, zero1-3: whole iterations
-from a Plan fixed before the run) have their own recurrence, simfog.analytic_sharded, and the dataflow algorithms
-(neighbor, hierarchical_neighbor, decentralized, low_precision_decentralized, win_put: a max-plus Plan per
-iteration) theirs, simfog.analytic_flow, and allreduce on several streams sharing links (no fixed schedule, but every
-collective global) a loop over its collectives, simfog.analytic_streams; `run` hands them over.
+(`Result.intervals()`), from the same recurrence. On several communication streams sharing links
+(comm.streams > 1) there is no fixed schedule, but every collective is global: closed_form_streams replays them.
 """
 
 from __future__ import annotations
@@ -30,23 +28,7 @@ import time
 
 import numpy as np
 
-PATH_ANALYTIC, PATH_EVENTS = "analytic", "events"
-
-
-def why_events(sim) -> str | None:
-    """None when `sim` (an engine.Simulation) can take the analytic path, else why it needs the event engine. An
-    algorithm whose schedule is fixed before the run says so with `analytic_blocker()` (None: nothing blocks); a
-    run may still hand itself over to the event engine while running (simfog.errors.Handover)."""
-    alg = sim.algorithm
-    blocker = getattr(alg, "analytic_blocker", None)
-    if blocker is None:
-        return f"algorithm {sim.experiment.comm.algorithm!r} decides while running"
-    why = blocker()
-    if why is None and getattr(alg, "streams", 1) > 1:  # collectives sharing links: simfog.analytic_streams
-        from simfog import analytic_streams
-
-        why = analytic_streams.blocker(alg)
-    return why
+from simfog.results import PATH_ANALYTIC
 
 
 def _segment_sums(n: int, values: list, masks: list | None = None) -> np.ndarray:
@@ -150,26 +132,8 @@ def _time_ordered(steps, overhead: float):
 
 
 def run(sim):
-    """Simulate `sim` (an engine.Simulation whose why_events() is None) analytically. Returns its Result."""
-    from simfog.results import Result
-
-    if getattr(sim.algorithm, "run_iteration", None) is not None:  # sharded: whole iterations from a fixed Plan
-        from simfog import analytic_sharded
-
-        return analytic_sharded.run(sim, PATH_ANALYTIC)
-    if getattr(sim.algorithm, "steps", None) is not None:  # dataflow: a Plan fixed before the run
-        if sim.experiment.comm.p2p_sharing == "fluid":  # message times decided by what overlaps: in time order
-            from simfog import flow_fluid
-
-            return flow_fluid.run(sim)
-        from simfog import analytic_flow
-
-        return analytic_flow.run(sim, PATH_ANALYTIC)
-    if getattr(sim.algorithm, "streams", 1) > 1:  # collectives sharing links: a fluid loop over them
-        from simfog import analytic_streams
-
-        return analytic_streams.run(sim, PATH_ANALYTIC)
-
+    """Simulate `sim` (a simfog.simulation.Simulation of static buckets on one stream whose closed_form_blocker()
+    is None). Returns its Result."""
     started = time.perf_counter()
     alg, c = sim.algorithm, sim.compute
     n, iters = sim.simulated_ranks, sim.experiment.iterations
@@ -218,12 +182,8 @@ def run(sim):
         cols["comm_exposed_s"][:, it] = exposed
         cols["idle_s"][:, it] = np.maximum((t_o - t_e) - exposed, 0.0)
         t0 = t_end
-    sim.finished = finished.tolist()
-    sim._check_finished()
-    return Result(sim.experiment, None, symmetric=sim.symmetric, single_rank_time_s=sim.single_rank_time_s(),
-                  buckets=alg.describe_buckets(), events=0, wall_s=time.perf_counter() - started,
-                  mixing=getattr(alg, "mixing", lambda: None)(), memory=sim.memory, columns=cols,
-                  path=PATH_ANALYTIC, make_records=lambda: records(sim), make_columns=lambda: waits(sim))
+    return sim.result(cols, path=PATH_ANALYTIC, started=started, finished=finished,
+                      make_records=lambda: records(sim), make_columns=lambda: waits(sim))
 
 
 def waits(sim) -> dict:

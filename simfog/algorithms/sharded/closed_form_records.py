@@ -1,5 +1,5 @@
-"""The records a sharded iteration leaves (simfog.analytic_sharded solves it), in the event engine's order, and the
-per (rank, iteration) sums the summary takes over them, added as pandas adds them.
+"""The records a sharded iteration leaves (simfog.algorithms.sharded.closed_form solves it), in the event engine's
+order, and the per (rank, iteration) sums the summary takes over them, added as pandas adds them.
 
 The engine records a collective when it ends, so a rank's collectives come in the order of their ends; of two that
 end together, the one that started first (SimPy processes its timeout first); of two that also started together,
@@ -13,31 +13,10 @@ the same call runs here on the same numbers in that order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from simfog.analytic_sharded import Iteration, Program
-
-CHUNK = 1 << 22  # rank x collective cells per block of ranks (bounds the memory of the per-rank tables)
-
-
-def row_sums(values: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
-    """Per row of `values` (rows, m), the sum of its kept entries in column order, added as pandas adds a sorted
-    group: np.add.reduceat over the row's values laid out one after another. Rows keeping nothing sum to 0."""
-    rows, m = values.shape
-    out = np.zeros(rows)
-    if keep is None:
-        if m:
-            out[:] = np.add.reduceat(np.ascontiguousarray(values).ravel(), np.arange(rows) * m)
-        return out
-    counts = keep.sum(1)
-    some = counts > 0
-    if some.any():
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        out[some] = np.add.reduceat(values[keep], starts[some])
-    return out
+from simfog.algorithms.sharded.closed_form_program import Iteration, Program
+from simfog.algorithms.sums import CHUNK, row_sums
 
 
 class Records:

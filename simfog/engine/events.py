@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import simpy
 
+from simfog.engine.sharing import INF, SharedResource
+
 
 class Collective:
     """A collective among `expected` ranks: it starts when the last participant arrives (each arrives once it has
@@ -37,55 +39,39 @@ class Collective:
 
 
 class SharedChannel:
-    """Collectives of one group running at once share its links (processor sharing). With k running, each advances
-    at the rate of its own duration when every link's bandwidth is divided by k (latencies are not shared).
-    `duration(nbytes, k)` gives that time. Used when a rank keeps several collectives in flight (comm.streams)."""
+    """Collectives of one group running at once share its links (processor sharing, simfog.engine.sharing). With k
+    running, each advances at the rate of its own duration when every link's bandwidth is divided by k (latencies
+    are not shared). `duration(nbytes, k)` gives that time. Used when a rank keeps several collectives in flight
+    (comm.streams)."""
 
     def __init__(self, env: simpy.Environment, duration):
         self.env, self.duration = env, duration
-        self.active: dict[Collective, float] = {}  # collective -> fraction still to do
-        self.updated = 0.0
+        self.links = SharedResource(1e-9)  # collective -> fraction still to do
         self.generation = 0
 
+    def _rate(self, nbytes: float):
+        def rate(k: int) -> float:
+            d = self.duration(nbytes, k)
+            return 1.0 / d if d > 0 else INF
+
+        return rate
+
     def start(self, coll: Collective, nbytes: float) -> None:
-        self._advance()
         coll.nbytes = nbytes
-        self.active[coll] = 1.0
+        self.links.add(self.env.now, coll, 1.0, self._rate(nbytes))
         self._schedule()
-
-    def _rates(self) -> dict:
-        k = len(self.active)
-        return {c: 1.0 / self.duration(c.nbytes, k) if self.duration(c.nbytes, k) > 0 else float("inf")
-                for c in self.active}
-
-    def _advance(self) -> None:
-        dt = self.env.now - self.updated
-        if dt > 0 and self.active:
-            for c, rate in self._rates().items():
-                self.active[c] = max(0.0, self.active[c] - rate * dt)
-        self.updated = self.env.now
 
     def _schedule(self) -> None:
         self.generation += 1
-        if not self.active:
+        if not self.links.jobs:
             return
-        rates = self._rates()
-        dt = min(left / rates[c] if rates[c] != float("inf") else 0.0 for c, left in self.active.items())
         gen = self.generation
-        self.env.timeout(dt).callbacks.append(lambda _e: self._wake(gen))
+        self.env.timeout(self.links.delay()).callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen != self.generation:
             return  # the active set changed since this wake-up was planned
-        self._advance()
-        # Done when (nearly) nothing is left, or when what is left would take less than the clock can add to now:
-        # an absolute threshold alone left ~3e-12 of a collective whose wake-up then never advanced the clock
-        # (a livelock in 67 of 120 ordinary comm.streams = 2 runs).
-        now, rates = self.env.now, self._rates()
-        finished = [c for c, left in self.active.items()
-                    if left <= 1e-9 or rates[c] == float("inf") or now + left / rates[c] <= now]
-        for c in finished:
-            del self.active[c]
+        for c in self.links.drained(self.env.now):
             c.end = self.env.now
             c.done.succeed()
         self._schedule()
