@@ -36,8 +36,8 @@ TRACES = {"resnet50": "resnet50-cpu-b32.json.gz", "gpt2": "gpt2-cpu-b8.json.gz"}
 MERGES = ["wfbp", "ddp", "mgwfbp", "optimal", "threshold", "single", "bagua"]
 COLLECTIVES = ["ring", "nccl", "hierarchical", "tree", "rhd", "gloo_ring", "ps", "ompi"]  # linear needs alpha, beta
 SHARDED = ["fsdp", "hsdp", "zero1", "zero2", "zero3"]
-# the compressed allreduces, the decentralized algorithms and win_put's one-sided puts (simfog.analytic_flow), with
-# their defaults
+# the compressed allreduces, the decentralized algorithms and win_put's one-sided puts (the dataflow family's closed
+# form), with their defaults
 OTHERS = ["bytegrad", "fp16", "powersgd", "qadam", "neighbor", "hierarchical_neighbor", "decentralized",
           "low_precision_decentralized", "win_put"]
 RANKS = [8, 1024, 8192, 131072]
@@ -55,7 +55,8 @@ EVENT_PATH = [
 
 
 # Several communication streams sharing each link (a collective's rate depends on which others run beside it): every
-# collective is global, so simfog.analytic_streams' loop over the collectives runs them (it was an EVENT_PATH row).
+# collective is global, so the allreduce family's closed form on streams loops over the collectives (it was an
+# EVENT_PATH row).
 STREAMS = [dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2)]
 
 

@@ -1,7 +1,8 @@
 """The Python API: load an experiment, simulate it, sweep a grid, as `simfog simulate` and `simfog sweep` do.
 
-Thin wrappers over what the command line runs (the same loading, overrides, validation and sweep engine), so that
-the same experiment and seed give the same numbers from Python as from the CLI. Re-exported by `simfog`:
+Thin wrappers over what the command line runs too (the same loading and overrides, simfog.overrides; the same
+validation and sweep engine), so that the same experiment and seed give the same numbers from Python as from the
+CLI, which is a thin layer over this module's parts. Re-exported by `simfog`:
 
     import simfog
     exp = simfog.load("notebooks/experiments/resnet50-v100-25g.toml")
@@ -51,16 +52,13 @@ def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, mer
         >>> exp.ranks
         64
     """
-    from argparse import Namespace
-
-    from simfog.commands.simulate import load_with_overrides
+    from simfog.overrides import load_with_overrides
 
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise ConfigError("path", path, "a path to an experiment file (.toml)")
-    args = Namespace(file=None if path is None else os.fspath(path), ranks=ranks, merge=merge,
-                     collective=collective, threshold=threshold, iterations=iterations, seed=seed)
     with _keyword_names():
-        return load_with_overrides(args)
+        return load_with_overrides(None if path is None else os.fspath(path), ranks=ranks, merge=merge,
+                                   collective=collective, threshold=threshold, iterations=iterations, seed=seed)
 
 
 def simulate(experiment: Experiment | str | os.PathLike) -> Result:

@@ -1,6 +1,6 @@
 """Fit the cluster's link classes (latency α, bandwidth 1/β) from a NetworkTrace, and report the residuals.
 
-Model (ALGORITHMS.md §3): a collective of M bytes over n ranks takes T = a·α + b·M·β, where (a, b) depend on the
+Model (docs/ALGORITHMS.md §3): a collective of M bytes over n ranks takes T = a·α + b·M·β, where (a, b) depend on the
 collective, n and the algorithm (`coefficients`). The measurements of one link class are fitted together:
 
 - intra: measurements on one node with more than one rank (loopback, shared memory, NVLink);

@@ -6,11 +6,9 @@ import argparse
 import importlib
 import json
 import sys
-from pathlib import Path
 
+from simfog.data import DEFAULT_EXPERIMENT  # noqa: F401  (the commands' default, named here too)
 from simfog.errors import SimfogError
-
-DEFAULT_EXPERIMENT = Path(__file__).with_name("data") / "default.toml"
 
 # name -> (module with add_arguments(parser) and run(args) -> int, help). Modules are imported only when used,
 # so `simfog list` never imports torch.

@@ -374,11 +374,11 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
             raise ConfigError(f"comm.{key}", m[key], f"only with algorithm {' or '.join(APPLIED_BY[name])} (the "
                               "algorithms that model it)", source=source)
     if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
-        from simfog.algorithms.sharded import fsdp_units
+        from simfog.algorithms.sharded.plan import fsdp_units
 
         fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
     if comm.algorithm in ("zero1", "zero2"):
-        from simfog.algorithms.sharded import allgather_shards
+        from simfog.algorithms.sharded.plan import allgather_shards
 
         allgather_shards(trace.parameters, comm.allgather_bucket_size, source=source)
     if comm.mpi_switch_bytes is not None and comm.collective != "ompi":

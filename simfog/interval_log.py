@@ -9,7 +9,7 @@ tuple per rank. `columns()` lays everything out as arrays in record order; `tupl
 (rank, iteration, kind, name, start_s, end_s) that Result.intervals() reads, built only when a frame is asked for.
 
 `iteration_columns` gives per (rank, iteration) what simfog.results needs, in the (ranks, iterations) arrays the
-analytic paths give (simfog.analytic), so one Result code serves both. Its numbers are bit for bit those of the
+closed forms give (simfog.algorithms), so one Result code serves both. Its numbers are bit for bit those of the
 pandas code it replaced (tests/test_event_scale.py keeps that code and compares): the records sorted stably by
 (rank, iteration), so each group's keep their record order; every sum is np.add.reduceat over the sorted groups,
 the call pandas' groupby makes for sorted groups on the same numbers in the same order; minima and maxima are exact

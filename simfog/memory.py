@@ -24,7 +24,7 @@
   trace's per-layer `output_bytes`) and the one w.r.t. its input (which it computes: the layer before's output,
   none for the first layer, whose input is the batch) are alive beside the activations; its activations and its
   output's gradient go when it is done (`gradient_bytes`). Here, summed with the other parts' peaks, they count
-  as the most alive at once, the largest pair; fsdp's walk (simfog.algorithms.fsdp_memory) follows them layer by
+  as the most alive at once, the largest pair; fsdp's walk (simfog.algorithms.sharded.memory) follows them layer by
   layer. They were the difference between that walk and the allocator's peak of FSDP2 runs of the zoo MLP
   (validate.ranks.fsdp, model mode: -18 to -28 % without them, -0.1 % with them). A trace without `output_bytes`
   leaves them unknown, and the peak says so. Not counted: the gradient a residual branch holds for the other while

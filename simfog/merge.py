@@ -6,7 +6,7 @@ A policy turns the gradient tensors of a model, in the order their gradients bec
 buckets in launch order; every tensor lands in exactly one bucket. Each policy follows the framework or paper it is
 named after; the source of every rule is cited where it is implemented. Sizes are bytes, times seconds.
 
-The iteration-time recurrences of MG-WFBP (ALGORITHMS.md §1) are exposed too (`predicted_comm_end_s`), for tests
+The iteration-time recurrences of MG-WFBP (docs/ALGORITHMS.md §2) are exposed too (`predicted_comm_end_s`), for tests
 and quick estimates; the engine does the real simulation.
 """
 
@@ -463,7 +463,7 @@ def predicted_comm_end_s(tensors: Sequence[GradTensor], buckets: Sequence[Bucket
                          allreduce_time: AllreduceTime) -> float:
     """When the last allreduce ends (seconds after backward starts) if buckets run one at a time in launch order,
     each starting when its last tensor is ready and the previous one has ended: MG-WFBP's τ_c[0] + t_c[0]
-    recurrence (ALGORITHMS.md §1) for any plan. Raises ConfigError for a bucket naming an unknown tensor."""
+    recurrence (docs/ALGORITHMS.md §2) for any plan. Raises ConfigError for a bucket naming an unknown tensor."""
     ready = {t.name: t.ready_s for t in tensors}
     end = 0.0
     for bucket in buckets:

@@ -9,19 +9,21 @@ own, from the release the logs state (simfog.nccl_facts). Each parameter is fitt
 measurements it acts on (one-node bandwidth from one-node logs, ...); the rest take the hardware's value
 (simfog.nccl.network) and are reported as assumed.
 
-simfog's additions to NCCL's formulas start off and are kept only when the logs identify them, i.e. fitting one
-cuts the loss by more than IDENTIFY_GAIN of it (and by more than 1 % rms noise): the tree's pipeline fill, the
-bandwidth a 2-node tree delivers above the inter-node rate, extra inter-node latency per protocol (a fabric's
-plugin making LL or Simple costlier than NCCL's tables), and before 2.12 the graph latency. Channels likewise: the
-logs' count when NCCL_DEBUG printed one, else the hardware's (search.cc, derived), replaced by a fitted count only
-when that is identified; without hardware facts the best count is fitted.
+simfog's additions to NCCL's formulas are fitted only when the logs identify them, i.e. fitting one cuts the loss
+by more than IDENTIFY_GAIN of it (and by more than 1 % rms noise): the tree's pipeline fill, the bandwidth a 2-node
+tree delivers above the inter-node rate, extra inter-node latency per protocol (a fabric's plugin making LL or
+Simple costlier than NCCL's tables), and before 2.12 the graph latency; otherwise the fill and the gain take
+UNIDENTIFIED (learned across clusters), the others stay off. Channels likewise: the logs' count when NCCL_DEBUG
+printed one, else the hardware's (search.cc, derived from the NICs; at the rate the logs measure where the NICs'
+is not given), replaced by a fitted count only when that is identified; without NICs the best count is fitted.
+NICs per node, when nobody states them, are fitted where logs at several GPUs per node on several nodes identify
+them (rails); with no one-node log no launch is fitted (a constant the inter-node latency cannot be told from).
 
 Loss: log(predicted / measured) per measurement, so 8 B and 8 GiB weigh alike, under a soft-L1 loss
 (scipy.optimize.least_squares, f_scale = 5 %). Each fit is bounded (MAX_NFEV iterations); layouts are evaluated
 vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the
-minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Flags: "off" when
-the model misses a point by more than FLAG_ERROR; "non-monotone" when it took FLAG_SLOWER times longer than the
-next larger size of the same log (a disturbed run: no model of a collective gives that).
+minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Each point's
+residual and flag: simfog.nccl_report.residual_points.
 """
 
 from __future__ import annotations
@@ -33,19 +35,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simfog import nccl, nccl_facts
+from simfog import nccl, nccl_facts, units
 from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
 from simfog.nccl import batch
 from simfog.nccl.calibrated import Calibrated
 from simfog.nccl_facts import arch_of  # noqa: F401  (re-exported: callers read the GPU generation here)
-from simfog.nccl_report import NcclCalibration, Point
+from simfog.nccl_report import FLAG_ERROR, FLAG_SLOWER, NcclCalibration, Point, residual_points  # noqa: F401
 from simfog.trace import NetworkTrace
 
 CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 STATISTICS = {"min": np.min, "median": np.median, "mean": np.mean}
-FLAG_ERROR = 0.25
-FLAG_SLOWER = 1.2
 IDENTIFY_GAIN = 0.2
 NOISE_RMS = 0.01
 MAX_NFEV = 40
@@ -58,6 +58,14 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
            "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
+# The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
+# fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes). Learned across
+# clusters: the grid point of bench/collectives.py (fill 0-512 KiB x gain 1-2) with the least mean of per-cluster
+# median errors over the held-out (3+ node) logs of all its 8 clusters (nccl-tests logs of A100, H100, GH200, B200 and
+# V100 clusters on InfiniBand, Slingshot and TCP, NCCL 2.8-2.30); the bench reports each cluster with the values
+# learned from the others and says when these are no longer what all of them give.
+UNIDENTIFIED = {"tree_fill_B": 8192.0, "two_node_tree_gain": 1.0}
+UNIDENTIFIED_SOURCE = "learned across the bench's clusters"
 _ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
               "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
               "net_simple": "Simple inter-node latency"}
@@ -115,20 +123,29 @@ def _groups(pts) -> list[_Group]:
 class _Model:
     """The parameters being fitted (`active`, in order) on top of a network, and the loss over every group."""
 
-    def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict):
-        self.base, self.groups, self.fallback = base, groups, fallback
+    def __init__(self, base: nccl.NcclNetwork, groups: list[_Group], fallback: dict, inter_from_p2p: bool = False):
+        self.base, self.groups, self.fallback, self.inter_from_p2p = base, groups, fallback, inter_from_p2p
+        self.bounds = {k: b for k, (b, _) in _PARAMS.items()}
+        if base.nics_per_node is not None and base.nic_Bps is not None:
+            # the wire: a node's inter-node bus bandwidth is at most its NICs' line rate, one NIC's p2p rate its own
+            wire = math.log(base.nics_per_node * base.nic_Bps / 1e9)
+            self.bounds["inter"] = (_LOG_BW[0], wire)
+            self.bounds["p2p_nic"] = (_LOG_BW[0], math.log(base.nic_Bps / 1e9))
         self.prepared = [{} for _ in groups]  # batch.choose_many's per-layout work, kept across evaluations
 
     def network(self, values: dict, channels) -> nccl.NcclNetwork:
         v = {**self.fallback, **values}
         intra = math.exp(v["intra"]) if "intra" in v else None
         inter = math.exp(v["inter"]) if "inter" in v else None
+        if inter is None and self.inter_from_p2p and "p2p_nic" in v:  # the NICs' measured rate
+            inter = math.exp(v["p2p_nic"]) * (self.base.nics_per_node or 1)
         intra, inter = intra or inter, inter or intra
         lat = (v.get("net_ll", 0.0), v.get("net_ll128", 0.0), v.get("net_simple", 0.0))
         return replace(
             self.base, intra_bus_Bps=intra * 1e9, inter_bus_Bps=inter * 1e9, channels=channels,
             latency_inter_s=v.get("latency_inter", 0.0) * 1e-6, launch_s=v.get("launch", 0.0) * 1e-6,
-            tree_fill_B=math.exp(v["tree_fill"]) if "tree_fill" in v else 0.0,
+            tree_fill_B=(math.exp(values["tree_fill"]) if "tree_fill" in values
+                         else self.fallback.get("tree_fill_B", 0.0)),
             two_node_tree_gain=v.get("tree_gain", 1.0), net_latency_s=tuple(x * 1e-6 for x in lat),
             p2p_intra_Bps=math.exp(v["p2p_intra"]) * 1e9 if "p2p_intra" in v else self.base.p2p_intra_Bps,
             p2p_nic_Bps=math.exp(v["p2p_nic"]) * 1e9 if "p2p_nic" in v else self.base.p2p_nic_Bps,
@@ -151,8 +168,8 @@ class _Model:
         """(soft-L1 cost, fitted values) with `active` free, starting from x0."""
         from scipy.optimize import least_squares  # only calibration needs scipy
 
-        lo = [_PARAMS[a][0][0] for a in active]
-        hi = [_PARAMS[a][0][1] for a in active]
+        lo = [self.bounds[a][0] for a in active]
+        hi = [self.bounds[a][1] for a in active]
         start = np.clip([x0[a] for a in active], lo, hi)
 
         def res(x):
@@ -161,6 +178,26 @@ class _Model:
 
         r = least_squares(res, start, loss="soft_l1", f_scale=F_SCALE, bounds=(lo, hi), max_nfev=max_nfev)
         return float(r.cost), dict(zip(active, (float(x) for x in r.x), strict=True))
+
+
+def _fit_nics(model: _Model, active: list[str], x0: dict, n: int) -> tuple[_Model, str | None]:
+    """NICs per node where no one states them and multi-node logs of several GPUs per node can tell (rails: a
+    layout of G GPUs per node uses min(G, K) NICs): each count K up to the most GPUs per node of those logs, kept
+    when it is identified against no rails. (model, what was fitted) or (model, None)."""
+    gpus = sorted({-(-g.ranks // g.nodes) for g in model.groups if g.nodes > 1})
+    if len(gpus) < 2:
+        return model, None
+    counts = sorted({k for k in (1, 2, 4, 8, 16, 32) if k <= gpus[-1]} | set(gpus))
+    without, _ = model.solve(active, x0, 8)
+    tried = {}
+    for k in counts:
+        m = _Model(replace(model.base, nics_per_node=k), model.groups, model.fallback, model.inter_from_p2p)
+        tried[k] = (m.solve(active, x0, 8)[0], m)
+    best = min(tried, key=lambda k: tried[k][0])
+    if not _identified(without, tried[best][0], n):
+        return model, None
+    return tried[best][1], (f"NICs per node {best} (logs at {', '.join(map(str, gpus))} GPUs per node on several "
+                            "nodes)")
 
 
 def _identified(cost_without: float, cost_with: float, n: int) -> bool:
@@ -174,11 +211,13 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         cpu_vendor: str | None = None, intra_transport: str | None = None, channels: int | None = None,
         nics_per_node: int | None = None, nic_Bps: float | None = None, gpu_nic_path: str | None = None,
         nvls: bool | None = None, collnet: bool | None = None, statistic: str = "min",
-        source: str = "") -> NcclCalibration:
+        source: str = "", unidentified: dict | None = None) -> NcclCalibration:
     """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts and collectives; 1-rank
     runs and collectives NCCL has no model for are left out). Hardware arguments None: as the logs state, else
     assumed (simfog.nccl_facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
-    message size, times that do not grow), ConfigError for bad options, times, or logs of different releases."""
+    message size, times that do not grow), ConfigError for bad options, times, or logs of different releases.
+    `unidentified`: the values of the tree fill ("tree_fill_B", bytes) and the 2-node tree gain
+    ("two_node_tree_gain") where the logs cannot identify them (default UNIDENTIFIED)."""
     if statistic not in STATISTICS:
         raise ConfigError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     facts = nccl_facts.resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
@@ -192,20 +231,48 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     coll = [g for g in groups if g.op in nccl.model.COLLECTIVES]
     p2p = [g for g in groups if g.op in nccl.p2p.OPS]
     single, multi = any(g.nodes == 1 for g in coll), any(g.nodes > 1 for g in coll)
-    fallback, assumed = _hardware_fallback(base, single, multi, coll)
-    model = _Model(base, groups, fallback)
+    p2p_multi = not multi and any(g.nodes > 1 for g in p2p)  # NICs measured by alltoall / sendrecv only
+    fallback, assumed = _hardware_fallback(base, single, multi or p2p_multi, coll)
+    defaults = {**UNIDENTIFIED, **(unidentified or {})}
+    if defaults["tree_fill_B"] > 0:  # held fixed unless the logs identify another value
+        fallback["tree_fill"] = math.log(defaults["tree_fill_B"])
+        fallback["tree_fill_B"] = float(defaults["tree_fill_B"])
+    if defaults["two_node_tree_gain"] != 1.0:
+        fallback["tree_gain"] = float(defaults["two_node_tree_gain"])
+    if not any(g.nodes == 1 for g in groups):
+        # a constant per operation cannot be told from the inter-node latency without one-node logs; NCCL's own
+        # model has none, so the logs' constant goes to the network's latency
+        assumed.append("launch 0 (no one-node logs: a constant cannot be told from the inter-node latency)")
+    if p2p_multi:
+        assumed.append("bus bandwidth between nodes = the p2p NIC rate x the NICs per node (no multi-node "
+                       "collective logs)")
+    model = _Model(base, groups, fallback, p2p_multi)
     new_latency = nccl.parse_release(base.version) >= (2, 12, 0)
     active = ([k for k, on in (("intra", single), ("inter", multi), ("latency_inter", multi and new_latency))
-               if on] + ["launch"] + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
+               if on] + (["launch"] if any(g.nodes == 1 for g in groups) else [])
+              + (["thread_launch"] if any(g.gpt > 1 for g in groups) else [])
               + [k for k, on in (("p2p_intra", any(g.nodes == 1 for g in p2p)),
                                  ("p2p_nic", any(g.nodes > 1 for g in p2p)), ("p2p_latency", bool(p2p))) if on])
     x0 = {k: v for k, (_, v) in _PARAMS.items() if v is not None} | _bandwidth_guesses(groups, fallback)
-    if not coll and "intra" not in fallback and "inter" not in fallback:  # only alltoall / sendrecv logs
-        fallback["inter"] = x0["p2p_nic"] if any(g.nodes > 1 for g in p2p) else x0["p2p_intra"]
+    if not coll and "intra" not in fallback and "inter" not in fallback and not p2p_multi:  # one-node p2p logs only
+        fallback["inter"] = x0["p2p_intra"]
         assumed.append("bus bandwidths = the point-to-point rate (no collective logs, no hardware facts)")
+    nics_note = None
+    if base.nics_per_node is None:
+        model, nics_note = _fit_nics(model, active, x0, len(pts))
+        base = model.base
     fixed_channels = facts.channels
     hardware_channels = base.nics_per_node is not None and base.nic_Bps is not None
     ch0 = fixed_channels if fixed_channels is not None else (None if hardware_channels else 8)
+    if fixed_channels is None and not hardware_channels and base.nics_per_node is not None and (multi or p2p_multi):
+        # NICs known, their rate not: NCCL's search derives the channels from the NICs and their rate; take the
+        # rate the logs measure (the p2p NIC rate, else the inter-node bus bandwidth per NIC) for it
+        net0 = model.network(model.solve(active, x0, 8)[1], 8)
+        rate = net0.p2p_nic_Bps if "p2p_nic" in active else net0.inter_bus_Bps / base.nics_per_node
+        ch0 = nccl.derived_channels(replace(base, nic_Bps=rate), base.nics_per_node, 2)
+        hardware_channels = True
+        assumed.append(f"channels {ch0} (derived from the {base.nics_per_node} NICs as NCCL's search, at the "
+                       f"{rate / 1e9:.3g} GB/s per NIC the logs measure: their rate is not stated)")
     cost, values = model.solve(active, x0, ch0)
     ch, channel_note = ch0, None
     if fixed_channels is None:  # every count briefly from the first fit's values, the best one to the end
@@ -228,7 +295,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
             active, cost, values = active + [a], c2, v2
             kept.append(_ADDITIONS[a])
     net = model.network(values, ch)
-    fitted = _fitted_names(active, values, channel_note, not new_latency)
+    fitted = _fitted_names(active, values, channel_note, not new_latency) + ([nics_note] if nics_note else [])
     if fixed_channels is not None:
         given = [f"channels {fixed_channels} ({facts.sources['channels']})"]
     else:
@@ -236,7 +303,8 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         if ch is None:
             assumed.append("channels (derived from the NICs, as NCCL's search: "
                            f"{net.graph_channels(base.nics_per_node, 2)} with every NIC in use)")
-    assumed += [f"{_ADDITIONS[a]} (off: not identified)" for a in additions if _ADDITIONS[a] not in kept]
+    assumed += [f"{_ADDITIONS[a]} ({_unidentified_value(a, fallback)}: not identified)" for a in additions
+                if _ADDITIONS[a] not in kept]
     assumed += [f"{what} (no {where}alltoall / sendrecv logs: {how})" for key, what, where, how in (
         ("p2p_intra", "p2p GPU rate", "one-node ", "one node's bus bandwidth"),
         ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),
@@ -250,7 +318,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
                          tuple(sorted({(g.nodes, -(-g.ranks // g.nodes)) for g in groups})),
                          int(min(p[3] for p in pts)), int(max(p[3] for p in pts)),
                          tuple(sorted({g.op for g in groups})))
-    return NcclCalibration(net, _points(pts, net, thread), tuple(fitted), source, tuple(assumed), tuple(given),
+    return NcclCalibration(net, residual_points(pts, net, thread), tuple(fitted), source, tuple(assumed), tuple(given),
                            facts.warnings, covered)
 
 
@@ -265,6 +333,14 @@ def _check_fittable(pts) -> None:
     if max(times) - min(times) <= 1e-9 * max(times):
         raise Infeasible(f"nothing to calibrate: the times do not grow with message size (every measurement takes "
                          f"{times[0]:g} s), so no bandwidth can be fitted")
+
+
+def _unidentified_value(addition: str, fallback: dict) -> str:
+    if addition not in fallback:
+        return "off"
+    if addition == "tree_fill":
+        return f"{units.format_bytes(fallback['tree_fill_B'])}, {UNIDENTIFIED_SOURCE}"
+    return f"{fallback[addition]:.3g}, {UNIDENTIFIED_SOURCE}"
 
 
 def _hardware_fallback(base, single: bool, multi: bool, coll) -> tuple[dict, list[str]]:
@@ -319,20 +395,6 @@ def _show(key: str, v) -> str:
     return f"{v * 8 / 1e9:g}Gbit/s" if key == "nic_Bps" else str(v)
 
 
-def _points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[Point, ...]:
-    """Residual of every measurement with its flag, sorted by (op, ranks, nodes, bytes)."""
-    pts = sorted(pts, key=lambda p: p[:4])
-    out = []
-    for i, (op, r, n, b, t, g) in enumerate(pts):
-        c = nccl.choose(op, b, r, n, net)
-        predicted = c.time_s + (g - 1) * thread_launch_s
-        nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
-        flag = "non-monotone" if nxt is not None and t > FLAG_SLOWER * nxt[4] else (
-            "off" if abs(predicted - t) / t > FLAG_ERROR else "")
-        out.append(Point(op, r, n, b, t, predicted, c.algorithm, c.protocol, flag))
-    return tuple(out)
-
-
 def predict(net: nccl.NcclNetwork, traces: Sequence[NetworkTrace], *, statistic: str = "min") -> tuple[Point, ...]:
     """Every measurement of `traces` against `net` (no fitting): for held-out checks."""
-    return _points(_series(traces, statistic), net)
+    return residual_points(_series(traces, statistic), net)

@@ -11,6 +11,9 @@ import numpy as np
 from simfog import nccl, units
 from simfog.nccl.calibrated import Calibrated
 
+FLAG_ERROR = 0.25   # "off": the model misses the point by more than this
+FLAG_SLOWER = 1.2   # "non-monotone": the point took this many times longer than the next larger size of its log
+
 
 @dataclass(frozen=True)
 class Point:
@@ -95,3 +98,18 @@ class NcclCalibration:
                 "points": [{"op": p.op, "ranks": p.ranks, "nodes": p.nodes, "bytes": p.bytes,
                             "measured_s": p.measured_s, "predicted_s": p.predicted_s, "rel_error": p.rel_error,
                             "algorithm": p.algorithm, "protocol": p.protocol, "flag": p.flag} for p in self.points]}
+
+
+def residual_points(pts, net: nccl.NcclNetwork, thread_launch_s: float = 0.0) -> tuple[Point, ...]:
+    """Every measurement (op, ranks, nodes, bytes, seconds, GPUs per thread) against `net`, with its flag ("off",
+    "non-monotone": a disturbed run, no model of a collective gives that), sorted by (op, ranks, nodes, bytes)."""
+    pts = sorted(pts, key=lambda p: p[:4])
+    out = []
+    for i, (op, r, n, b, t, g) in enumerate(pts):
+        c = nccl.choose(op, b, r, n, net)
+        predicted = c.time_s + (g - 1) * thread_launch_s
+        nxt = pts[i + 1] if i + 1 < len(pts) and pts[i + 1][:3] == (op, r, n) else None
+        flag = "non-monotone" if nxt is not None and t > FLAG_SLOWER * nxt[4] else (
+            "off" if abs(predicted - t) / t > FLAG_ERROR else "")
+        out.append(Point(op, r, n, b, t, predicted, c.algorithm, c.protocol, flag))
+    return tuple(out)

@@ -20,8 +20,8 @@ Two sharing models (comm.p2p_sharing):
   unchanged when other messages end. Exact when every message of a step starts at the same instant, has the same
   size and sees the same busiest load (the symmetric exchanges the algorithms send in lockstep); when ranks drift
   apart it charges flows that in truth overlap only in part.
-- "fluid" (simfog.flow_fluid): each resource shared at each instant among the messages on it, of any step, in time
-  order (processor sharing, rates recomputed at every arrival and completion).
+- "fluid" (simfog.algorithms.dataflow.fluid): each resource shared at each instant among the messages on it, of any
+  step, in time order (processor sharing, rates recomputed at every arrival and completion).
 """
 
 from __future__ import annotations

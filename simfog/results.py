@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 INTERVAL_COLUMNS = ["rank", "iteration", "kind", "name", "start_s", "end_s"]
+# The paths a run may take (Result.path): the event engine, a family's closed form, or the dataflow family's
+# evaluation in time order under comm.p2p_sharing = "fluid".
+PATH_EVENTS, PATH_ANALYTIC, PATH_FLUID = "events", "analytic", "fluid"
 
 
 ITERATION_COLUMNS = ["rank", "iteration", "start_s", "end_s", "iteration_s", "compute_s", "forward_s", "backward_s",
@@ -28,11 +31,11 @@ ITERATION_COLUMNS = ["rank", "iteration", "start_s", "end_s", "iteration_s", "co
 @dataclass
 class Result:
     """What a run gives. Every path fills `columns`, per (rank, iteration) numpy arrays (simulated ranks, iterations)
-    of the ITERATION_COLUMNS it computes: the analytic paths (simfog.analytic) from their recurrence, the event
+    of the ITERATION_COLUMNS it computes: the closed forms (simfog.algorithms) from their recurrence, the event
     engine from its records (simfog.interval_log). The per-interval `records` are built only when `intervals()` asks
     (`make_records`); a Result made from records alone (a measured run, validate) computes its columns from them
-    when first asked. `path` names the path taken: "events" or "analytic". pandas is imported only by the methods
-    that return frames."""
+    when first asked. `path` names the path taken: "events", "analytic" or "fluid". pandas is imported only by the
+    methods that return frames. A simulated run's Result is built in one place, simfog.simulation.Simulation.result."""
 
     experiment: object
     records: list | None
@@ -44,7 +47,7 @@ class Result:
     mixing: dict | None = None  # how well models agree (decentralized algorithms): see summary()
     memory: object = None       # simfog.memory.Memory per rank, when known
     columns: dict | None = None  # name -> (simulated ranks, iterations) float array
-    path: str = "events"
+    path: str = PATH_EVENTS
     make_records: Callable[[], list] | None = field(default=None, repr=False)
     make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
 
@@ -109,7 +112,8 @@ class Result:
 
     def summary(self) -> dict:
         """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was
-        simulated: "analytic" (simfog.analytic, schedules fixed before the run) or "events" (the event engine)."""
+        simulated: "analytic" (a family's closed form, schedules fixed before the run), "fluid" or "events" (the event
+        engine)."""
         exp = self.experiment
         ends, compute_s, comm_s, exposed, idle_s = self._stats()
         per_iteration = np.diff(np.concatenate([[0.0], ends]))

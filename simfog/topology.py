@@ -11,7 +11,7 @@ BlueFog stores the transpose (its networkx edge i→j carries the weight j gives
 
 Sources (bluefog/common/topology_util.py, bluefog/common/nccl_controller.cc; BAGUA
 rust/bagua-core/bagua-core-internal/src/comm_ops/decentralized_full_precision_synchronous.rs and
-bagua/torch_api/algorithms/decentralized.py; /shared/ALGORITHMS.md §4-§5):
+bagua/torch_api/algorithms/decentralized.py; docs/ALGORITHMS.md §4.3, §5):
 
 - Static graphs use the weights stored in BlueFog's graph, i.e. neighbor_allreduce after
   `set_topology(G, is_weighted=True)`. With is_weighted=False BlueFog averages uniformly, 1/(in-degree+1); that

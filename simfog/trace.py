@@ -95,7 +95,7 @@ class ModelTrace:
     # Per sample: the rank it was recorded on, for a trace of several ranks (`simfog import kineto DIR`); empty =
     # one rank, or not known. Every rank then has the same number of samples, and its j-th sample (in order) is
     # recorded iteration j, the one its peers' j-th samples ran with. The engine draws one recorded iteration per
-    # simulated iteration and gives simulated rank r recorded rank r mod R's sample of it (simfog.engine).
+    # simulated iteration and gives simulated rank r recorded rank r mod R's sample of it (simfog.engine.compute).
     sample_ranks: tuple[int, ...] = ()
 
     @property

@@ -130,7 +130,7 @@ def hsdp_groups(ranks: int, gpus_per_node: int) -> list[int]:
 
 
 def _fsdp_space(exp: Experiment, sizes: int, max_prefetch: int):
-    from simfog.algorithms.sharded import fsdp_units
+    from simfog.algorithms.sharded.plan import fsdp_units
 
     trace = exp.workload.trace
     layer_B = [b for layer in trace.layers if (b := sum(t.nbytes for t in layer.params)) > 0]

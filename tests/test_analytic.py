@@ -13,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from simfog import analytic
 from simfog.experiment import Heterogeneity
-from simfog.simulation import new_simulation, simulate
+from simfog.simulation import new_simulation, simulate, why_events
 from tests.conftest import REPO, make_experiment, make_trace
 
 MERGES = ["wfbp", "single", "threshold", "ddp", "bagua", "mgwfbp", "optimal"]
@@ -152,7 +151,7 @@ def test_property_analytic_equals_events(merge, collective, nodes, gpus, iterati
 def test_dynamic_schedules_take_the_event_engine(why, changes):
     exp = make_experiment(TRACES["fixed"], nodes=2, gpus_per_node=2, **{"merge": "ddp", **changes})
     sim = new_simulation(exp)
-    assert why in analytic.why_events(sim)
+    assert why in why_events(sim)
     result = sim.run()
     assert result.path == "events" and result.summary()["path"] == "events"
     with pytest.raises(ValueError, match="analytic path was requested"):

@@ -1,8 +1,8 @@
-"""The analytic path of the dataflow algorithms (simfog.analytic_flow) equals the event engine bit for bit: every
-algorithm and option it takes, on one and several nodes, mean and sampled compute, slowdowns and stragglers,
-capped flows, oversubscription and degraded NICs, over several iterations and seeds. Both time messages as if
-a step's all started together (comm.p2p_sharing = "together", the default); fluid sharing has its own evaluation in
-time order (simfog.flow_fluid, tests/test_p2p_fluid.py)."""
+"""The analytic path of the dataflow algorithms (simfog.algorithms.dataflow.closed_form) equals the event engine bit
+for bit: every algorithm and option it takes, on one and several nodes, mean and sampled compute, slowdowns and
+stragglers, capped flows, oversubscription and degraded NICs, over several iterations and seeds. Both time messages as
+if a step's all started together (comm.p2p_sharing = "together", the default); fluid sharing has its own evaluation in
+time order (simfog.algorithms.dataflow.fluid, tests/test_p2p_fluid.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from simfog import analytic
 from simfog.cluster import Cluster, Link
 from simfog.experiment import Heterogeneity
-from simfog.simulation import new_simulation, simulate
+from simfog.simulation import new_simulation, simulate, why_events
 from tests.conftest import make_experiment
 from tests.test_analytic import TRACES, assert_same
 
@@ -107,9 +106,9 @@ def test_one_rank_and_the_path_taken():
         one = make_experiment(TRACES["sampled"], nodes=1, gpus_per_node=1, algorithm=algorithm, compute="samples")
         assert_same(one)
     sim = new_simulation(_experiment("decentralized", {}, 2, 2, "samples", 2, 1))
-    assert analytic.why_events(sim) is None
+    assert why_events(sim) is None
     result = sim.run()
     assert result.path == "analytic" and result.summary()["path"] == "analytic" and result.records is None
     win_put = new_simulation(_experiment("win_put", {}, 2, 2, "mean", 1, 0))  # one-sided puts: a fixed Plan too
-    assert analytic.why_events(win_put) is None
+    assert why_events(win_put) is None
     assert simulate(win_put.experiment).path == "analytic"

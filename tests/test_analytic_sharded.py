@@ -1,6 +1,6 @@
-"""The analytic path of the sharded algorithms (simfog.analytic_sharded) equals the event engine bit for bit: over a
-grid of fsdp units, prefetch, resharding, hsdp groups, ZeRO stages with and without overlap, bucket sizes, mixed
-dtypes, compute modes, collectives, rank counts and heterogeneity, the summary, the per-iteration frame and every
+"""The analytic path of the sharded algorithms (simfog.algorithms.sharded.closed_form) equals the event engine bit for
+bit: over a grid of fsdp units, prefetch, resharding, hsdp groups, ZeRO stages with and without overlap, bucket sizes,
+mixed dtypes, compute modes, collectives, rank counts and heterogeneity, the summary, the per-iteration frame and every
 interval are equal (floats compared with ==), and the path is chosen automatically and named in the summary."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simfog import analytic
-from simfog.algorithms.sharded import _Sharded
-from simfog.algorithms.sharded_plans import FSDP
+from simfog.algorithms.sharded.program import FSDP
+from simfog.algorithms.sharded.program import ShardedAlgorithm as _Sharded
 from simfog.experiment import Heterogeneity
-from simfog.simulation import new_simulation, simulate
+from simfog.simulation import new_simulation, simulate, why_events
 from tests.conftest import make_experiment, make_trace
 from tests.test_analytic import assert_same as assert_same_results
 
@@ -158,7 +157,7 @@ def test_property_analytic_equals_events(algorithm, nodes, gpus, iterations, see
 def test_chosen_automatically_and_named(algorithm):
     exp = make_experiment(TRACES["samples"], compute="samples", algorithm=algorithm)
     sim = new_simulation(exp)
-    assert analytic.why_events(sim) is None
+    assert why_events(sim) is None
     result = sim.run()
     assert result.path == "analytic" and result.summary()["path"] == "analytic" and result.records is None
     assert simulate(exp, path="events").summary()["path"] == "events"
@@ -170,7 +169,7 @@ def test_an_algorithm_that_changes_the_program_takes_the_event_engine(monkeypatc
 
     monkeypatch.setattr(FSDP, "run_iteration", run_iteration)
     exp = make_experiment(TRACES["mean"], algorithm="fsdp")
-    assert "overrides run_iteration" in analytic.why_events(new_simulation(exp))
+    assert "overrides run_iteration" in why_events(new_simulation(exp))
     assert simulate(exp).path == "events"
     with pytest.raises(ValueError, match="analytic path was requested"):
         simulate(exp, path="analytic")
@@ -188,7 +187,7 @@ def test_every_rank_at_scale_in_closed_form():
 def test_record_order_breaks_ties_by_issue_whatever_the_layout():
     """Columns are laid out by group kind, not in issue order; collectives that tie (same end and start) are still
     recorded in issue order."""
-    from simfog.analytic_records import Records
+    from simfog.algorithms.sharded.closed_form_records import Records
 
     rec = object.__new__(Records)
     rec.cols, rec.issue = [0, 1, 2, 3], np.array([2, 0, 1, 3])

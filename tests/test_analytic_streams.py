@@ -1,6 +1,6 @@
-"""Several communication streams sharing links (comm.streams > 1): simfog.analytic_streams' loop over the
-collectives equals the event engine bit for bit wherever it runs, and hands over to the engine where SimPy's order of
-same-instant events decides."""
+"""Several communication streams sharing links (comm.streams > 1): simfog.algorithms.allreduce.closed_form_streams'
+loop over the collectives equals the event engine bit for bit wherever it runs, and hands over to the engine where
+SimPy's order of same-instant events decides."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simfog import analytic
 from simfog.experiment import Heterogeneity
-from simfog.simulation import new_simulation, simulate
+from simfog.simulation import new_simulation, simulate, why_events
 from tests.conftest import make_experiment, make_trace
 from tests.test_analytic import HETERO, OVERHEADS, TRACES, _shipped, assert_same
 
@@ -103,7 +102,7 @@ def test_one_rank_takes_the_event_engine():
     """One rank: its collectives take no time and end at the instant they start, where SimPy's tie order decides."""
     exp = make_experiment(TRACES["fixed"], nodes=1, gpus_per_node=1, merge="wfbp", streams=2)
     sim = new_simulation(exp)
-    assert "takes no time" in analytic.why_events(sim)
+    assert "takes no time" in why_events(sim)
     assert sim.run().summary()["path"] == "events"
     with pytest.raises(ValueError, match="analytic path was requested"):
         new_simulation(exp, path="analytic").run()
@@ -126,7 +125,7 @@ def _tied(**extra):
 ])
 def test_ties_hand_over_to_the_event_engine(exp, why):
     sim = new_simulation(exp, symmetric=False)
-    assert analytic.why_events(sim) is None
+    assert why_events(sim) is None
     result = sim.run()
     assert result.path == "events"
     with pytest.raises(ValueError, match=why):
@@ -140,7 +139,7 @@ def test_ties_hand_over_to_the_event_engine(exp, why):
 def test_blocks_of_ranks_sum_alike(monkeypatch):
     """Large runs sum their comm records in blocks of ranks (bounded tables): blocks of a few ranks give the
     same bits."""
-    from simfog import analytic_streams
+    from simfog.algorithms.allreduce import closed_form_streams as analytic_streams
 
     monkeypatch.setattr(analytic_streams, "CHUNK", 40)
     exp = make_experiment(TRACES["sampled"], nodes=3, gpus_per_node=4, merge="wfbp", collective="ring",

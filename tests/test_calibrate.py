@@ -26,7 +26,7 @@ BASE = Cluster(2, 4, Link(1e-6, 1e11), Link(10e-6, 1.25e9), oversubscription=2.0
 
 
 def ring_time(coll, n, nbytes, alpha, beta):
-    """Closed forms written out (ALGORITHMS.md §3), independent of calibrate.coefficients."""
+    """Closed forms written out (docs/ALGORITHMS.md §3), independent of calibrate.coefficients."""
     return {"allreduce": 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta,
             "allgather": (n - 1) * alpha + (n - 1) / n * nbytes * beta,
             "reduce_scatter": (n - 1) * alpha + (n - 1) / n * nbytes * beta,

@@ -1,4 +1,4 @@
-"""Collective cost functions against their closed forms (ALGORITHMS.md §3), written out by hand here."""
+"""Collective cost functions against their closed forms (docs/ALGORITHMS.md §3), written out by hand here."""
 
 from __future__ import annotations
 
@@ -147,8 +147,8 @@ def test_ring_uses_the_nic_only_for_hops_leaving_a_node():
     c = Cluster(2, 4, intra=Link(0.0, 1e30), nic=Link(AN, 1 / BN))
     n = 8
     assert model(c, "ring").allreduce(M) == pytest.approx(2 * (n - 1) * (AN + M / n * BN), rel=1e-12)
-    # DESIGN.md measurement, 16 MiB at 200 Mbit/s: 2 ranks per node cost 1.5× one rank per node (0.992 s measured
-    # against 0.702 s; the α-β bound is 0.671 s · 1.5 = 1.007 s)
+    # Measured on the emulated cluster (2 nodes, tbf 200 Mbit/s, gloo), 16 MiB: 2 ranks per node cost 1.5× one rank
+    # per node (0.992 s measured against 0.702 s; the α-β bound is 0.671 s · 1.5 = 1.007 s)
     nic = Link(0.0, 25e6)
     one = model(Cluster(2, 1, intra=Link(0.0, 1e30), nic=nic), "ring").allreduce(16 * 2**20)
     two = model(Cluster(2, 2, intra=Link(0.0, 1e30), nic=nic), "ring").allreduce(16 * 2**20)

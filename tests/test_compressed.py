@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simfog.algorithms.allreduce.compressed import powersgd_sizes
 from simfog.algorithms.codecs import CODEC_BANDWIDTH_Bps, minmax_uint8_bytes
-from simfog.algorithms.compressed import powersgd_sizes
 from simfog.cluster import Link
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity

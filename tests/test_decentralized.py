@@ -10,7 +10,7 @@ import pytest
 
 from simfog import experiment
 from simfog.algorithms.codecs import minmax_uint8_bytes
-from simfog.algorithms.dataflow import split_by_iteration
+from simfog.algorithms.dynamic.plan import split_by_iteration
 from simfog.cluster import Link
 from simfog.errors import ConfigError
 from simfog.experiment import Heterogeneity

@@ -49,3 +49,18 @@ def test_measured_trace_source_says_device_date_and_draws():
     assert src == "measured on synthetic (2026-11-21): each rank draws one of 3 recorded iterations per iteration"
     mean = make_experiment(trace, compute="mean")
     assert mean.workload.compute_source() == "measured on synthetic (2026-11-21): means of 3 recorded iterations"
+
+
+def test_default_reads_only_what_the_package_installs():
+    """A plain `pip install .` (no source checkout beside it) runs the README's first command: the default's trace
+    is package data, resolved inside the installed simfog package, and the packaging ships simfog/data/*."""
+    import tomllib
+    from pathlib import Path
+
+    import simfog
+
+    package = Path(simfog.__file__).resolve().parent
+    exp = experiment.load(cli.DEFAULT_EXPERIMENT)
+    assert Path(exp.workload.trace_path).resolve().is_relative_to(package / "data")
+    project = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    assert "data/*" in project["tool"]["setuptools"]["package-data"]["simfog"]

@@ -1,4 +1,4 @@
-"""The event engine against the closed-form recurrences of ALGORITHMS.md §1, and its own invariants."""
+"""The event engine against the closed-form recurrences of docs/ALGORITHMS.md §2, and its own invariants."""
 
 from __future__ import annotations
 

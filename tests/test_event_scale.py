@@ -330,8 +330,7 @@ def test_numpy_summary_of_overlapping_and_unsorted_intervals():
 def test_split_rounds_is_split_by_iteration_for_every_rank():
     """BAGUA async's round, cut for every rank at once, gives split_by_iteration's pieces rank by rank, also where
     rounds start or end exactly on an iteration's start and where iterations take no time."""
-    from simfog.algorithms.asynchronous import split_rounds
-    from simfog.algorithms.dataflow import split_by_iteration
+    from simfog.algorithms.dynamic.plan import split_by_iteration, split_rounds
 
     rng = np.random.default_rng(1)
     for trial in range(300):

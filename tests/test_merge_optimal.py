@@ -86,7 +86,8 @@ def test_needs_a_cost_model():
 
 def _load(trace: str, cluster: str, comm: str, tmp_path) -> experiment.Experiment:
     f = tmp_path / "e.toml"
-    f.write_text(f'seed = 1\niterations = 2\n[workload]\ntrace = "{ROOT / "traces" / trace}"\ncompute = "mean"\n'
+    path = ROOT / "traces" / trace if (ROOT / "traces" / trace).exists() else ROOT / "simfog" / "data" / trace
+    f.write_text(f'seed = 1\niterations = 2\n[workload]\ntrace = "{path}"\ncompute = "mean"\n'
                  f"[cluster]\n{cluster}\n[comm]\n{comm}\n")
     return experiment.load(f)
 

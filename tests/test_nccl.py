@@ -54,14 +54,15 @@ def test_ring_simple_multi_node_plateau_by_hand():
 
 def test_ring_plateau_counts_run_time_channels():
     # 2.30 tuning.cc:648 tests nBytes / (comm->nChannels x nRanks) >= 64 with the run-time count, which
-    # ncclTopoPostset (connect.cc) makes twice the graph's 8: 16 x 16 ranks x 64 = 16 KiB, not 8 KiB.
+    # ncclTopoPostset (connect.cc) makes twice the graph's 8: 16 x 16 ranks x 64 = 16 KiB, not 8 KiB. (NCCL's
+    # estimate: the time it delivers at these sizes runs on fewer channels, test_delivered_time_...)
     assert nccl.runtime_channels(A100, 16, 2) == 16
     bw = 1000 * 100 * 16 / 30
-    assert nccl.time_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
+    assert nccl.estimate_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
         (147.6 + 8192 / bw) * US, rel=1e-9)
-    assert nccl.time_s("allreduce", 16383, 16, 2, A100, "ring", "Simple") == pytest.approx(
+    assert nccl.estimate_s("allreduce", 16383, 16, 2, A100, "ring", "Simple") == pytest.approx(
         (147.6 + 16383 / bw) * US, rel=1e-9)
-    assert nccl.time_s("allreduce", 16384, 16, 2, A100, "ring", "Simple") == pytest.approx(
+    assert nccl.estimate_s("allreduce", 16384, 16, 2, A100, "ring", "Simple") == pytest.approx(
         (147.6 * 1.4 + 16384 / bw) * US, rel=1e-9)
 
 
@@ -73,9 +74,9 @@ def test_ring_plateau_hopper_doubles_channels_again():
     fast = nccl.NcclNetwork(900e9, 200e9, channels=4, gpu_arch="hopper")
     slow = nccl.NcclNetwork(900e9, 160e9, channels=4, gpu_arch="hopper")
     assert [nccl.runtime_channels(n, r, k) for n, r, k in ((fast, 16, 2), (slow, 16, 2), (fast, 8, 1))] == [16, 8, 8]
-    assert nccl.time_s("allreduce", 8192, 16, 2, fast, "ring", "Simple") == pytest.approx(
+    assert nccl.estimate_s("allreduce", 8192, 16, 2, fast, "ring", "Simple") == pytest.approx(
         (131.6 + 8192 / (1000 * 200 * 16 / 30)) * US, rel=1e-9)
-    assert nccl.time_s("allreduce", 8192, 16, 2, slow, "ring", "Simple") == pytest.approx(
+    assert nccl.estimate_s("allreduce", 8192, 16, 2, slow, "ring", "Simple") == pytest.approx(
         (131.6 * 1.4 + 8192 / (1000 * 160 * 16 / 30)) * US, rel=1e-9)
 
 
@@ -85,8 +86,37 @@ def test_nccl_2_8_tables_by_hand():
     # 8 ranks on 2 nodes, Volta: lat = 3.6 + (14 - 2) x 0.47 x 1.8 + 2 x 2.7 = 19.152 us;
     # busBw = min(llMaxBw[Intel][N2] 39.0, 20 x 1/4) = 5 GB/s; algBw = 5 x 8/14.
     net = nccl.NcclNetwork(100e9, 20e9, latency_inter_s=7 * US, channels=2, version="2.8", gpu_arch="volta")
-    t = nccl.time_s("allreduce", 4096, 8, 2, net, "ring", "LL")
+    t = nccl.estimate_s("allreduce", 4096, 8, 2, net, "ring", "LL")
     assert t == pytest.approx((19.152 + 2 * 7 + 4096 / (1000 * 5 * 8 / 14)) * US, rel=1e-9)
+
+
+def test_delivered_time_runs_on_the_channels_nccl_launches():
+    # enqueue.cc (2.8-2.30): after the choice, nc = comm->nChannels (16 here: twice the graph's 8) is cut while
+    # nBytes < nc x nThreads x threadThreshold. Ring Simple: 512 threads x 64 B = 32 KiB per channel; Ring LL:
+    # 512 x 8 B x nRanks 16 = 64 KiB; Tree LL128: 640 x 8 B = 5 KiB. The bytes move at nc/16 of the bandwidth.
+    # Ring Simple, 16 ranks on 2 nodes, 64 KiB: nc = 2; lat 147.6 x 1.4 (plateau: 64 KiB / (16 x 16) >= 64).
+    bw = 1000 * 100 * 16 / 30
+    assert nccl.time_s("allreduce", 2**16, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 * 1.4 + 2**16 / (bw * 2 / 16)) * US, rel=1e-9)
+    assert nccl.time_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 8192 / (bw / 16)) * US, rel=1e-9)  # one channel
+    assert nccl.time_s("allreduce", 2**19, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 * 1.4 + 2**19 / bw) * US, rel=1e-9)  # 16 x 32 KiB: every channel
+    # Ring LL, 256 KiB: nc = 4 of 16. lat = 6.6 + 28 x max(0.6, 1) + 2 x (2.7 + 4) = 48.0; busBw = min(llMaxBw
+    # [Intel][N2] 39, 0.5 x 100) = 39.
+    assert nccl.time_s("allreduce", 2**18, 16, 2, A100, "ring", "LL") == pytest.approx(
+        (48.0 + 2**18 / (1000 * 39 * 16 / 30 * 4 / 16)) * US, rel=1e-9)
+    # Tree LL128 at 4 nodes (test_tree_ll128_four_nodes_by_hand), 20 KiB: nc = 4 of 16; correction[LL128][8] 0.8.
+    assert nccl.time_s("allreduce", 20480, 32, 4, A100, "tree", "LL128") == pytest.approx(
+        (81.5 + 20480 / (1000 * 43.125 * 0.8 * 4 / 16)) * US, rel=1e-9)
+    # NCCL chooses with every channel (its estimate), and NVLS keeps its channels.
+    assert nccl.estimate_s("allreduce", 8192, 16, 2, A100, "ring", "Simple") == pytest.approx(
+        (147.6 + 8192 / bw) * US, rel=1e-9)
+    # A PCIe node whose ring carries <= 12 GB/s runs Ring Simple on 256 threads: 16 KiB per channel. 8 ranks, one
+    # node, 2 graph channels -> 4: 32 KiB on 2 of them. lat = 8.4 + 14 x hwLat[PCI][Ring][Simple] 5.7 = 88.2.
+    pci = nccl.NcclNetwork(10e9, 10e9, channels=2, intra_transport="pci")
+    assert nccl.time_s("allreduce", 2**15, 8, 1, pci, "ring", "Simple") == pytest.approx(
+        (88.2 + 2**15 / (1000 * 10 * 8 / 14 * 2 / 4)) * US, rel=1e-9)
 
 
 @pytest.mark.parametrize("op,cap,nsteps", [("broadcast", 18.8, 8), ("reduce", 12.0, 8), ("allgather", 18.3, 7),

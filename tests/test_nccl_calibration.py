@@ -275,3 +275,59 @@ def test_srun_task_labels_are_read_through(tmp_path):
     trace = import_nccl_tests(path)
     assert [(m.ranks, m.nodes, m.bytes) for m in trace.measurements] == [(8, 2, 8), (8, 2, 1024), (8, 2, 2**20)]
     assert nccl_facts.arch_of(trace) == "hopper"
+    # from 10 tasks on srun right-aligns the label (` 0: `, and `  0: ` from 100), as Alps' 4-128-node logs have it
+    for pad in (" ", "  "):
+        path.write_text("+ srun -l all_reduce_perf\n" + "\n".join(f"{pad}0: {line}" for line in lines) + "\n")
+        assert [m.bytes for m in import_nccl_tests(path).measurements] == [8, 1024, 2**20]
+
+
+def test_nics_per_node_fitted_from_logs_at_several_gpus_per_node():
+    # 2-node alltoall at 1, 2, 4, 8 GPUs per node with 4 NICs: the node's remote share G x S/2 leaves through
+    # min(G, 4) NICs, so the time doubles from 4 to 8 GPUs and not before. Nobody states the NICs: the fit finds 4.
+    net = replace(H100, nics_per_node=4)
+    logs = [synthetic([(1, 1), (4, 1), (8, 1)], net, ops=("alltoall", "sendrecv")),
+            synthetic([(2 * g, 2) for g in (1, 2, 4, 8)], net, ops=("alltoall", "sendrecv"))]
+    cal = nccl_fit.fit(logs, version="2.29.2", gpu_arch="hopper", intra_transport="nvswitch")
+    assert cal.network.nics_per_node == 4
+    assert "NICs per node 4 (logs at 1, 2, 4, 8 GPUs per node on several nodes)" in cal.fitted
+    assert np.median(cal.errors()) < 0.01
+    # logs of one GPU count per node cannot tell: no rails, as before
+    one = nccl_fit.fit([synthetic([(8, 1), (16, 2)], net, ops=("alltoall",))], version="2.29.2", gpu_arch="hopper")
+    assert one.network.nics_per_node is None
+
+
+def test_inter_node_bus_bandwidth_from_the_p2p_nic_rate_without_multi_node_collective_logs():
+    # one-node allreduce, 2-node alltoall / sendrecv only: the collectives between nodes run on the NICs the p2p
+    # logs measured, p2p NIC rate x NICs (40 GB/s x 8), not on the one-node bus bandwidth
+    logs = [synthetic([(8, 1)], H100, ops=("allreduce",)),
+            synthetic([(16, 2)], H100, ops=("alltoall", "sendrecv"))]
+    cal = nccl_fit.fit(logs, **HARDWARE)
+    assert cal.network.p2p_nic_Bps == pytest.approx(40e9, rel=0.03)
+    assert cal.network.inter_bus_Bps == pytest.approx(8 * cal.network.p2p_nic_Bps, rel=1e-9)
+    assert any(a.startswith("bus bandwidth between nodes = the p2p NIC rate") for a in cal.assumed)
+
+
+def test_without_one_node_logs_the_constant_goes_to_the_network_latency():
+    # 2-node logs alone cannot tell a per-operation launch from the inter-node latency (both add a constant there);
+    # NCCL's model has no launch term, so none is fitted and latencyInter carries the constant. Truth: launch 0,
+    # latencyInter 12 us (a socket-like network): recovered, and so are the 8-node times.
+    net = replace(H100, launch_s=0.0, latency_inter_s=12 * US, channels=8, nics_per_node=None, nic_Bps=None)
+    cal = nccl_fit.fit([synthetic([(16, 2)], net)], version="2.29.2", gpu_arch="hopper", channels=8)
+    assert cal.network.launch_s == 0.0 and "launch" not in cal.fitted
+    assert any(a.startswith("launch 0 (no one-node logs") for a in cal.assumed)
+    assert cal.network.latency_inter_s == pytest.approx(12 * US, rel=0.05)
+    for b in (8, 2**16):
+        assert nccl.choose("allreduce", b, 64, 8, cal.network).time_s == pytest.approx(
+            nccl.choose("allreduce", b, 64, 8, net).time_s, rel=0.05)
+
+
+def test_nics_without_their_rate_derive_the_channels_at_the_rate_the_logs_measure():
+    # 4 NICs stated, their rate not: NCCL's search would derive the channels from the NICs and their rate, so the
+    # fit takes the p2p NIC rate the logs measure (40 GB/s) and derives from it (unless the logs identify a count)
+    net = replace(H100, nics_per_node=4)
+    logs = synthetic([(8, 1), (16, 2)], net, ops=("allreduce", "alltoall"))
+    cal = nccl_fit.fit([logs], version="2.29.2", gpu_arch="hopper", intra_transport="nvswitch", nics_per_node=4)
+    note = next(a for a in cal.assumed if "derived from the 4 NICs" in a)
+    expected = nccl.derived_channels(replace(net, nic_Bps=cal.network.p2p_nic_Bps), 4, 2)
+    assert note.startswith(f"channels {expected} ") and "40 GB/s per NIC" in note
+    assert cal.network.nic_Bps is None  # the rate stays unstated in the network

@@ -19,6 +19,7 @@ US = 1e-6
 TRUE = nccl.NcclNetwork(intra_bus_Bps=230e9, inter_bus_Bps=120e9, latency_inter_s=4 * US, launch_s=6 * US,
                         channels=8, tree_fill_B=100e3)
 SIZES = [2**k for k in range(3, 31, 2)]
+OFF = {"tree_fill_B": 0.0, "two_node_tree_gain": 1.0}  # simfog's additions off where the logs cannot tell them
 A100 = REF / "nccl-tests" / "echo-a100-azure"
 needs_ref = pytest.mark.skipif(not A100.is_dir(), reason=f"nccl-tests reference logs not at {A100}")
 
@@ -58,10 +59,24 @@ def test_additions_stay_off_where_the_logs_cannot_tell_them():
     # reference logs before; issue 23: defaults of simfog's additions are off, fitted only when identified)
     exact = replace(TRUE, tree_fill_B=0.0)
     for layouts in ([(8, 1), (16, 2)], [(8, 1), (16, 2), (32, 4), (64, 8)]):
-        cal = nccl_fit.fit([synthetic(layouts, exact)], channels=8)
+        cal = nccl_fit.fit([synthetic(layouts, exact)], channels=8, unidentified=OFF)
         assert cal.network.tree_fill_B == 0 and "tree fill" not in cal.fitted
         assert "tree fill (off: not identified)" in cal.assumed and np.median(cal.errors()) < 0.01
         assert cal.network.net_latency_s == (0.0, 0.0, 0.0) and cal.network.two_node_tree_gain == 1.0
+
+
+def test_terms_the_logs_cannot_tell_take_the_default_given():
+    # 2-node logs cannot identify the tree fill: it stays at the value given for that case (the bench learns it
+    # across clusters; simfog ships the value learned from all of them, nccl_fit.UNIDENTIFIED)
+    net = replace(TRUE, tree_fill_B=65536.0)
+    cal = nccl_fit.fit([synthetic([(8, 1), (16, 2)], net)], channels=8,
+                       unidentified={"tree_fill_B": 65536.0, "two_node_tree_gain": 1.0})
+    assert cal.network.tree_fill_B == 65536.0 and "tree fill" not in cal.fitted
+    assert f"tree fill (64 KiB, {nccl_fit.UNIDENTIFIED_SOURCE}: not identified)" in cal.assumed
+    assert np.median(cal.errors()) < 0.01
+    logs = [synthetic([(8, 1), (16, 2)], replace(TRUE, tree_fill_B=0.0))]  # without: simfog's shipped values
+    assert nccl_fit.fit(logs, channels=8).network == nccl_fit.fit(
+        logs, channels=8, unidentified=nccl_fit.UNIDENTIFIED).network
 
 
 def test_a_plugin_costlier_protocol_is_fitted():

@@ -1,6 +1,6 @@
-"""Fluid sharing of point-to-point messages over the whole run (simfog.flow_fluid, comm.p2p_sharing = "fluid"):
-hand-worked processor sharing, agreement with the start-together model where ranks run in step, the NIC never
-carrying more than its rate, and the refusals."""
+"""Fluid sharing of point-to-point messages over the whole run (simfog.algorithms.dataflow.fluid,
+comm.p2p_sharing = "fluid"): hand-worked processor sharing, agreement with the start-together model where ranks run in
+step, the NIC never carrying more than its rate, and the refusals."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfog.cluster import Cluster, Link
+from simfog.engine.sharing import SharedLinks
 from simfog.errors import ConfigError
 from simfog.experiment import Comm, Experiment, Workload, from_dict
-from simfog.flow_fluid import SharedLinks
 from simfog.simulation import simulate
 from simfog.trace import load_model_trace
 from tests.conftest import make_experiment

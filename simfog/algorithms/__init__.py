@@ -1,22 +1,21 @@
-"""Training algorithms: what each rank communicates, when, and with whom.
+"""Training algorithms (comm.algorithm), by family: what each rank communicates, when, and with whom.
 
-An algorithm is a class registered here, built with the Simulation, with:
-- `symmetric` (class attribute): True when it treats all ranks alike (the engine may then simulate one rank);
-- `backward_started(rank, iteration, sample, t_backward) -> simpy.Event | None`: called when a rank starts
-  backward; returns the event the rank's optimizer step must wait for (None: nothing to wait for);
-- `describe_buckets() -> list[dict]`: what is sent per iteration (for the Result);
-- optionally `run_iteration(rank, iteration, sample, slow, delay)`: a SimPy generator running one whole iteration
-  (records its own intervals; sharded algorithms, whose communication gates compute), and `memory() -> Memory`.
+Every algorithm implements the protocol of simfog.engine.protocol.TrainingAlgorithm (its docstring lists every
+hook an engine may call). A family is one folder whose modules bear the same names in every family:
+
+- `plan.py`: what is decided before the run (buckets, Plans, launch times, costs), pure functions;
+- `program.py`: the algorithms' classes and what each rank does on the event engine (their SimPy hooks);
+- `closed_form.py`: the same run solved without the event engine, bit for bit (or, where the family decides at
+  run time, why it cannot be);
+- `__init__.py`: the family's semantics and sources, and the registration of its algorithms by name.
+
+Families: allreduce (static buckets, plain and compressed), sharded (FSDP2, HSDP, ZeRO 1-3), dataflow
+(decentralized averaging: BlueFog, BAGUA, win_put), dynamic (decided at run time: Horovod, WAGMA, BAGUA async).
+Shared by families: codecs (compression), mixing (how well models agree), sums (the closed forms' sums).
+A new family is one folder and one line below (README.md, "Architecture"; docs/DEVELOPING.md).
 """
 
-from simfog.algorithms import (  # each module registers its entries
-    allreduce,  # noqa: F401
-    asynchronous,  # noqa: F401
-    compressed,  # noqa: F401
-    decentralized,  # noqa: F401
-    sharded_plans,  # noqa: F401  (fsdp, hsdp, zero1-3 on simfog.algorithms.sharded's machinery)
-    wagma,  # noqa: F401
-)
+from simfog.algorithms import allreduce, dataflow, dynamic, sharded  # noqa: F401  (each registers its algorithms)
 from simfog.algorithms.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

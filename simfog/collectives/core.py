@@ -1,7 +1,7 @@
 """Collective cost functions: seconds for a collective algorithm on M bytes among a group of ranks of a cluster.
 
 Pure α-β(-γ) closed forms, one private function per algorithm, chosen by name from `ALGORITHMS`; `CostModel` binds
-one algorithm to a cluster and memoizes. Notation (as in shared/ALGORITHMS.md §3): n ranks in the group, m nodes
+one algorithm to a cluster and memoizes. Notation (as in docs/ALGORITHMS.md §1, §3): n ranks in the group, m nodes
 they occupy, L = Group.per_node (the most ranks on one node), M bytes (the full buffer per rank, nccl-tests' "size"),
 α_i, β_i the intra-node link, α_n, β_n the inter-node link (`Cluster.inter`: the NIC, slowed by oversubscription),
 γ = `Cluster.gamma_s_per_B` per byte of reduction arithmetic. A group of one rank costs 0 under every algorithm.
@@ -174,7 +174,7 @@ def _tree(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
     D = ⌈log2 L⌉·α_i + ⌈log2 m⌉·α_n is the latency down one two-level tree (= ⌈log2 n⌉·α on a uniform link);
     β_b = the largest β among the links used. In a double tree every rank is interior in one tree (M/2 bytes)
     and a leaf in the other, so each rank sends and receives ~M per phase, and reduces ~M bytes:
-      allreduce       2D + 2·M·β_b + M·γ        (reduce up, broadcast down; ALGORITHMS.md: ~2·log2(n)·α + 2Mβ)
+      allreduce       2D + 2·M·β_b + M·γ        (reduce up, broadcast down; docs/ALGORITHMS.md §3: ~2·log2(n)·α + 2Mβ)
       broadcast       D + M·β_b
       allgather, reduce_scatter: ring's cost (NCCL implements these only with rings, src/graph/tuning.cc).
     Approximation: pipeline fill per chunk and NCCL's per-protocol constants are not modelled.
@@ -226,7 +226,7 @@ def _ps(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
 
     A phase moves B bytes in total through the S server NICs (B/S each) and W bytes through the busiest worker
     node's NIC, all messages at once: phase(B, W) = α_n + max(B/S, W)·β_n. Push sends each rank's data, pull
-    fetches the result; no aggregation inside a node (ALGORITHMS.md: push n·M in, pull n·M out):
+    fetches the result; no aggregation inside a node (docs/ALGORITHMS.md §3: push n·M in, pull n·M out):
       allreduce       phase(nM, LM) push + phase(nM, LM) pull + (n−1)·M/S·γ (servers sum n copies of M/S)
                       = 2α_n + 2·max(n/S, L)·Mβ_n + ...  (with S = m and n = mL: 2α_n + 2·L·Mβ_n)
       reduce_scatter  push phase(nM, LM) + pull of each rank's shard phase(M, L·M/n) + (n−1)·M/S·γ

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from simfog import units
 from simfog.nccl.calibrated import note_line
 
@@ -31,32 +29,12 @@ def add_overrides(parser) -> None:
 
 
 def load_with_overrides(args):
-    """The experiment named by args.file (or the embedded default) with command-line overrides applied."""
-    from dataclasses import replace
+    """The experiment named by args.file (or the embedded default) with the command line's overrides applied
+    (simfog.overrides, which the Python API shares)."""
+    from simfog.overrides import load_with_overrides as load
 
-    from simfog import collectives, experiment, merge
-    from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.errors import ConfigError
-
-    exp = experiment.load(Path(args.file) if args.file else DEFAULT_EXPERIMENT)
-    if args.ranks is not None:
-        exp = exp.with_ranks(args.ranks)
-    if args.merge is not None:
-        merge.POLICIES.get(args.merge, field="--merge")  # validates the name
-        exp = exp.with_comm(merge=args.merge)
-    if args.collective is not None:
-        collectives.ALGORITHMS.get(args.collective, field="--collective")
-        exp = exp.with_comm(collective=args.collective)
-    if args.threshold is not None:
-        exp = exp.with_comm(threshold_bytes=units.nbytes(args.threshold, field="--threshold"))
-    if args.iterations is not None or args.seed is not None:
-        seed = exp.seed if args.seed is None else args.seed
-        iterations = exp.iterations if args.iterations is None else args.iterations
-        experiment.check_run_size(seed, iterations, exp.ranks, seed_field="--seed", iterations_field="--iterations")
-        exp = replace(exp, seed=seed, iterations=iterations)
-    if exp.comm.merge == "threshold" and exp.comm.threshold_bytes is None:
-        raise ConfigError("--threshold", None, 'a size such as "25MiB" when merge = "threshold"')
-    return exp
+    return load(args.file, ranks=args.ranks, merge=args.merge, collective=args.collective,
+                threshold=args.threshold, iterations=args.iterations, seed=args.seed)
 
 
 def _what(s: dict) -> str:

@@ -1,8 +1,8 @@
 """Reading a PyTorch profiler (Kineto) Chrome trace into nested events, iterations and collectives.
 
-The layer attribution built on top of this lives in kineto.py. Formats and quirks: shared/ref/kineto-nccl and
-shared/ref/gloo-ddp-cpu PROVENANCE.md (two time bases, string pids, duplicate thread names, comm metadata only
-in newer traces, gloo work on `pt_gloo_runloop` threads).
+The layer attribution built on top of this lives in kineto.py. Formats and quirks, as real traces of NCCL and gloo
+DDP runs show them: two time bases, string pids, duplicate thread names, comm metadata only in newer traces, gloo
+work on `pt_gloo_runloop` threads.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Each line is printed by B-Caffe's `DistManager::print_overheads()` (hclhkbu/B-Caffe `src/caffe/distributed.cpp`):
 `[param_id, #elements, compute_us, comm_us(, merged_us)]`, one line per learnable blob in forward order; a
-file holds one or two dumps of all blobs. What the columns mean, and which dump to use, is documented in
-shared/ref/mgwfbp-googlenet/PROVENANCE.md; the rules are applied here as follows:
+file holds one or two dumps of all blobs. What the columns mean and which dump to use, read from that source and
+checked on the authors' published logs, give these rules:
 
 - compute/comm come from the first dump whose compute column is not all zero (older builds printed a dump of
   zeros before measuring); merged_us from the last dump (it is filled at the end of training);

@@ -174,11 +174,12 @@ def _transport(text: str, nodes: int, ranks: int, devices: list[str]) -> tuple[s
     return "unknown", "not recorded in the log (pass transport=...)"
 
 
-_SRUN_LABEL = re.compile(r"^\d+: ")
+_SRUN_LABEL = re.compile(r"^ *\d+: ")
 
 
 def _without_srun_labels(lines: list[str]) -> list[str]:
-    """Lines without Slurm's `srun -l` task labels (`0: # nThread ...`), when the header carries one."""
+    """Lines without Slurm's `srun -l` task labels (`0: # nThread ...`; right-aligned from 10 tasks on, ` 0: ` and
+    `  0: ` from 100), when the header carries one."""
     if any(_HEADER.match(line) for line in lines) or not any(
             _HEADER.match(_SRUN_LABEL.sub("", line)) for line in lines):
         return lines

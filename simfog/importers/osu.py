@@ -4,7 +4,7 @@ are recognised and read by simfog.importers.imb.
 Rows are `<bytes> <avg latency us> [min max iterations ...]` under a `# OSU MPI <Collective> Latency Test vX`
 header. One file may hold one run or several runs one after the other (a header each), e.g. a loop over process
 counts. OSU does not print the process count; per run it comes from, in this order: the `ranks` option, a
-`<nprocs>,` prefix on the rows (the MG-WFBP logs in shared/ref/mgwfbp-googlenet have it in some files and not in
+`<nprocs>,` prefix on the rows (the MG-WFBP authors' published OSU logs have it in some files and not in
 others), the last launcher line before the run (`mpirun -np 4 ...`, `srun -n 4 ...`, or a `# np = 4` comment), and
 for a file of one run the number in its name (`allreduce4.log`; with an ImporterWarning, since that is a guess).
 

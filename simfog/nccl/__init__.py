@@ -26,7 +26,7 @@ OPS = COLLECTIVES + p2p.OPS
 P2P = "p2p"  # the "algorithm" NCCL's point-to-point path stands for in a Choice
 
 __all__ = ["ALGOS", "ARCHS", "CPU_VENDORS", "NEWEST", "OPS", "PATHS", "PROTOS", "TRANSPORTS", "Choice", "NcclNetwork",
-           "bandwidth_Bps", "choose", "derived_bus_Bps", "derived_channels", "latency_s", "ll128_enabled",
+           "bandwidth_Bps", "choose", "derived_bus_Bps", "derived_channels", "estimate_s", "latency_s", "ll128_enabled",
            "parse_release", "runtime_channels", "tables", "time_s"]
 
 
@@ -52,11 +52,21 @@ def latency_s(op: str, algo: str, proto: str, ranks: int, nodes: int, net: NcclN
 
 
 def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, algo: str, proto: str) -> float | None:
-    """Seconds for one `op` of `nbytes` (nccl-tests' size) with the given algorithm and protocol, plus
+    """Seconds for one `op` of `nbytes` (nccl-tests' size) with the given algorithm and protocol as the network
+    delivers it (NCCL's formula on the channels it launches, simfog.nccl.model.launched_fraction), plus
     net.launch_s; None where NCCL would not use that pair. A single rank costs 0. Raises ConfigError for an
     unknown op, algorithm or protocol."""
     _check(op, algo, proto)
     return _collective_time_s(op, nbytes, ranks, nodes, net, algo, proto)
+
+
+def estimate_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, algo: str,
+               proto: str) -> float | None:
+    """NCCL's own estimate for one `op` of `nbytes` (ncclTopoGetAlgoTime: what it chooses with, the number its
+    tuning tables print): every channel, a 2-node tree at the bandwidth its search assumes, no launch; None where
+    NCCL would not use the pair. time_s is what the network delivers."""
+    _check(op, algo, proto)
+    return _collective_time_s(op, nbytes, ranks, nodes, net, algo, proto, nccl_view=True)
 
 
 def choose(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, *,

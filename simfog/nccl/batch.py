@@ -60,7 +60,7 @@ def choose_many(op: str, sizes: np.ndarray, ranks: int, nodes: int, net: NcclNet
         lat_view = model.latency_us(op, algo, proto, ranks, nodes, net, t, nccl_view=True) if nodes > 1 else lat
         plat = _plateau(op, algo, proto, sizes, ranks, nodes, net, t)
         views[row] = lat_view * plat + sizes / (1000.0 * bw_view * corr)
-        real = (lat * plat + sizes / (1000.0 * bw * corr)) * 1e-6
+        real = (lat * plat + sizes / (1000.0 * bw * corr * _launched(algo, proto, sizes, ranks, nodes, net, t))) * 1e-6
         if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
             fill = net.tree_fill_B
             real = real + 2 * np.log2(nodes) * (sizes * fill / (sizes + fill)) / (bw * corr * 1e9)
@@ -81,6 +81,14 @@ def _correction(op, algo, proto, k, net, t) -> np.ndarray:
         ok = (k >= 0) & (k < limit)
         return np.where(ok, table[np.clip(k, 0, limit - 1)], 1.0)
     return np.ones(k.shape)
+
+
+def _launched(algo, proto, sizes, ranks, nodes, net, t):
+    cut = model.channel_cut(algo, proto, ranks, nodes, net, t)
+    if cut is None:
+        return 1.0
+    n, per_channel = cut
+    return np.clip(np.floor(sizes) // per_channel, 1, n) / n
 
 
 def _plateau(op, algo, proto, sizes, ranks, nodes, net, t) -> np.ndarray:

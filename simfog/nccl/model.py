@@ -129,6 +129,41 @@ def runtime_channels(net: NcclNetwork, ranks: int, nodes: int, t: Tables | None 
     return n
 
 
+# enqueue.cc's channel cut (2.8-2.30 alike): bytes per thread before another channel is used (comm.h
+# NCCL_*_THREAD_THRESHOLD; Ring LL's is multiplied by nRanks in tuning.cc) and threads per channel (device.h
+# NCCL_*_MAX_NTHREADS; Ring Simple takes 256 where the ring graph carries at most PCI_BW = 12 GB/s).
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+PCI_BW_GBPS = 12.0
+
+
+def channel_cut(algo: str, proto: str, ranks: int, nodes: int, net: NcclNetwork,
+                t: Tables | None = None) -> tuple[int, int] | None:
+    """(comm->nChannels, bytes per channel) of enqueue.cc's channel cut for a Ring, Tree or PAT operation: after
+    the choice, while nBytes < nc · nThreads · threadThreshold, nc-- down to 1, so nc = clip(nBytes // bytes per
+    channel, 1, comm->nChannels). None for NVLS and CollNet (they keep their channels)."""
+    if algo.startswith("nvls") or algo.startswith("collnet"):
+        return None
+    t = t or tables(net.version)
+    threads = MAX_THREADS[proto]
+    if algo == "ring" and proto == "Simple" and net.intra_bus_Bps / 1e9 <= PCI_BW_GBPS:
+        threads = 256
+    per_channel = threads * THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
+    return runtime_channels(net, ranks, nodes, t), per_channel
+
+
+def launched_fraction(algo: str, proto: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork,
+                      t: Tables | None = None) -> float:
+    """nc / comm->nChannels of the channel cut (channel_cut): the share of the algorithm bandwidth one operation of
+    `nbytes` gets, each channel carrying an equal part. NCCL chooses with every channel; the cut changes only the
+    time it delivers."""
+    cut = channel_cut(algo, proto, ranks, nodes, net, t)
+    if cut is None:
+        return 1.0
+    n, per_channel = cut
+    return min(n, max(1, int(nbytes) // per_channel)) / n
+
+
 def bandwidth_GBps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: NcclNetwork,
                    t: Tables | None = None, nccl_view: bool = False) -> float:
     """NCCL's algorithm bandwidth (GB/s) before the size-dependent corrections: the graph's bus bandwidth, the
@@ -320,5 +355,6 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     fill = 0.0
     if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
         fill = 2 * math.log2(nodes) * (nbytes * net.tree_fill_B / (nbytes + net.tree_fill_B)) / bw
-    return lat * 1e-6 + nbytes / bw + fill + net.launch_s
+    return lat * 1e-6 + nbytes / (bw * launched_fraction(algo, proto, nbytes, ranks, nodes, net, t)) + fill \
+        + net.launch_s
 

@@ -47,7 +47,7 @@ def test_one_peer_exp2_schedule_is_the_topologys():
     (4, [[[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]]),
 ])
 def test_wagma_groups_are_the_simulators(size, groups):
-    """8 ranks: groups of S consecutive ranks, then stride-S groups (ALGORITHMS.md §6); with S = 4 the 3 bits
+    """8 ranks: groups of S consecutive ranks, then stride-S groups (docs/ALGORITHMS.md §4.4); with S = 4 the 3 bits
     leave a last layout of one bit (groups of 2)."""
     sim = _sim("wagma", 8, iterations=6, group_size=size, global_every=3)
     fields = decentralized.worker_fields(sim, warmup=1)

@@ -16,7 +16,7 @@ import pytest
 from simfog import merge
 from simfog.cluster import Cluster, Link
 from simfog.collectives import CostModel
-from simfog.engine import ComputeModel
+from simfog.engine.compute import ComputeModel
 from simfog.errors import ConfigError
 from simfog.trace import Layer, ModelTrace, Provenance, Tensor
 

@@ -3,8 +3,8 @@
 Both average the model's *parameters* (not gradients), as one flat buffer of the trace's tensors (the replay
 model's parameters are made views into it, so nothing is copied to send). The communication is fixed by the
 simulator's own objects, so that both sides move the same messages: `worker_fields` turns the `Simulation`'s
-algorithm (simfog.algorithms.decentralized.NeighborAveraging / simfog.algorithms.wagma.WAGMA) into an explicit
-per-iteration schedule that `validate.ranks.worker` follows.
+algorithm (simfog.algorithms.dataflow.bluefog.NeighborAveraging / simfog.algorithms.dynamic.program.WAGMA) into an
+explicit per-iteration schedule that `validate.ranks.worker` follows.
 
 - `NeighborExchange` (algorithm "neighbor", combine "awc", a non-hierarchical topology such as one_peer_exp2): at
   the end of forward (backward start) the rank posts `dist.isend` of its flat parameters to every `send_to` of its
@@ -68,8 +68,8 @@ def wagma_groups(alg) -> list[list[list[int]]]:
 
 
 def worker_fields(sim, warmup: int) -> dict:
-    """The worker configuration fields of a decentralized experiment, from `sim` (a simfog.engine.Simulation of the
-    simulated experiment): "algorithm", "schedule" (per run iteration, warm-up first: the topology phase, or the
+    """The worker configuration fields of a decentralized experiment, from `sim` (a simfog.simulation.Simulation of
+    the simulated experiment): "algorithm", "schedule" (per run iteration, warm-up first: the topology phase, or the
     WAGMA layout, -1 for a global step; run iteration i is the simulator's iteration i - warmup) and "exchanges"
     (neighbor: per phase, per rank [send_to, recv_from, self_weight, recv_weights]) or "groups" (wagma: per layout,
     its member lists). Raises ConfigError for another algorithm."""
@@ -135,7 +135,7 @@ def check_experiment(exp, mode: str) -> None:
         if comm.combine != "awc":
             raise ConfigError("comm.combine", comm.combine, "awc (the validator runs adapt-with-combine only)",
                               source=src)
-        from simfog.algorithms.decentralized import NeighborAveraging
+        from simfog.algorithms.dataflow.bluefog import NeighborAveraging
 
         name = comm.topology or NeighborAveraging.default_topology
         if topology(name, exp.cluster.ranks, ranks_per_node=exp.cluster.ranks_per_node).intra_node is not None:
@@ -152,11 +152,11 @@ def algorithm_label(exp) -> str:
     "wagma:S2:every5"), or fsdp with its unit, reshard_after_forward and prefetch ("fsdp:layer:reshard:k1")."""
     comm = exp.comm
     if comm.algorithm == "neighbor":
-        from simfog.algorithms.decentralized import NeighborAveraging
+        from simfog.algorithms.dataflow.bluefog import NeighborAveraging
 
         return f"neighbor:{comm.topology or NeighborAveraging.default_topology}"
     if comm.algorithm == "wagma":
-        from simfog.algorithms.wagma import WAGMA_GLOBAL_EVERY, WAGMA_GROUP_SIZE
+        from simfog.algorithms.dynamic.plan import WAGMA_GLOBAL_EVERY, WAGMA_GROUP_SIZE
 
         return (f"wagma:S{comm.group_size or min(WAGMA_GROUP_SIZE, exp.cluster.ranks)}:"
                 f"every{comm.global_every or WAGMA_GLOBAL_EVERY}")

@@ -1,7 +1,7 @@
 """Real runs of FSDP2 (`torch.distributed.fsdp.fully_shard`) for the validator, replay or model mode, gloo on CPU.
 
 The replay model (`validate.ranks.replay.ReplayModel` with `units`) has one `ReplayUnit` submodule per unit of the
-experiment's `comm.fsdp_unit` (simfog.algorithms.sharded.fsdp_units, the same layer groups the simulator uses);
+experiment's `comm.fsdp_unit` (simfog.algorithms.sharded.plan.fsdp_units, the same layer groups the simulator uses);
 `make` applies `fully_shard(unit, reshard_after_forward=...)` to each unit, in forward order, then to the root (the
 ReplayModel, which owns no parameters of its own: nothing of it is gathered). In model mode the unit is the list of
 the real model's modules its layers name (trace layer names are module paths), those with parameters, sharded as one
@@ -60,12 +60,12 @@ units with reshard on 2 ranks, -11 to -14 % in every run: simfog faster); per-la
 (-20 to -25 %). Before the collectives ran one at a time and FSDP2's host work per collective was measured
 (validate.host_calibration): median 7.0 / 8.1 / 6.7 %, simfog faster on every 4- and 8-rank row (ResNet-20 per
 layer on 4 ranks: measured communication 0.48 s per iteration against 0.23 s predicted over ~120 collectives).
-Memory: simfog's walk of FSDP2's allocations (simfog.algorithms.fsdp_memory) against the allocator's peak of one
+Memory: simfog's walk of FSDP2's allocations (simfog.algorithms.sharded.memory) against the allocator's peak of one
 profiled iteration (`MemoryProfile`, gloo's own temporaries left out): all 24 rows within 6.1 % in each of those
 three runs (most to the byte; a host-limited 8-rank per-layer row was once -30 %, in 2026-11-25's runs). The
 earlier model, the sum of each part's own peak, over-predicted by 14 to 53 %.
 
-Collectives are recorded under the simulator's names (simfog.algorithms.sharded_plans.FSDP: "allgather.fwd.<unit>",
+Collectives are recorded under the simulator's names (simfog.algorithms.sharded.program.FSDP: "allgather.fwd.<unit>",
 "allgather.bwd.<unit>", "reduce_scatter.<unit>"), indexed as the simulated plan's collectives, so measured and
 predicted intervals join. Not run: hsdp, mixed precision (param_dtype / reduce_dtype), nccl. Model mode on this
 2-core machine is host-limited (two ranks computing for real beside FSDP2's and gloo's threads: first runs 2-3x slower
@@ -129,7 +129,7 @@ def check_experiment(exp, mode: str, backend: str) -> None:
 
 
 def worker_fields(sim) -> dict:
-    """The worker configuration fields of an fsdp experiment from `sim` (a simfog.engine.Simulation of it):
+    """The worker configuration fields of an fsdp experiment from `sim` (a simfog.simulation.Simulation of it):
     "algorithm", "units" (layer indices per unit), "reshard_after_forward", "prefetch", "collectives" (the simulated
     plan's collective names, in plan order: the worker records under these indices), "unit_names" and
     "optimizer_shards" (the replayed optimizer step is divided by it, as simfog divides the trace's)."""
@@ -142,9 +142,9 @@ def worker_fields(sim) -> dict:
 
 
 def _unit_names(sim) -> list[str]:
-    from simfog.algorithms.sharded_plans import _unit_name
+    from simfog.algorithms.sharded.plan import unit_name
 
-    return [_unit_name(sim.experiment.workload.trace, u) for u in sim.algorithm.units]
+    return [unit_name(sim.experiment.workload.trace, u) for u in sim.algorithm.units]
 
 
 def communication_matches(cfg: Mapping, per_rank: Sequence[Mapping]) -> bool:

@@ -8,13 +8,13 @@ count and dtype). Forward applies, per layer, `_Attach` nodes for its parameters
 therefore runs the layers from last to first, each `_Wait` waiting for the layer's traced backward time, after
 which the `_Attach` nodes hand out the layer's parameter gradients one by one in the trace's `grad_ready_order`
 (an AccumulateGrad node runs before the next `_Attach`, so post-accumulate hooks and torch DDP see exactly that
-order). A parameter's gradient is thus ready when its layer's backward ends, as `simfog.engine` assumes.
+order). A parameter's gradient is thus ready when its layer's backward ends, as `simfog.engine.compute` assumes.
 
 Waits go to absolute deadlines on `time.perf_counter`: layer k of a pass ends at pass start + the traced times of
 layers up to k, so a late wake-up never accumulates. A wait sleeps until `spin_s` before its deadline and spins
 the rest (sleep overshoots by tens of microseconds; spinning only the end keeps waiting ranks off the CPU).
 
-Layer times per recorded iteration come from `LayerTimes`, built exactly as `simfog.engine.ComputeModel` builds
+Layer times per recorded iteration come from `LayerTimes`, built exactly as `simfog.engine.compute.ComputeModel` builds
 its totals ("samples": one recorded iteration per rank and iteration; "mean": layer means), so the validator can
 replay the very draws the simulator uses. Torch-only module.
 """
@@ -50,7 +50,7 @@ def wait_until(deadline_s: float, spin_s: float = SPIN_S) -> float:
 @dataclass(frozen=True)
 class LayerTimes:
     """Per recorded iteration (row) and layer (column, forward order): forward and backward seconds; optimizer
-    seconds per row. Rows and their means follow `simfog.engine.ComputeModel.from_trace` exactly."""
+    seconds per row. Rows and their means follow `simfog.engine.compute.ComputeModel.from_trace` exactly."""
 
     forward_s: np.ndarray    # (S, L)
     backward_s: np.ndarray   # (S, L)

@@ -46,10 +46,10 @@ def check_experiment(exp, mode: str, backend: str) -> None:
 
 
 def worker_fields(sim) -> dict:
-    """The worker configuration fields of a zero2 experiment from `sim` (a simfog.engine.Simulation of it):
+    """The worker configuration fields of a zero2 experiment from `sim` (a simfog.simulation.Simulation of it):
     "algorithm", "zero_buckets" (tensor names per bucket, ready order), "overlap", "allgather_shards",
     "collectives" (the plan's names, in plan order) and "optimizer_shards"."""
-    from simfog.algorithms.sharded import zero_buckets
+    from simfog.algorithms.sharded.plan import zero_buckets
 
     alg, exp = sim.algorithm, sim.experiment
     buckets = zero_buckets(exp.workload.trace.ready_tensors(), exp.comm.reduce_bucket_size)

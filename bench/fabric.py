@@ -1,0 +1,120 @@
+"""Fabric bench (issue 28): the hand-worked cases, the speed of per-step bottlenecks at scale, and the fabric rows of
+the last validate bench.
+
+1. Every hand-worked case of tests/test_fabric_cases.py, each row's expected and computed value; a case is exact
+   when every row is equal (==).
+2. A three-tier fat tree (4 nodes of 8 NICs at 400 Gbit/s per leaf, 16 uplinks per leaf at 2:1, pods of 16 leaves
+   and 16 spines, 16 uplinks per spine at 1:1) sized to 8,192 and 131,072 ranks (8 per node): one job on all of
+   it (contiguous), and two jobs of half the nodes each (scattered by seeds 1 and 2, the second on the rest) whose
+   concurrent steps share the links. Timed per row: placing the job(s), building the step's flows, routing them
+   and their bottleneck (the closed form alone, the max-min filling for two jobs), wall seconds in this process
+   (building the fabric included; its link table is cached across rows of one fabric).
+3. The fabric rows (id starting "fabric-") of the validate bench CSV (`simfog validate --bench` writes
+   bench-validation/bench-validation.csv by default; --csv picks another): their count and the median and worst
+   |relative error|. The validate bench has no fabric rows yet (phase B of the issue adds them): rows=0 and nan.
+
+Last line: cases=<n> exact=<n> rows=<n> median=<pct> worst=<pct> seconds_8192=<worst 8,192-rank row, s>
+
+Usage: python bench/fabric.py [--csv PATH] [--ranks 8192,131072]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from simfog.fabric import Placement, from_table, pattern, shared_step_costs, step_cost  # noqa: E402
+from tests.test_fabric_cases import CASES  # noqa: E402
+
+GPUS, NICS, NIC_BPS = 8, 8, 5e10  # per node; 400 Gbit/s NICs
+FAT_TREE = {"kind": "fat_tree", "tiers": 3, "nodes_per_leaf": 4, "leaves_per_pod": 16, "leaf_uplinks": 16,
+            "leaf_oversubscription": 2.0, "spine_uplinks": 16, "spine_uplink_bandwidth": "400Gbit/s"}
+BUFFER_B = 1e9  # per rank
+DEFAULT_CSV = Path("bench-validation") / "bench-validation.csv"
+
+
+def run_cases() -> tuple[int, int]:
+    exact = 0
+    for case in CASES:
+        rows = case()
+        ok = all(computed == expected for _, expected, computed in rows)
+        exact += ok
+        print(f"{case.__name__.removeprefix('case_')}: {'exact' if ok else 'NOT EXACT'}")
+        for what, expected, computed in rows:
+            print(f"    {what:44s} expected {float(expected)!r:>24}  computed {float(computed)!r:>24}"
+                  f"{'' if computed == expected else '  <-- differs'}")
+    return len(CASES), exact
+
+
+def timed_rows(ranks: int) -> list[dict]:
+    nodes = ranks // GPUS
+    rows = []
+    for ecmp in ("split", "hash"):
+        table = {**FAT_TREE, "ecmp": ecmp}
+        for algorithm in ("ring", "tree", "hierarchical"):
+            t0 = time.perf_counter()
+            fabric = from_table(table, nodes=nodes, nic_Bps=NIC_BPS, nics_per_node=NICS)
+            job = Placement.contiguous(nodes, fabric.nodes)
+            cost = step_cost(fabric, pattern(algorithm, job.nodes, BUFFER_B, ranks_per_node=GPUS, nics=NICS))
+            rows.append(dict(ranks=ranks, jobs=1, algorithm=algorithm, ecmp=ecmp, seconds=time.perf_counter() - t0,
+                             costs=[cost]))
+        for pair in (("ring", "ring"), ("ring", "tree")):
+            t0 = time.perf_counter()
+            fabric = from_table(table, nodes=nodes, nic_Bps=NIC_BPS, nics_per_node=NICS)
+            a = Placement.scattered(nodes // 2, fabric.nodes, seed=1)
+            b = Placement.scattered(nodes - nodes // 2, fabric.nodes, seed=2, taken=a.nodes)
+            steps = [pattern(alg, p.nodes, BUFFER_B, ranks_per_node=GPUS, nics=NICS) for alg, p in zip(pair, (a, b))]
+            costs = shared_step_costs(fabric, steps)
+            rows.append(dict(ranks=ranks, jobs=2, algorithm="+".join(pair), ecmp=ecmp,
+                             seconds=time.perf_counter() - t0, costs=costs))
+    return rows
+
+
+def fabric_rows(path: Path) -> tuple[int, float, float]:
+    """(rows, median, worst |relative error|) of the fabric rows of a validate bench CSV; (0, nan, nan) without."""
+    if not path.is_file():
+        return 0, math.nan, math.nan
+    with path.open(newline="") as f:
+        errors = [abs(float(r["rel_error"])) for r in csv.DictReader(f)
+                  if r.get("id", "").startswith("fabric-") and not r.get("error") and r.get("rel_error")]
+    errors = [e for e in errors if math.isfinite(e)]
+    if not errors:
+        return 0, math.nan, math.nan
+    return len(errors), statistics.median(errors), max(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help=f"validate bench CSV (default {DEFAULT_CSV})")
+    ap.add_argument("--ranks", default="8192,131072", help="rank counts to time (multiples of 8)")
+    args = ap.parse_args(argv)
+    cases, exact = run_cases()
+    print(f"\n{'ranks':>7} {'jobs':>4} {'algorithm':>13} {'ecmp':>5} {'slowest Gbit/s':>16} {'step us':>18} "
+          f"{'seconds':>8}")
+    worst_8192 = math.nan
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        for row in timed_rows(ranks):
+            rates = "/".join(f"{c.slowest_Bps * 8 / 1e9:.1f}" for c in row["costs"])
+            steps = "/".join(f"{c.step_s * 1e6:.3g}" for c in row["costs"])
+            print(f"{row['ranks']:>7} {row['jobs']:>4} {row['algorithm']:>13} {row['ecmp']:>5} {rates:>16} "
+                  f"{steps:>18} {row['seconds']:8.3f}")
+            if ranks == 8192:
+                worst_8192 = row["seconds"] if math.isnan(worst_8192) else max(worst_8192, row["seconds"])
+    rows, median, worst = fabric_rows(args.csv)
+    pct = lambda x: "nan" if math.isnan(x) else f"{x:.1%}"
+    print(f"\nvalidate bench fabric rows from {args.csv}: {rows}")
+    print(f"cases={cases} exact={exact} rows={rows} median={pct(median)} worst={pct(worst)} "
+          f"seconds_8192={worst_8192:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""The compute model: each layer's forward and backward times per recorded iteration of a trace, and the draws
+that give every simulated (iteration, rank) one of them.
+
+Compute draws: with compute = "samples", each (iteration, rank) draws one recorded iteration k of the trace and
+uses sample k of every layer, so layer times keep the correlation they had when measured and stragglers arise
+from the data. With compute = "mean", every layer takes its mean time; "replay" runs recorded iteration i mod S
+at simulated iteration i on every rank (a measured run reproduced in order).
+A trace of several recorded ranks (ModelTrace.sample_ranks, `simfog import kineto DIR`) keeps each rank's own
+compute: each simulated iteration draws one recorded iteration k, and simulated rank r takes recorded rank
+(r mod R)'s sample of iteration k, so the ranks differ as the measured ones did in that very iteration; "mean"
+gives each recorded rank its own means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Per recorded iteration (row) of the trace: forward, backward and optimizer totals, when each layer's
+    backward ends, measured from the start of backward, and each layer's forward and backward time (seconds).
+    `optimizer_s` is the step's serial tail: the trace's optimizer step plus its host time (ModelTrace.host_s:
+    data loading, launch gaps), which `host_s` keeps apart for reporting."""
+
+    forward_s: np.ndarray      # (S,)
+    backward_s: np.ndarray     # (S,)
+    optimizer_s: np.ndarray    # (S,)
+    layer_end_s: np.ndarray    # (S, layers)
+    host_s: np.ndarray | None = None  # (S,): the part of optimizer_s that is host time, when the trace has it
+    layer_forward_s: np.ndarray | None = None   # (S, layers): each layer's forward time
+    layer_backward_s: np.ndarray | None = None  # (S, layers): each layer's backward time
+    # (R, I): row of recorded rank r's iteration i, for a trace of R recorded ranks (ModelTrace.sample_ranks)
+    rank_rows: np.ndarray | None = None
+
+    @staticmethod
+    def from_trace(trace, mode: str) -> ComputeModel:
+        fwd = np.array([layer.forward_s for layer in trace.layers]).T        # (S, L)
+        bwd = np.array([layer.backward_s for layer in trace.layers]).T
+        opt = np.asarray(trace.optimizer_s, dtype=float)
+        if opt.size != fwd.shape[0]:
+            opt = np.full(fwd.shape[0], opt.mean() if opt.size else 0.0)
+        host = np.asarray(trace.host_s, dtype=float)
+        if host.size != fwd.shape[0]:
+            host = np.full(fwd.shape[0], host.mean() if host.size else 0.0)
+        ranks = np.asarray(trace.sample_ranks, dtype=int)
+        rows = np.array([np.flatnonzero(ranks == r) for r in np.unique(ranks)]) if ranks.size else None
+        if mode == "mean" and rows is not None:   # each recorded rank its own means
+            fwd, bwd, opt, host = (np.array([x[r].mean(0) for r in rows]) for x in (fwd, bwd, opt, host))
+            rows = np.arange(len(rows))[:, None]
+        elif mode == "mean":
+            fwd, bwd = fwd.mean(0, keepdims=True), bwd.mean(0, keepdims=True)
+            opt, host = opt.mean(keepdims=True), host.mean(keepdims=True)
+        # Backward runs from the last layer to the first: layer l ends after all layers >= l.
+        layer_end = np.cumsum(bwd[:, ::-1], axis=1)[:, ::-1]
+        return ComputeModel(fwd.sum(1), layer_end[:, 0].copy(), opt + host, layer_end, host, fwd, bwd, rows)
+
+    def draw(self, rng: np.random.Generator, iterations: int, ranks: int, *, replay: bool = False) -> np.ndarray:
+        """(iterations, ranks) rows: one independent draw per (iteration, rank); with recorded ranks, one recorded
+        iteration per simulated iteration, simulated rank r taking recorded rank (r mod R)'s row of it. `replay`:
+        recorded iteration i mod S at simulated iteration i instead of a draw (rng untouched)."""
+        rows = self.rank_rows if self.rank_rows is not None else np.arange(self.samples)[None, :]
+        if replay:
+            k = np.arange(iterations) % rows.shape[1]
+        elif self.rank_rows is None:
+            return rng.integers(0, self.samples, size=(iterations, ranks))
+        else:
+            k = rng.integers(0, rows.shape[1], size=iterations)
+        return rows[np.arange(ranks) % len(rows)][:, k].T
+
+    @property
+    def samples(self) -> int:
+        return self.forward_s.shape[0]
+
+    def single_rank_time_s(self) -> float:
+        """Mean iteration time of one rank with no communication: the reference for scaling efficiency."""
+        return float(np.mean(self.forward_s + self.backward_s + self.optimizer_s))
