@@ -23,7 +23,7 @@ from validate.host_calibration import (
 def bucket_plan(sim_exp: Experiment) -> tuple[merge.Bucket, ...]:
     """The buckets both sides use: the simulator's own plan (simfog.algorithms.allreduce.static_plan, with the
     bucket overheads in the cost the policy sees; for horovod the static plan its cycles give on identical ranks)."""
-    from simfog.algorithms.allreduce import static_plan
+    from simfog.algorithms.allreduce.plan import static_plan
 
     return static_plan(sim_exp)
 
