@@ -2,7 +2,7 @@
 
 Three inputs of the allreduce algorithm, each with where it came from (the sharded algorithms, fsdp, hsdp and
 zero1-3, model the per-collective overhead only: each of their all-gathers and reduce-scatters takes it on top of
-its network cost; FSDP2's copy-in and copy-out are not modelled):
+its network cost; FSDP2's copy-in and copy-out are not modelled; so does wagma, per group and global operation):
 
 - `bucket_copy_Bps`: bytes/s at which a rank copies gradients into a flat bucket buffer before the collective
   (pack) and back out after it (unpack). Each bucket of M bytes pays M/bw before and M/bw after its collective,
@@ -35,7 +35,7 @@ INPUTS = (("bucket_copy_Bps", "bucket_copy_Bps", 0.0), ("collective_overhead_s",
           ("overlap_slowdown", "overlap_slowdown", 1.0))
 SHARDED = ("fsdp", "hsdp", "zero1", "zero2", "zero3")
 #: input -> the algorithms that model it
-APPLIED_BY = {"bucket_copy_Bps": ("allreduce",), "collective_overhead_s": ("allreduce", *SHARDED),
+APPLIED_BY = {"bucket_copy_Bps": ("allreduce",), "collective_overhead_s": ("allreduce", *SHARDED, "wagma"),
               "overlap_slowdown": ("allreduce",)}
 
 

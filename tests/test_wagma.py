@@ -42,6 +42,19 @@ def test_group_and_global_costs_are_log2_rounds_of_alpha_plus_m_beta():
     assert res.summary()["iteration_time_s"] == pytest.approx(0.0275, rel=1e-12)
 
 
+def test_collective_overhead_lengthens_every_group_and_global_operation():
+    # As above with 2 ms of host work per operation (simfog.overheads, e.g. the validator's measured in-step excess):
+    # group 10 + 2 = 12 ms, global 15 + 2 = 17 ms; iterations 10 + 12 + 5 = 27 ms and 10 + 17 + 5 = 32 ms.
+    sim = sim_of(8, group_size=4, global_every=2, collective_overhead_s=2e-3)
+    assert sim.experiment.overheads().sources["collective_overhead_s"] == "experiment file"
+    res = sim.run()
+    b = res.buckets[0]
+    assert b["group_s"] == pytest.approx(2 * (A + M / BW) + 2e-3) and b["global_s"] == pytest.approx(
+        3 * (A + M / BW) + 2e-3)
+    it = res.iterations()
+    assert it[it["rank"] == 0].iteration_s.to_numpy() == pytest.approx([0.027, 0.032, 0.027, 0.032], rel=1e-12)
+
+
 def test_intra_node_partners_use_the_intra_link():
     # 2 nodes x 4 ranks, S = 8: rounds 0 and 1 stay in the node (1 us + 4 MB at 100 GB/s = 41 us), round 2 crosses
     # the NIC with the 4 ranks of the node sharing it: 1 ms + 4 x 4 ms = 17 ms.

@@ -31,7 +31,9 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2
 
 At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
-intra measurements are reused across groups with the same process count and rate) and one launch running all 10
+intra measurements are reused across groups with the same process count and rate), one launch of the host probes
+of its families (validate.host_calibration: what a collective costs the host inside a training step beyond the
+same collective bare, per collective and per byte, measured there before the rows) and one launch running all its
 configurations, 3 warm-up and 10 (ResNet-20) or 30 (MLP) measured iterations each; errors compare steady-state
 iteration times (after the first measured iteration, see validate.comparison.compare.steady_iteration_s).
 
@@ -174,6 +176,12 @@ def verdict(rows: list[dict]) -> str:
         ok = med <= m and worst <= w
         lines.append(f"target median <= {m:.0%}, worst <= {w:.0%}: {'MET' if ok else 'NOT MET'} "
                      f"(median {med:.1%}, worst {worst:.1%} over {s['configurations']} rows the rig can emulate)")
+    lines.append(f"mean signed error {s['mean_rel_error']:+.1%} over the rows the rig can emulate")
+    u = compare.error_stats([r for r in rows if not compare.host_limited(r)], key="rel_error_without_probe")
+    if u["configurations"]:  # the same measurements predicted without the in-step host fit (validate.host_calibration)
+        lines.append(f"without the host probe, on the same measurements: median {u['median_abs_rel_error']:.1%}, "
+                     f"worst {u['worst_abs_rel_error']:.1%}, mean signed {u['mean_rel_error']:+.1%} over "
+                     f"{u['configurations']} of those rows")
     if limited:
         h = compare.error_stats(limited)
         lines.append(f"host-limited, reported apart: {len(limited)} rows, median {h['median_abs_rel_error']:.1%}, "

@@ -196,6 +196,7 @@ def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
         assert r["buckets_match"] is True
         assert r["measured_iteration_s"] > 0 and r["predicted_iteration_s"] > 0
         assert math.isfinite(r["rel_error"]) and abs(r["rel_error"]) < 0.5
+        assert r["overheads_source"].startswith(f"host probe: {r['id']}-100kB, {r['id']}-1000kB on this cluster")
     assert rows["neighbor"]["algorithm"] == "neighbor:one_peer_exp2"
     assert rows["wagma"]["algorithm"] == "wagma:S2:every3"
 

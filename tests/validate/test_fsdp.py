@@ -293,24 +293,28 @@ def test_collectives_on_cpus_run_one_at_a_time_in_issue_order():
         failed.wait()
 
 
-def test_fsdp_overhead_probe_is_the_median_excess_over_the_calibrated_cost():
-    from simfog.simulation import new_simulation
-    from validate import fsdp_calibration as probe
+def test_fsdp_host_probe_is_fsdp2_per_layer_and_its_excess_over_the_calibrated_cost():
+    """The probe (validate.host_calibration) runs FSDP2 on one unit per probe layer, resharded after forward,
+    prefetch 1: three collectives a layer. Ranks whose every collective ends 1 ms after the model's time (from the
+    last launch, the previous one done) give 1 ms of excess at each collective's size."""
+    from types import SimpleNamespace
 
-    exp = probe.probe_experiment(_fsdp_experiment())
+    from validate.families import FAMILIES
+    from validate.host_calibration import PROBE_SIZES
+
+    (key, exp), = FAMILIES["fsdp"].host_probes([_fsdp_experiment()], lambda op, m: 0.0).values()
+    assert key == "fsdp" and exp.comm.fsdp_unit == "layer" and exp.comm.prefetch == 1
+    assert exp.comm.reshard_after_forward and exp.comm.collective_overhead_s is None
     sim = new_simulation(exp)
     colls = sim.algorithm.plan.colls
-    assert exp.comm.fsdp_unit == "layer" and exp.comm.prefetch == 1 and exp.comm.reshard_after_forward
-    # one unit per layer, re-gathered in backward: 3 collectives per layer
-    assert len(colls) == 3 * probe.PROBE_LAYERS
-    predicted = [1e-3] * 3
-    # rank 0 starts every collective at 0 and rank 1 at 1 ms; they end at 2.5 and 3.5 ms (excess 2 ms over 1 ms),
-    # then in a second iteration at 2.5 and 2.5 (excess 0.5 ms): median of (2, 2, 2, 0.5, 0.5, 0.5) = 1.25 ms
-    per_rank = [{"iterations": [{"launch": [0.0] * 3, "done": [2.5e-3] * 3},
-                                {"launch": [0.0] * 3, "done": [2.5e-3] * 3}]},
-                {"iterations": [{"launch": [1e-3] * 3, "done": [3.5e-3] * 3},
-                                {"launch": [0.0] * 3, "done": [2.5e-3] * 3}]}]
-    value, how = probe.overhead(predicted, per_rank)
-    assert value == pytest.approx(1.25e-3) and "FSDP2 probe" in how
-    # never below 0: a faster-than-modelled collective is no overhead
-    assert probe.overhead([1.0] * 3, per_rank)[0] == 0.0
+    assert len(colls) == 3 * len(PROBE_SIZES)
+    cost = [sim.cost.time(c.op, c.nbytes, None) for c in colls]
+    ends, t = [], 0.0
+    for c in cost:
+        t += c + 1e-3
+        ends.append(t)
+    launches = [0.0] + ends[:-1]
+    per_rank = [{"iterations": [{"launch": launches, "done": ends, "launch_order": list(range(len(colls)))}]}] * 2
+    points = FAMILIES["fsdp"].host_points(SimpleNamespace(sim=sim), per_rank)
+    assert [m for m, _ in points] == [c.nbytes for c in colls]
+    assert [e for _, e in points] == [pytest.approx(1e-3)] * len(colls)

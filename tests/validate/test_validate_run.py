@@ -162,6 +162,11 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
         assert float(r["measured_iteration_s"]) > 0
         err = float(r["rel_error"])
         assert math.isfinite(err) and abs(err) < 0.5
+        # the host's in-step work per collective, probed before the rows on the same cluster, each rank program apart
+        probe = "allreduce-ddp" if r["merge"] == "ddp" else "allreduce-hooks"
+        assert r["overheads_source"].startswith(f"host probe: {probe} on this cluster before the rows")
+        assert float(r["host_excess_s"]) >= 0 and float(r["host_excess_s_per_B"]) >= 0
+        assert float(r["collective_overhead_s"]) == float(r["host_excess_s"])
     assert rows[0]["buckets"] == "6"
     for side in ("measured", "predicted"):
         assert (timelines / f"toy-wfbp-{side}-intervals.csv").is_file()
@@ -355,6 +360,7 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
     assert [(r["algorithm"], r["ranks"], r["emulated"], r["error"]) for r in rows] == [(label, "2", "True", "")]
     r = rows[0]
     assert r["buckets_match"] == "True" and r["buckets"] == collectives
+    assert r["overheads_source"].startswith(f"host probe: {algorithm}") and float(r["host_excess_s"]) >= 0
     err = float(r["rel_error"])
     assert math.isfinite(err) and abs(err) < 0.25
     if algorithm == "fsdp":
@@ -389,4 +395,5 @@ def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
     with open(out_csv, newline="") as f:
         r, = list(csv.DictReader(f))
     assert (r["algorithm"], r["error"], r["buckets_match"], r["buckets"]) == ("fsdp:layer:reshard:k1", "", "True", "9")
+    assert r["overheads_source"].startswith("host probe: fsdp")  # the probe replays its synthetic model
     assert math.isfinite(float(r["rel_error"])) and abs(float(r["memory_rel_error"])) < 0.02

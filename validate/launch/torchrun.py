@@ -172,3 +172,31 @@ class RealNodes:
 
     def shaper_stats(self) -> list[dict]:
         return []
+
+
+def launch_ranks(cluster, ranks_per_node: int, argv: list[str], options, timeout_s: float) -> None:
+    """Run `argv` (a `python -m validate.ranks.worker ...` command) on every rank with `options.launcher`
+    (validate.run.Options): simfog itself ("local"), one torchrun agent per node ("torchrun": started here in the
+    emulated nodes, or by the node agents of a real cluster's hosts, validate.launch.shared_dir) or srun inside a
+    Slurm allocation ("slurm"). Raises LaunchError."""
+    from validate.launch import launcher  # looked up at each call: tests stand in for launcher.launch
+
+    if getattr(cluster, "agents", None) is not None:  # a real cluster's node agents (validate.launch.shared_dir)
+        cluster.agents.launch([n.index for n in cluster.nodes], ranks_per_node, argv, env=rank_environment(),
+                              timeout_s=timeout_s)
+    elif options.launcher == "torchrun":
+        launch_torchrun(cluster, ranks_per_node, argv, env=rank_environment(), timeout_s=timeout_s)
+    elif options.launcher == "slurm":
+        launch_slurm(len(cluster.nodes), ranks_per_node, argv, env=rank_environment(), timeout_s=timeout_s,
+                     srun=options.srun)
+    else:
+        launcher.launch(cluster, ranks_per_node, lambda r, node: argv, env_for_rank=lambda r, node: rank_environment(),
+                        timeout_s=timeout_s)
+
+
+def rank_environment() -> dict:
+    """The environment every rank gets: one OpenMP thread, and this checkout on its PYTHONPATH."""
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    return {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}

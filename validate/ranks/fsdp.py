@@ -33,7 +33,7 @@ own extension points (torch 2.13, _fully_shard/_fully_shard.py):
   therefore hands each collective to an issuing thread that starts it once every collective issued before it has
   completed, stamps its real start and completion, and lets FSDP2 wait on it (`_InOrder`); on GPUs (NCCL) the
   collective is issued as FSDP2 issues it. Measured effect (ResNet-20, 300 kB units, 4 ranks, 200 Mbit/s): -8.4 %
-  -> -3.9 %; per-layer units then showed FSDP2's host work per collective, which validate.fsdp_calibration
+  -> -3.9 %; per-layer units then showed FSDP2's host work per collective, which validate.host_calibration
   measures before the runs and simfog adds to each collective (`collective_overhead_s`).
 - Waits in the rank's thread for a collective (an all-gather FSDP2 needs before a unit, the previous
   reduce-scatter) are timed and move the replay's remaining deadlines of the pass by as much
@@ -58,7 +58,7 @@ Measured (bench fsdp rows, 200 Mbit/s, 2/4/8 ranks; `simfog validate --bench --r
 2026-11-26): the 14 rows the rig can emulate median 3.0 / 3.8 / 3.3 %, worst -11.3 / -11.2 / -13.9 % (mlp 300 kB
 units with reshard on 2 ranks, -11 to -14 % in every run: simfog faster); per-layer rows on 8 ranks are host-limited
 (-20 to -25 %). Before the collectives ran one at a time and FSDP2's host work per collective was measured
-(validate.fsdp_calibration): median 7.0 / 8.1 / 6.7 %, simfog faster on every 4- and 8-rank row (ResNet-20 per
+(validate.host_calibration): median 7.0 / 8.1 / 6.7 %, simfog faster on every 4- and 8-rank row (ResNet-20 per
 layer on 4 ranks: measured communication 0.48 s per iteration against 0.23 s predicted over ~120 collectives).
 Memory: simfog's walk of FSDP2's allocations (simfog.algorithms.sharded.memory) against the allocator's peak of one
 profiled iteration (`MemoryProfile`, gloo's own temporaries left out): all 24 rows within 6.1 % in each of those

@@ -39,6 +39,9 @@ the event engine (program.py); plan.py holds what is known before the run.
   timed by simfog.p2p.exchange_times (so groups crossing one NIC share it) and lasting its group's slowest message.
   For S = 2 that is 2α + M·β where recursive doubling pays α + M·β.
 
+  Every group and global operation also takes comm.collective_overhead_s (simfog.overheads: the host's work per
+  operation, e.g. the validator's measured in-step excess) on top of its network cost; 0 unless given or measured.
+
 - async (BaguaSys/bagua bagua/torch_api/algorithms/async_model_average.py, AsyncModelAverageAlgorithm): a background
   thread loops: negotiate (a 1-byte broadcast from rank 0), allreduce a snapshot of the weights among all ranks,
   sleep comm.async_period (sync_interval_ms = 500). The training loop never waits. The weight lock the thread

@@ -145,6 +145,7 @@ class WAGMA(TrainingAlgorithm):
             raise ConfigError("comm.group_size", s, f"a power of two from 2 to the rank count ({n})")
         self.global_every = comm.global_every or WAGMA_GLOBAL_EVERY
         self.wait_for_group = bool(comm.wait_for_group)
+        self.overhead_s = exp.overheads().collective_overhead_s  # per group or global operation
         bits = n.bit_length() - 1
         self.layouts = wagma_layouts(n, s)
         self.masks = [sum(1 << b for b in layout) for layout in self.layouts]  # a rank's group id: rank & ~mask
@@ -153,9 +154,9 @@ class WAGMA(TrainingAlgorithm):
         if n == 1:
             self.global_s = 0.0
         elif comm.global_collective:
-            self.global_s = sim.cost.allreduce(self.nbytes)
+            self.global_s = sim.cost.allreduce(self.nbytes) + self.overhead_s
         else:
-            self.global_s = self._rounds(tuple(range(bits))).max()
+            self.global_s = self._rounds(tuple(range(bits))).max() + self.overhead_s
         self.ops: dict[tuple[int, int], list] = {}     # (iteration, group id) -> [start, end, event, members seen]
         self.blocking: dict[tuple[int, int], object] = {}  # wait_for_group: (iteration, group id) -> Collective
         self.globals: dict[int, object] = {}
@@ -173,7 +174,7 @@ class WAGMA(TrainingAlgorithm):
         """Seconds of the group operation of each rank's group under layout `layout` (rank-indexed)."""
         if layout not in self._group_s:
             cost = self._ring if self.sim.experiment.comm.group_collective else self._rounds
-            self._group_s[layout] = cost(self.layouts[layout])
+            self._group_s[layout] = cost(self.layouts[layout]) + self.overhead_s
         return self._group_s[layout]
 
     def is_global(self, iteration: int) -> bool:
