@@ -88,12 +88,14 @@ class JobFabric:
         return _placement(self, count)
 
 
-def attach(cluster, table: object, *, nics_per_node: int = 1, source: str | None = None):
+def attach(cluster, table: object, *, nics_per_node: int = 1, source: str | None = None,
+           fabric_nodes: int | None = None, taken: tuple[int, ...] = ()):
     """`cluster` (simfog.cluster.Cluster) on the fabric the experiment's `[fabric]` table describes
     (simfog.fabric.config, plus `placement` and `placement_seed`): its `fabric` set to the job's JobFabric, or, for
     a flat fabric (no table, or kind = "flat"), the cluster as it is, its links being that fabric (the table's
     oversubscription is the cluster's). Each of `nics_per_node` NICs (the network file's; one without it) carries
-    an equal share of the cluster's NIC bandwidth. Raises ConfigError naming `source`, the field and the value."""
+    an equal share of the cluster's NIC bandwidth. The fabric holds at least `fabric_nodes` nodes (default the
+    cluster's); `taken` are nodes other jobs hold. Raises ConfigError naming `source`, the field and the value."""
     if table is None:
         return cluster
     if not isinstance(table, dict):
@@ -101,7 +103,7 @@ def attach(cluster, table: object, *, nics_per_node: int = 1, source: str | None
     table = dict(table)
     spec = table.pop("placement", "contiguous")
     seed = table.pop("placement_seed", 0)
-    fabric = from_table(table, nodes=cluster.nodes, nic_Bps=cluster.nic.bandwidth_Bps / nics_per_node,
+    fabric = from_table(table, nodes=fabric_nodes or cluster.nodes, nic_Bps=cluster.nic.bandwidth_Bps / nics_per_node,
                         nics_per_node=nics_per_node, source=source)
     if isinstance(fabric, Flat):
         if spec != "contiguous" or seed != 0:
@@ -120,7 +122,7 @@ def attach(cluster, table: object, *, nics_per_node: int = 1, source: str | None
                           source=source)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("fabric.placement_seed", seed, "an integer >= 0", source=source)
-    view = JobFabric(fabric, tuple(spec) if isinstance(spec, list) else spec, seed)
+    view = JobFabric(fabric, tuple(spec) if isinstance(spec, list) else spec, seed, tuple(taken))
     try:
         view.nodes(cluster.nodes)
     except Infeasible as e:
