@@ -14,7 +14,7 @@ collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (
 Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
                              [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3] [--events]
 
-Rows marked `@fat3` run on a three-tier fat tree at 2:1 per tier with the job scattered (FAT_TREE); their worst
+Rows whose collective says `@fat3` run on a three-tier fat tree at 2:1 per tier with the job scattered (FAT_TREE); their worst
 times print as `fabric: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>` (targets < 5 s, < 60 s).
 
 --events adds the configurations that only the event engine runs (EVENT_PATH: what they decide while running is
@@ -217,9 +217,9 @@ def main() -> int:
             what = r.get("path", "FAILED") if r["rc"] == 0 else ("TIMEOUT" if r["rc"] == "timeout" else "FAILED")
             tail = f"{r['iteration_time_s']:.6f}" if r["rc"] == 0 else r["error"]
             label = spec["algorithm"] if "streams" not in spec else f"streams={spec['streams']}"
-            label = f"{label}@fat3" if "fabric" in spec else label
+            collective = spec["collective"] + ("@fat3" if "fabric" in spec else "")
             print(f"{spec['trace']:9} {spec['compute']:7} {label[:9]:9} {spec['merge']:9} "
-                  f"{spec['collective']:12} {n:>7} "
+                  f"{collective:12} {n:>7} "
                   f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
             failed += r["rc"] not in (0, "timeout")
             into = events if r.get("path") == "events" or (r["rc"] != 0 and timeout_s) else worst
