@@ -14,8 +14,9 @@ collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (
 Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
                              [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3] [--events]
 
-Rows whose collective says `@fat3` run on a three-tier fat tree at 2:1 per tier with the job scattered (FAT_TREE); their worst
-times print as `fabric: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>` (targets < 5 s, < 60 s).
+Rows whose collective says `@fat3` run on a three-tier fat tree at 2:1 per tier with the job scattered (FAT_TREE);
+their worst times print as `fabric: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>` (targets
+< 5 s and < 60 s).
 
 --events adds the configurations that only the event engine runs (EVENT_PATH: what they decide while running is
 said there), ResNet-50 with samples and GPT-2 with mean, each child stopped after --timeout seconds. Rows that took
