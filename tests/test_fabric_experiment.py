@@ -193,3 +193,12 @@ def test_closed_form_equals_the_event_engine_on_a_fabric(folder, collective, alg
     exp = load(folder, TWO_LEAVES + ALTERNATE, base)
     a, _ = assert_same(exp)
     assert a.summary() != simulate(load(folder, "", base)).summary()  # the fabric did cost something
+
+
+def test_a_job_fabric_survives_pickling_with_a_fresh_hash(folder):
+    """Sweeps send experiments to worker processes: the view is rebuilt there, equal to the original."""
+    import pickle
+
+    view = load(folder, TWO_LEAVES + ALTERNATE).cluster.fabric
+    back = pickle.loads(pickle.dumps(view))
+    assert back == view and hash(back) == hash(view) and back.nodes(8) == view.nodes(8)

@@ -83,6 +83,10 @@ class JobFabric:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self):
+        # rebuilt, not copied: another process hashes strings with another seed
+        return JobFabric, (self.fabric, self.placement, self.placement_seed, self.taken, self.others)
+
     def nodes(self, count: int) -> Placement:
         """The job's `count` nodes in rank order. Raises Infeasible when the fabric has not enough free ones."""
         return _placement(self, count)
