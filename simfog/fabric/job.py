@@ -8,14 +8,15 @@ traffic of other jobs on the same fabric (`Traffic`, each with the share of time
 hierarchical) repeats one step pattern (simfog.fabric.schedules); its step is paced by its slowest flow, and that
 rate in closed form (simfog.fabric.sharing.slowest_rate) on this fabric, against the same pattern's on a
 non-blocking flat fabric of the same NICs, is the factor by which the fabric slows the inter-node β of the
-collective's α-β form (`slowdown` >= 1 where the fabric only removes bandwidth). Each step also pays the switches
-its longest route crosses (`extra_latency_s`). A group of m < the job's nodes sits on the first m of the job's
-nodes in rank order (the shape of a group is all a cost model is told of it).
+collective's α-β form (`Slowdown.factor`, >= 1 where the fabric only removes bandwidth). Each step also pays the
+switches its longest route crosses (`extra_latency_s`). A group of m < the job's nodes sits on the first m of the
+job's nodes in rank order (the shape of a group is all a cost model is told of it).
 
 Other jobs: a job idle between iterations frees its links, so job j's flows are on the network a share `duty` of the
-time, independently of this job's. The step's seconds per byte are then the expectation over which other jobs are
-communicating: Σ over subsets S of the others of P(S) / rate(this job's step sharing max-min with S's steps), with
-P(S) = Π_{j∈S} duty_j · Π_{j∉S} (1 − duty_j) (simfog.fabric.schedules.shared_step_costs gives the rates).
+time, independently of this job's. The step's seconds per byte, and so the factor, are then the expectation over
+which other jobs are communicating: factor = Σ over subsets S of the others of P(S) · reference / rate(S), rate(S)
+this job's step sharing the links max-min with S's steps (simfog.fabric.schedules.shared_step_costs), P(S) =
+Π_{j∈S} duty_j · Π_{j∉S} (1 − duty_j).
 """
 
 from __future__ import annotations
