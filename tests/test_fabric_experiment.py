@@ -202,3 +202,12 @@ def test_a_job_fabric_survives_pickling_with_a_fresh_hash(folder):
     view = load(folder, TWO_LEAVES + ALTERNATE).cluster.fabric
     back = pickle.loads(pickle.dumps(view))
     assert back == view and hash(back) == hash(view) and back.nodes(8) == view.nodes(8)
+
+
+def test_more_ranks_than_the_placement_or_fabric_holds_name_the_placement(folder):
+    exp = load(folder, TWO_LEAVES + ALTERNATE)
+    with pytest.raises(ConfigError) as err:
+        exp.with_ranks(16).cost_model().allreduce(1e6)  # 16 nodes, a list of 8
+    assert err.value.field == "fabric.placement" and "16" in err.value.allowed
+    with pytest.raises(Infeasible, match="fabric.placement: 16 nodes asked of a fabric of 8"):
+        load(folder, TWO_LEAVES).with_ranks(16).cost_model().allreduce(1e6)

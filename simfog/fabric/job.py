@@ -89,8 +89,14 @@ class JobFabric:
         return JobFabric, (self.fabric, self.placement, self.placement_seed, self.taken, self.others)
 
     def nodes(self, count: int) -> Placement:
-        """The job's `count` nodes in rank order. Raises Infeasible when the fabric has not enough free ones."""
-        return _placement(self, count)
+        """The job's `count` nodes in rank order. Raises ConfigError (fabric.placement) for a list of another
+        length, Infeasible when the fabric has not enough free nodes."""
+        try:
+            return _placement(self, count)
+        except ConfigError as e:
+            raise ConfigError("fabric.placement", e.value, e.allowed) from None
+        except Infeasible as e:
+            raise Infeasible(f"fabric.placement: {e} (the job's {count} nodes)") from None
 
 
 def attach(cluster, table: object, *, nics_per_node: int = 1, source: str | None = None,
