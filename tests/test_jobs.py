@@ -80,6 +80,7 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
         assert job.duty_together == pytest.approx(x - 1, rel=1e-8)
         assert job.slowdown == pytest.approx((C + k * x) / (C + k), rel=1e-8)
     assert 1.0 < a.slowdown < 2.0 and a.nodes == (0, 2) and b.nodes == (1, 3)
+    assert jobs.run(two_rings(folder)) == result  # deterministic: the same rounds, the same floats
 
 
 def test_a_job_that_starts_after_the_other_ends_runs_as_alone(folder):
