@@ -14,6 +14,10 @@ collectives x 5 thresholds, `simfog sweep --jobs 2`): `sweep_1000_seconds=<s>` (
 Usage: python bench/scale.py [--quick] [--ranks 8,8192,131072] [--iterations 1] [--no-sweep]
                              [--algorithms allreduce,fsdp,hsdp,zero1,zero2,zero3] [--events]
 
+Rows whose collective says `@fat3` run on a three-tier fat tree at 2:1 per tier with the job scattered (FAT_TREE);
+their worst times print as `fabric: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>` (targets
+< 5 s and < 60 s).
+
 --events adds the configurations that only the event engine runs (EVENT_PATH: what they decide while running is
 said there), ResNet-50 with samples and GPT-2 with mean, each child stopped after --timeout seconds. Rows that took
 the event engine print their own line, `events: seconds_8192=<worst> seconds_131072=<worst> rss_131072_MiB=<worst>`,
@@ -59,6 +63,14 @@ EVENT_PATH = [
 # EVENT_PATH row).
 STREAMS = [dict(algorithm="allreduce", merge="ddp", collective="ring", streams=2)]
 
+# A three-tier fat tree (issue 28): 16 nodes per leaf, 16 leaves per pod, 2:1 at the leaves and at the spines, as many
+# pods as the ranks need, the job scattered over twice its nodes (simfog.fabric: each collective's step pattern
+# routed and its slowest flow taken per step shape, in closed form).
+FAT_TREE = {"kind": "fat_tree", "tiers": 3, "nodes_per_leaf": 16, "leaves_per_pod": 16, "leaf_oversubscription": 2.0,
+            "spine_oversubscription": 2.0, "placement": "scattered"}
+FABRIC = [dict(algorithm="allreduce", merge="ddp", collective=c, fabric="fat_tree3") for c in ("ring", "tree")] + \
+    [dict(algorithm="fsdp", merge="-", collective="ring", fabric="fat_tree3")]
+
 
 def configs(quick: bool) -> list[dict]:
     """Every trace × compute mode × (allreduce: each merge over ring, ddp over each collective, and STREAMS; each
@@ -75,7 +87,7 @@ def configs(quick: bool) -> list[dict]:
                                                                                      ("mgwfbp", "hierarchical")]
             sharded = ["fsdp", "zero2", "zero3", "neighbor"]
         out += [dict(trace=trace, compute=compute, algorithm="allreduce", merge=m, collective=c) for m, c in pairs]
-        out += [dict(trace=trace, compute=compute, **c) for c in STREAMS]
+        out += [dict(trace=trace, compute=compute, **c) for c in STREAMS + FABRIC]
         out += [dict(trace=trace, compute=compute, algorithm=a, merge="-", collective="ring") for a in sharded]
     return out
 
@@ -98,6 +110,12 @@ def child(spec: dict) -> None:
     if algorithm == "allreduce" and "streams" in spec:
         merge["streams"] = spec["streams"]
     exp = exp.with_ranks(spec["ranks"]).with_comm(algorithm=algorithm, collective=spec["collective"], **merge)
+    if spec.get("fabric") == "fat_tree3":
+        from simfog.fabric import attach
+
+        nodes = exp.cluster.nodes
+        pods = -(-2 * nodes // 256)  # room for twice the job's nodes: a scattered placement has somewhere to go
+        exp = replace(exp, cluster=attach(exp.cluster, {**FAT_TREE, "pods": pods}))
     s = simulate(exp, symmetric=False).summary()
     print(json.dumps({k: s[k] for k in ("path", "iteration_time_s", "buckets", "ranks", "symmetric_fast_path")}))
 
@@ -160,6 +178,14 @@ def sweep_1000(jobs: int = 2) -> tuple[float, int, int]:
     return wall, len(rows), sum(1 for r in rows if r["error"])
 
 
+def _worst(table: dict, ranks: int, r: dict) -> None:
+    if ranks == 8192:
+        table["seconds_8192"] = max(table["seconds_8192"], r["wall_s"])
+    if ranks == 131072:
+        table["seconds_131072"] = max(table["seconds_131072"], r["wall_s"])
+        table["rss_131072_MiB"] = max(table["rss_131072_MiB"], r["rss_MiB"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -185,25 +211,25 @@ def main() -> int:
     if args.events:
         specs += [({**c, "trace": t, "compute": m}, args.timeout) for t, m in (("resnet50", "samples"), ("gpt2", "mean"))
                   for c in EVENT_PATH]
-    events = dict.fromkeys(worst, 0.0)
+    events, fabric = dict.fromkeys(worst, 0.0), dict.fromkeys(worst, 0.0)
     for spec, timeout_s in specs:
         for n in ranks:
             r = run_one({**spec, "ranks": n, "iterations": args.iterations}, timeout_s)
             what = r.get("path", "FAILED") if r["rc"] == 0 else ("TIMEOUT" if r["rc"] == "timeout" else "FAILED")
             tail = f"{r['iteration_time_s']:.6f}" if r["rc"] == 0 else r["error"]
             label = spec["algorithm"] if "streams" not in spec else f"streams={spec['streams']}"
+            collective = spec["collective"] + ("@fat3" if "fabric" in spec else "")
             print(f"{spec['trace']:9} {spec['compute']:7} {label[:9]:9} {spec['merge']:9} "
-                  f"{spec['collective']:12} {n:>7} "
+                  f"{collective:12} {n:>7} "
                   f"{r['wall_s']:7.2f} {r['rss_MiB']:8.0f} {what:8} {tail}", flush=True)
             failed += r["rc"] not in (0, "timeout")
             into = events if r.get("path") == "events" or (r["rc"] != 0 and timeout_s) else worst
-            if n == 8192:
-                into["seconds_8192"] = max(into["seconds_8192"], r["wall_s"])
-            if n == 131072:
-                into["seconds_131072"] = max(into["seconds_131072"], r["wall_s"])
-                into["rss_131072_MiB"] = max(into["rss_131072_MiB"], r["rss_MiB"])
+            for table in (into, fabric) if "fabric" in spec else (into,):
+                _worst(table, n, r)
     if failed:
         print(f"{failed} run(s) failed")
+    if any("fabric" in spec for spec, _ in specs):
+        print("fabric: " + " ".join(f"{k}={v:.2f}" if "seconds" in k else f"{k}={v:.0f}" for k, v in fabric.items()))
     if args.events:
         print("events: " + " ".join(f"{k}={v:.2f}" if "seconds" in k else f"{k}={v:.0f}" for k, v in events.items()))
     if not args.no_sweep:

@@ -8,8 +8,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from simfog.errors import ConfigError
+
+if TYPE_CHECKING:
+    from simfog.fabric.job import JobFabric
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class Cluster:
     reduce_Bps: float | None = None
     degraded_nics: tuple[tuple[int, float], ...] = ()  # (node, bandwidth_Bps) of NICs slower than `nic`
     gpu_memory_B: float | None = None  # device memory per rank: configurations that need more are refused
+    fabric: JobFabric | None = None  # a non-flat [fabric] and the job's place on it (None: the links above are all)
 
     def __post_init__(self):
         for name in ("nodes", "ranks_per_node"):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from simfog import files, nccl, network_file, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
+from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import MAX_COUNT, ModelTrace, load_model_trace
@@ -211,7 +212,7 @@ SHARDED_KEY_ALGORITHMS = {
     "overlap_comm": _ZERO, "zero_reduce": ("zero1", "zero2")}
 SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
 ZERO_REDUCES = ("allreduce", "reduce")
-_TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity"}
+_TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity", "fabric"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
 _WORKLOAD = {"trace", "compute", "optimizer"}
@@ -392,6 +393,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         raise ConfigError("comm.alpha" if comm.alpha_s is None else "comm.beta", "(missing)",
                           'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"', source=source)
     cluster = _with_flow_caps(cluster, c, network, source)
+    cluster = attach_fabric(cluster, d.get("fabric"), source=source,
+                            nics_per_node=network.nccl.nics_per_node or 1 if network else 1)
     hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
                                       source)
     if degraded:

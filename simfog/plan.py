@@ -18,6 +18,10 @@ A catalogue (TOML) lists cluster options with their price per GPU-hour in one cu
     # network = "a100-ib.toml"   # a calibrated network file (simfog calibrate -o), relative to the catalogue:
     #                            # its bus bandwidths and inter-node latency stand in for the links, and the
     #                            # collective defaults to "nccl" (NCCL's cost model on that network)
+    # fabric = { kind = "fat_tree", nodes_per_leaf = 8, leaf_oversubscription = 4, placement = "scattered" }
+    #                            # the switches of max_nodes nodes and where a job's nodes sit (an experiment's
+    #                            # [fabric]); each row then also says what it costs: `fabric_cost`, the iteration
+    #                            # time over that on a non-blocking fabric of the same NICs, less 1
 
 For every option, collective and merge policy, the answer is the smallest GPU count that meets the target (any
 count up to one node, whole nodes above): more GPUs cost more per hour and, since scaling efficiency does not rise
@@ -40,11 +44,14 @@ from simfog import files, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload
+from simfog.fabric.job import JobFabric
+from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
-           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network", "gpu_memory"}
+           "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network", "gpu_memory",
+           "fabric"}
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,12 @@ class ClusterOption:
     description: str = ""
     network: NetworkFile | None = None  # a calibrated network file: NCCL's model on a measured cluster
     gpu_memory_B: float | None = None   # device memory: configurations needing more are refused (simfog.memory)
+    fabric: JobFabric | None = None     # the switches of max_nodes nodes and the placement (simfog.fabric)
 
     def cluster(self) -> Cluster:
         """One full node of this option (`with_ranks` scales it)."""
         return Cluster(1, self.gpus_per_node, self.intra, self.nic, self.oversubscription,
-                       gpu_memory_B=self.gpu_memory_B)
+                       gpu_memory_B=self.gpu_memory_B, fabric=self.fabric)
 
     def gpu_counts(self) -> list[int]:
         """1, 2, 4, ... below one node, then gpus_per_node x 1, 2, 4, ... nodes, then the maximum if not yet hit."""
@@ -158,16 +166,31 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
         raise ConfigError(p + "oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
     gpus_per_node = integer("gpus_per_node")
-    return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
-                         Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),
-                              network.flows.intra_Bps if network else None),
-                         Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
-                              network.flows.nic_Bps if network else None),
-                         float(price), float(over),
-                         names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
-                         names("merges", merge.POLICIES), str(d.get("description", "")), network,
-                         units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
-                         if "gpu_memory" in d else None)
+    option = ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
+                           Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),
+                                network.flows.intra_Bps if network else None),
+                           Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
+                                network.flows.nic_Bps if network else None),
+                           float(price), float(over),
+                           names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
+                           names("merges", merge.POLICIES), str(d.get("description", "")), network,
+                           units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
+                           if "gpu_memory" in d else None)
+    return _with_fabric(option, d.get("fabric"), p, source)
+
+
+def _with_fabric(option: ClusterOption, table: object, p: str, source: str) -> ClusterOption:
+    """`option` on the fabric its `fabric` table describes, built for its max_nodes nodes (a flat one: its
+    oversubscription is the option's)."""
+    if table is None:
+        return option
+    nics = option.network.nccl.nics_per_node or 1 if option.network else 1
+    whole = replace(option.cluster(), nodes=option.max_nodes)
+    try:
+        c = attach_fabric(whole, table, nics_per_node=nics, source=source)
+    except ConfigError as e:
+        raise ConfigError(p + e.field.replace("cluster.", ""), e.value, e.allowed, source=source) from None
+    return replace(option, fabric=c.fabric, oversubscription=c.oversubscription)
 
 
 def load_catalogue(path: str | Path) -> Catalogue:
@@ -281,6 +304,9 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
                         if epoch_samples:
                             row["epoch_time_s"] = epoch_samples / sps
                             row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600
+                        if opt.fabric is not None:
+                            row["fabric_cost"] = _fabric_cost(base, Point(gpus, m, coll, exp.comm.threshold_bytes),
+                                                              row["iteration_time_s"])
                     row["meets_target"] = bool(not r["error"] and row["samples_per_s"] >= target_samples_per_s)
                     rows.append(row)
                     return row["meets_target"]
@@ -299,7 +325,8 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     df = pd.DataFrame(rows)
     cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
             "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
-        ["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
+        ["epoch_time_s", "cost_per_epoch"] if epoch_samples else []) + (
+        ["fabric_cost"] if any(o.fabric is not None for o in catalogue.options) else [])
     df = df.reindex(columns=cols + ["meets_target", "error"])
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "
              f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"
@@ -310,6 +337,15 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     if len(ok):
         return replace(result, best=ok.iloc[0].to_dict())
     raise _infeasible(result, catalogue)
+
+
+def _fabric_cost(base: Experiment, point, iteration_time_s: float) -> float:
+    """What the option's fabric and placement cost a configuration: its iteration time over the same run's on a
+    non-blocking fabric of the same NICs, less 1 (nan where that run fails)."""
+    from simfog.sweeps import run_point
+
+    flat = run_point(replace(base, cluster=replace(base.cluster, fabric=None)), point)
+    return iteration_time_s / float(flat["iteration_time_s"]) - 1.0 if not flat["error"] else float("nan")
 
 
 def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:

@@ -135,7 +135,7 @@ LAYERS = [
     ("the experiment", ["simfog.experiment"]),
     ("the simulation: composes a run, chooses its path", ["simfog.simulation"]),
     ("tools over many simulations, outputs", ["simfog.sweeps", "simfog.tune", "simfog.tune_sharded", "simfog.plan",
-                                             "simfog.timeline", "simfog.plot"]),
+                                             "simfog.timeline", "simfog.plot", "simfog.jobs"]),
     ("the Python API", ["simfog.api", "simfog.overrides", "simfog"]),
     ("the validator", ["validate"]),
     ("the command line", ["simfog.commands", "simfog.cli", "simfog.__main__"]),

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from simfog import nccl as nccl_model
 from simfog.cluster import Cluster, Group, Link
+from simfog.collectives.fabric import on_fabric
 from simfog.errors import ConfigError, Infeasible
 from simfog.registry import Registry
 
@@ -300,7 +301,10 @@ def _check_op(op: str, nbytes: float) -> None:
 def _cost(model: CostModel, op: str, nbytes: float, group: Group) -> float:
     if group.ranks <= 1:
         return 0.0
+    if model.cluster.fabric is not None and group.nodes > 1:
+        model = on_fabric(model, op, group)
     return ALGORITHMS.get(model.algorithm)(op, nbytes, group, model)
+
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ def format_table(result, top: int, notes: list[str] | None = None) -> str:
     epoch = result.epoch_samples is not None
     head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
             f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+    fabric = "fabric_cost" in result.candidates
+    head += f" {'fabric':>8}" if fabric else ""
     lines = [head]
     for i, r in enumerate(result.feasible().head(top).itertuples()):
         line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
@@ -95,6 +97,8 @@ def format_table(result, top: int, notes: list[str] | None = None) -> str:
                 f"{r.cost_per_hour:>10,.2f}")
         if epoch:
             line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
+        if fabric:  # what the option's fabric and placement add to the iteration time ("": a flat option)
+            line += f" {'' if r.fabric_cost != r.fabric_cost else f'{100 * r.fabric_cost:+.1f}%':>8}"
         if notes and notes[i]:
             line += f"  {notes[i]}"
         lines.append(line)

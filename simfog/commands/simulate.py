@@ -97,10 +97,35 @@ def extrapolated(exp, buckets: list) -> list[str] | None:
     return notes
 
 
+def run_jobs(args) -> int:
+    """A jobs file ([[job]] tables, simfog.jobs): each job's iteration time alone and together, and its slowdown."""
+    from dataclasses import asdict
+
+    from simfog import jobs
+    from simfog.cli import print_json
+    from simfog.errors import ConfigError
+
+    for option in ("ranks", "merge", "collective", "threshold", "iterations", "seed", "intervals", "timeline"):
+        if getattr(args, option, None) is not None:
+            raise ConfigError(f"--{option}", getattr(args, option), f"left out for a jobs file ({args.file}): set it "
+                              "per job in the file")
+    result = jobs.run(jobs.load(args.file))
+    if args.json:
+        print_json({"jobs": [{**asdict(r), "slowdown": r.slowdown} for r in result.jobs], "rounds": result.rounds,
+                    "converged": result.converged})
+    else:
+        print(jobs.format_result(result))
+    return 0
+
+
 def run(args) -> int:
     from simfog.cli import print_json
     from simfog.files import atomic_open, check_output, refuse_existing
+    from simfog.jobs import is_jobs_file
     from simfog.simulation import simulate
+
+    if args.file and is_jobs_file(args.file):
+        return run_jobs(args)
 
     for path in (args.intervals, args.timeline):
         if path:

@@ -7,6 +7,8 @@ Modules, one concept each:
 - placement: a job's nodes (`Placement`, `place`)
 - flows: a step's flows and their times (`Flows`, `step_times`); sharing: max-min fair rates
 - schedules: ring, tree and hierarchical collectives' step patterns and their per-step bottleneck
+- job: a job's view of the fabric (`JobFabric`: its placement, other jobs' `Traffic`), `attach` to a cluster, and
+  the slowdown a collective's inter-node hops get (`inter_slowdown`)
 
 Units are SI inside (bytes, seconds, bytes/s); human units only in the [fabric] table.
 """
@@ -17,6 +19,7 @@ from simfog.fabric.config import default_fabric, from_table
 from simfog.fabric.dragonfly import Dragonfly
 from simfog.fabric.flat import Flat
 from simfog.fabric.flows import Flows, StepTimes, step_times
+from simfog.fabric.job import JobFabric, Slowdown, Traffic, attach, inter_slowdown
 from simfog.fabric.links import ECMP, LinkTable, Routes
 from simfog.fabric.placement import Placement, place
 from simfog.fabric.rail import RailOptimized
@@ -32,7 +35,8 @@ from simfog.fabric.schedules import (
 )
 from simfog.fabric.sharing import max_min_rates, slowest_rate
 
-__all__ = ["ECMP", "Dragonfly", "Fabric", "FatTree", "Flat", "Flows", "LinkTable", "Placement", "RailOptimized",
-           "Routes", "StepCost", "StepPattern", "StepTimes", "default_fabric", "from_table", "hierarchical_pattern",
-           "max_min_rates", "nic_of_gpu", "pattern", "place", "ring_pattern", "shared_step_costs", "slowest_rate",
-           "step_cost", "step_times", "tree_pattern"]
+__all__ = ["ECMP", "Dragonfly", "Fabric", "FatTree", "Flat", "Flows", "JobFabric", "LinkTable", "Placement",
+           "RailOptimized", "Routes", "Slowdown", "StepCost", "StepPattern", "StepTimes", "Traffic", "attach",
+           "default_fabric", "from_table", "hierarchical_pattern", "inter_slowdown", "max_min_rates", "nic_of_gpu",
+           "pattern", "place", "ring_pattern", "shared_step_costs", "slowest_rate", "step_cost", "step_times",
+           "tree_pattern"]

@@ -1,0 +1,252 @@
+"""Several jobs on one shared fabric: each job's iteration time alone and together, and its slowdown.
+
+A jobs file is an experiment file whose `[comm]` and `[workload]` move into `[[job]]` tables:
+
+    seed = 1
+    iterations = 5
+    [cluster]                      # the machines every job runs on, as an experiment's; nodes = all of them
+    nodes = 64
+    gpus_per_node = 8
+    nic_bandwidth = "400Gbit/s"
+    [fabric]                       # the fabric they share, as an experiment's (without placement)
+    kind = "fat_tree"
+    nodes_per_leaf = 16
+    leaf_oversubscription = 2
+    [[job]]
+    name = "ddp"                   # default job0, job1, ...
+    workload = "resnet50.json.gz"  # a trace, or a table as an experiment's [workload]
+    ranks = 128                    # whole nodes of gpus_per_node
+    placement = "contiguous"       # contiguous | scattered (placement_seed) | [node list], on nodes no earlier
+    start = "0s"                   #   job holds; start: when the job starts (default 0)
+    algorithm = "allreduce"        # every other key is the job's [comm] key, as in an experiment
+    collective = "ring"
+
+Each job alone is its own experiment on its nodes of the fabric. Together, job k's collectives are on the network
+a share `duty_k` of its iterations (its mean collective time over its iteration time, at most 1): a job idle
+between iterations frees its links, and job j sees k's step pattern beside its own with that probability
+(simfog.fabric.job: each step's seconds per byte are the expectation over which others communicate), weighted by
+the share of j's run that k's run overlaps (runs from `start` for `iterations` iterations). The duties depend on
+the times and the times on the duties: a fixed point, found by rounds in which every job is simulated with the
+others' duties of the round before (from the duties alone). The map is monotone (more traffic beside a job slows
+its collectives, which raises its duty), so the rounds rise to the fixed point; they stop when no iteration time
+moves by more than TOLERANCE (relative) or after MOST_ROUNDS (`converged` says which). On a flat fabric jobs share
+no link (each NIC is its own node's, the core non-blocking or oversubscribed per NIC) and run as alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simfog import files, units
+from simfog.errors import ConfigError, Infeasible
+from simfog.experiment import Experiment, from_dict
+from simfog.fabric.job import PATTERN_OF, JobFabric, Traffic, attach
+from simfog.fabric.placement import place
+from simfog.simulation import simulate
+
+TOLERANCE = 1e-9
+MOST_ROUNDS = 50
+MOST_JOBS = 8
+_TOP = {"seed", "iterations", "cluster", "fabric", "job"}
+_JOB = {"name", "workload", "ranks", "placement", "placement_seed", "start"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: its experiment (on its own nodes, its cluster's fabric view holding its placement), when it
+    starts (s) and its name."""
+
+    name: str
+    experiment: Experiment
+    nodes: tuple[int, ...]
+    start_s: float = 0.0
+
+    def traffic(self, duty: float) -> Traffic:
+        """This job's collectives as another job sees them on the fabric, on the network a share `duty`."""
+        c = self.experiment.cluster
+        return Traffic(self.nodes, PATTERN_OF.get(self.experiment.comm.collective, "ring"), c.ranks_per_node,
+                       min(c.ranks_per_node, c.fabric.fabric.nics_per_node), duty)
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """A job's mean iteration time (s) and duty (its collectives' share of the iteration) alone and together."""
+
+    name: str
+    ranks: int
+    nodes: tuple[int, ...]
+    start_s: float
+    alone_s: float
+    together_s: float
+    duty_alone: float
+    duty_together: float
+
+    @property
+    def slowdown(self) -> float:
+        return self.together_s / self.alone_s
+
+
+@dataclass(frozen=True)
+class JobsResult:
+    jobs: tuple[JobTimes, ...]
+    rounds: int
+    converged: bool
+
+
+def load(path: str | Path) -> list[Job]:
+    """The jobs of a jobs file (module docstring). Raises ConfigError naming the file, the field and the value."""
+    path = Path(path)
+    data = files.parse_toml(files.read_text(path), str(path))
+    try:
+        return from_table(data, base_dir=path.parent, source=str(path))
+    except ConfigError as e:
+        raise e.in_file(str(path)) from None
+
+
+def is_jobs_file(path: str | Path) -> bool:
+    """True when `path` is a TOML file with [[job]] tables."""
+    path = Path(path)
+    if not path.is_file() or path.suffix != ".toml":
+        return False
+    try:
+        return "job" in files.parse_toml(files.read_text(path), str(path))
+    except ConfigError:
+        return False
+
+
+def from_table(d: dict, *, base_dir: Path = Path("."), source: str | None = None) -> list[Job]:
+    for key in d:
+        if key not in _TOP:
+            raise ConfigError(key, d[key], f"not a key of a jobs file; allowed: {', '.join(sorted(_TOP))}",
+                              source=source)
+    tables = d.get("job")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError("job", tables if tables is not None else "(missing)", "one or more [[job]] tables",
+                          source=source)
+    if len(tables) > MOST_JOBS:
+        raise ConfigError("job", f"{len(tables)} tables", f"at most {MOST_JOBS} jobs", source=source)
+    cluster = d.get("cluster")
+    if not isinstance(cluster, dict):
+        raise ConfigError("cluster", cluster if cluster is not None else "(missing)", "a [cluster] table",
+                          source=source)
+    total, gpus = cluster.get("nodes"), cluster.get("gpus_per_node", 1)
+    for key, v in (("nodes", total), ("gpus_per_node", gpus)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"cluster.{key}", v if v is not None else "(missing)", "an integer >= 1 (nodes: all "
+                              "the jobs' machines)", source=source)
+    jobs, taken, names = [], (), set()
+    for i, t in enumerate(tables):
+        job = _job(i, t, d, cluster, total, gpus, taken, base_dir, source)
+        if job.name in names:
+            raise ConfigError(f"job[{i}].name", job.name, "a name no other job has", source=source)
+        names.add(job.name)
+        taken += job.nodes
+        jobs.append(job)
+    return jobs
+
+
+def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: tuple, base_dir: Path,
+         source: str | None) -> Job:
+    p = f"job[{i}]."
+    name = t.get("name", f"job{i}")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{p}name", name, "a non-empty string", source=source)
+    ranks = t.get("ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1 or (ranks > gpus and ranks % gpus):
+        raise ConfigError(f"{p}ranks", ranks if ranks is not None else "(missing)", f"an integer >= 1: whole nodes "
+                          f"of gpus_per_node ({gpus}), or at most one node's worth", source=source)
+    nodes = -(-ranks // gpus)
+    start = units.seconds(t["start"], field=f"{p}start", source=source) if "start" in t else 0.0
+    if not 0.0 <= start < units.LIMITS["time"][0]:
+        raise ConfigError(f"{p}start", t["start"], "a time >= 0", source=source)
+    workload = t.get("workload", "(missing)")
+    workload = {"trace": workload} if isinstance(workload, str) else workload
+    exp_table = {"seed": d.get("seed", 0), "iterations": d.get("iterations", 5), "workload": workload,
+                 "cluster": {**cluster, "nodes": nodes, "gpus_per_node": min(gpus, ranks)},
+                 "comm": {k: v for k, v in t.items() if k not in _JOB}}
+    try:
+        exp = from_dict(exp_table, base_dir=base_dir, source=source)
+    except ConfigError as e:
+        field = e.field
+        if field.startswith("comm."):
+            field = p + field[len("comm."):]
+        elif field.startswith("workload."):
+            field = p + ("workload" if isinstance(t.get("workload"), str) else field)
+        raise ConfigError(field, e.value, e.allowed, source=source) from None
+    if len(taken) + nodes > total:
+        raise ConfigError(f"{p}ranks", ranks, f"at most {(total - len(taken)) * gpus} ranks: the [cluster]'s "
+                          f"{total} nodes, less the {len(taken)} earlier jobs hold", source=source)
+    table = d.get("fabric") or {}
+    spec, seed = t.get("placement", "contiguous"), t.get("placement_seed", 0)
+    nics = exp.network.nccl.nics_per_node or 1 if exp.network else 1
+    if isinstance(table, dict) and table.get("kind", "flat") == "flat":  # the placement only says which nodes
+        try:
+            placed = place(spec, nodes, total, seed=seed, taken=taken, field=f"{p}placement", source=source)
+        except Infeasible as e:
+            raise ConfigError(f"{p}placement", spec, str(e), source=source) from None
+        c = attach(exp.cluster, table, nics_per_node=nics, source=source)
+        return Job(name, replace(exp, cluster=c), placed.nodes, start)
+    try:
+        c = attach(exp.cluster, {**table, "placement": spec, "placement_seed": seed}, nics_per_node=nics,
+                   source=source, fabric_nodes=total, taken=taken)
+    except ConfigError as e:
+        field = e.field.replace("fabric.placement", f"{p}placement") if e.field.startswith("fabric.placement") \
+            else e.field
+        raise ConfigError(field, e.value, e.allowed, source=source) from None
+    placed = c.fabric.nodes(nodes).nodes  # fixed now, in rank order, so later jobs' placements cannot move them
+    return Job(name, replace(exp, cluster=replace(c, fabric=JobFabric(c.fabric.fabric, placed))), placed, start)
+
+
+def run(jobs: list[Job]) -> JobsResult:
+    """Each job's iteration time and duty alone and together (module docstring)."""
+    alone = [_measure(job.experiment) for job in jobs]
+    times = list(alone)
+    rounds, converged = 0, len(jobs) < 2 or all(job.experiment.cluster.fabric is None for job in jobs)
+    while not converged and rounds < MOST_ROUNDS:
+        rounds += 1
+        new = [_measure(_beside(j, jobs, times)) for j in range(len(jobs))]
+        converged = all(abs(n[0] - o[0]) <= TOLERANCE * o[0] for n, o in zip(new, times))
+        times = new
+    rows = tuple(JobTimes(job.name, job.experiment.ranks, job.nodes, job.start_s, a[0], t[0], a[1], t[1])
+                 for job, a, t in zip(jobs, alone, times))
+    return JobsResult(rows, rounds, converged)
+
+
+def _measure(exp: Experiment) -> tuple[float, float]:
+    s = simulate(exp).summary()
+    t = s["iteration_time_s"]
+    return t, min(1.0, s["comm_s"] / t) if t > 0 else 0.0
+
+
+def _beside(j: int, jobs: list[Job], times: list[tuple[float, float]]) -> Experiment:
+    """Job j's experiment with the others' traffic on its fabric view, at their duties weighted by overlap."""
+    exp = jobs[j].experiment
+    if exp.cluster.fabric is None:
+        return exp
+    windows = [(job.start_s, job.start_s + job.experiment.iterations * t) for job, (t, _) in zip(jobs, times)]
+    lo, hi = windows[j]
+    others = []
+    for k, (job, (_, duty)) in enumerate(zip(jobs, times)):
+        if k == j or job.experiment.cluster.fabric is None:
+            continue
+        share = max(0.0, min(hi, windows[k][1]) - max(lo, windows[k][0])) / (hi - lo) if hi > lo else 0.0
+        if duty * share > 0.0:
+            others.append(job.traffic(min(1.0, duty * share)))
+    view = replace(exp.cluster.fabric, others=tuple(others))
+    return replace(exp, cluster=replace(exp.cluster, fabric=view))
+
+
+def format_result(result: JobsResult) -> str:
+    """The table `simfog simulate` prints for a jobs file."""
+    lines = [f"{'job':12} {'ranks':>7} {'start':>9} {'alone':>10} {'together':>10} {'slowdown':>8} "
+             f"{'duty alone':>10} {'together':>8}"]
+    for r in result.jobs:
+        lines.append(f"{r.name[:12]:12} {r.ranks:>7} {units.format_time(r.start_s):>9} "
+                     f"{units.format_time(r.alone_s):>10} {units.format_time(r.together_s):>10} "
+                     f"{r.slowdown:>8.3f} {100 * r.duty_alone:>9.1f}% {100 * r.duty_together:>7.1f}%")
+    state = "converged" if result.converged else f"NOT converged (stopped after {MOST_ROUNDS})"
+    lines.append(f"iteration times per job; together: the fixed point over the jobs' duty cycles, {state} in "
+                 f"{result.rounds} round(s)")
+    return "\n".join(lines)
+
