@@ -39,7 +39,7 @@ import pandas as pd
 from simfog import files, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
-from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload
+from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, check_name, override
 from simfog.network_file import NetworkFile
 
 _TOP = {"currency", "note", "option"}
@@ -138,15 +138,14 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
             raise ConfigError(p + key, d[key], "a bandwidth > 0 with its unit", source=source)
         return value
 
-    def names(key, registry):
+    def names(key, registry, comm_key):
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or key in d and not v:
             # [] would silently fall back to the workload's: leave the key out for that
             raise ConfigError(p + key, v, f"a non-empty list of names, from: {', '.join(registry.names())} (leave "
                               "the key out for the workload's)", source=source)
         for x in v:
-            if x not in registry.names():
-                raise ConfigError(p + key, x, f"one of {', '.join(registry.names())}", source=source)
+            check_name(comm_key, x, field=p + key, source=source)
         return tuple(v)
 
     price = d.get("price_per_gpu_hour", "(missing)")
@@ -164,8 +163,8 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                          Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
                               network.flows.nic_Bps if network else None),
                          float(price), float(over),
-                         names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
-                         names("merges", merge.POLICIES), str(d.get("description", "")), network,
+                         names("collectives", collectives.ALGORITHMS, "collective") or (("nccl",) if network else ()),
+                         names("merges", merge.POLICIES, "merge"), str(d.get("description", "")), network,
                          units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
                          if "gpu_memory" in d else None)
 
@@ -260,9 +259,11 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
         base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
         for coll in opt.collectives or (exp.comm.collective,):
             for m in opt.merges or (exp.comm.merge,):
-                if m == "threshold" and exp.comm.threshold_bytes is None:
-                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
-                                      "workload's experiment sets comm.threshold", source=catalogue.source)
+                try:  # the rules between merge, threshold and collective, checked where they are written
+                    override(base, merge=m, collective=coll)
+                except ConfigError as e:
+                    raise ConfigError(f"option ({opt.name})", f"{coll} / {m}", f"{e} (a collective and merge policy "
+                                      "the workload's experiment can run)", source=catalogue.source) from None
 
                 def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
                     bar.update(1)
