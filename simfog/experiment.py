@@ -390,8 +390,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if "network_trace" in c and "network" in c:
         raise ConfigError(f"{p}network", c["network"], "either network (a calibrated network file) or "
                           "network_trace, not both", source=source)
-    network = _network_file(c, base_dir, source)
-    if network is None and "network_trace" not in c and "nic_bandwidth" not in c:
+    network = None
+    if "network" not in c and "network_trace" not in c and "nic_bandwidth" not in c:
         raise ConfigError(f"{p}nic_bandwidth", "(missing)",
                           'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
@@ -400,10 +400,12 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    if network is not None:  # the calibrated bus bandwidths and inter-node latency stand in for the links
-        intra = Link(intra.latency_s, network.nccl.intra_bus_Bps)
-        nic = Link(network.nccl.latency_inter_s, network.nccl.inter_bus_Bps)
-    cluster = Cluster(_int(c, "nodes", p, source), _int(c, "gpus_per_node", p, source, default=1), intra, nic,
+    gpus_per_node = _int(c, "gpus_per_node", p, source, default=1)
+    if "network" in c:  # the calibrated network: its links (simfog.network_file.use, one meaning everywhere)
+        network, intra, nic = network_file.use(c["network"], base_dir, field=f"{p}network", source=source,
+                                               gpus_per_node=gpus_per_node, intra_latency_s=intra.latency_s,
+                                               written=c, prefix=p, device=_device_name(trace))
+    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node, intra, nic,
                       float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
                       gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
     network_trace = None
@@ -423,7 +425,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     m = _section(d, "comm", _COMM, source, required=False)
     comm = comm_settings(Comm(collective="nccl" if network else "ring"), m, source=source)
     check_against_workload(comm, trace, cluster, source=source)
-    cluster = _with_flow_caps(cluster, c, network, source)
+    cluster = _with_flow_caps(cluster, c, source)
     hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
                                       source)
     if degraded:
@@ -529,19 +531,15 @@ def check_against_workload(comm: Comm, trace: ModelTrace, cluster: Cluster, *, s
         raise e.in_file(source) if source else e from None
 
 
-def _with_flow_caps(cluster: Cluster, c: Mapping, network: NetworkFile | None, source: str | None) -> Cluster:
-    """The per-flow caps of the point-to-point model (simfog.p2p), from [cluster] nic_flow_bandwidth /
-    intra_flow_bandwidth or the network file's [p2p] section (one place per cap, not both), put on the links
-    after any calibration has replaced them."""
+def _with_flow_caps(cluster: Cluster, c: Mapping, source: str | None) -> Cluster:
+    """The per-flow caps of the point-to-point model (simfog.p2p) from [cluster] nic_flow_bandwidth /
+    intra_flow_bandwidth, put on the links after any calibration has replaced them (a network file's [p2p] caps
+    come with its links: simfog.network_file.use)."""
     links = {}
-    for key, link, name in (("nic_flow_bandwidth", "nic", "nic_Bps"), ("intra_flow_bandwidth", "intra", "intra_Bps")):
-        from_file = getattr(network.flows, name) if network is not None else None
-        if key in c and from_file is not None:
-            raise ConfigError(f"cluster.{key}", c[key], f"either here or in the network file's [p2p] section "
-                              f"({network.path}), not both", source=source)
-        cap = _quantity(c, key, "bandwidth", "cluster.", source) if key in c else from_file
-        if cap is None:
+    for key, link in (("nic_flow_bandwidth", "nic"), ("intra_flow_bandwidth", "intra")):
+        if key not in c:
             continue
+        cap = _quantity(c, key, "bandwidth", "cluster.", source)
         if not cap > 0:
             raise ConfigError(f"cluster.{key}", c[key], 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one '
                               "flow reaches; leave the key out for the link's bandwidth)", source=source)
@@ -549,17 +547,9 @@ def _with_flow_caps(cluster: Cluster, c: Mapping, network: NetworkFile | None, s
     return replace(cluster, **links) if links else cluster
 
 
-def _network_file(c: Mapping, base_dir: Path, source: str | None) -> NetworkFile | None:
-    """[cluster] network: the calibrated network file, relative to the experiment's folder."""
-    if "network" not in c:
-        return None
-    if not isinstance(c["network"], str):
-        raise ConfigError("cluster.network", c["network"], "a path to a network file (simfog calibrate -o ...)",
-                          source=source)
-    path = files.resolve(base_dir, c["network"], field="cluster.network", source=source)
-    if not path.is_file():
-        raise ConfigError("cluster.network", c["network"], f"an existing network file ({path})", source=source)
-    return network_file.load(path)
+def _device_name(trace: ModelTrace) -> str | None:
+    name = trace.device.get("name") if isinstance(trace.device, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def _index_map(h: Mapping, key: str, limit: int, what: str, source: str | None) -> dict[int, object]:

@@ -16,8 +16,9 @@ A catalogue (TOML) lists cluster options with their price per GPU-hour in one cu
     merges = ["ddp", "mgwfbp"]               # default: the workload's merge policy
     # oversubscription = 1.0
     # network = "a100-ib.toml"   # a calibrated network file (simfog calibrate -o), relative to the catalogue:
-    #                            # its bus bandwidths and inter-node latency stand in for the links, and the
-    #                            # collective defaults to "nccl" (NCCL's cost model on that network)
+    #                            # its bus bandwidths and inter-node latency are the links (leave out
+    #                            # intra_bandwidth, nic_bandwidth, nic_latency), and the collective defaults to
+    #                            # "nccl" (NCCL's cost model on that network; simfog.network_file.use)
 
 For every option, collective and merge policy, the answer is the smallest GPU count that meets the target (any
 count up to one node, whole nodes above): more GPUs cost more per hour and, since scaling efficiency does not rise
@@ -115,28 +116,26 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                               f"{MAX_RANK_ITERATIONS:,}, what one simulation may hold)", source=source)
         return v
 
-    network = None
-    if "network" in d:
-        from simfog import network_file
-
-        if not isinstance(d["network"], str):
-            raise ConfigError(p + "network", d["network"], "a path to a network file (simfog calibrate -o ...)",
-                              source=source)
-        where = files.resolve(Path(source).parent, d["network"], field=p + "network", source=source)
-        if not where.is_file():
-            raise ConfigError(p + "network", d["network"], f"an existing network file ({where})", source=source)
-        network = network_file.load(where)
-
     def quantity(key, kind, default=None):
-        if network is not None and key in ("intra_bandwidth", "nic_bandwidth", "nic_latency") and key not in d:
-            return {"intra_bandwidth": network.nccl.intra_bus_Bps, "nic_bandwidth": network.nccl.inter_bus_Bps,
-                    "nic_latency": network.nccl.latency_inter_s}[key]
         if key not in d and default is None:
             raise ConfigError(p + key, "(missing)", f"a {kind} with its unit", source=source)
         value = units.parse(d.get(key, default), kind, field=p + key, source=source)
         if kind == "bandwidth" and not value > 0:
             raise ConfigError(p + key, d[key], "a bandwidth > 0 with its unit", source=source)
         return value
+
+    network = None
+    gpus_per_node = integer("gpus_per_node")
+    intra_latency = quantity("intra_latency", "time", "0us")
+    if "network" in d:  # its links, as in an experiment (simfog.network_file.use: one meaning everywhere)
+        from simfog import network_file
+
+        network, intra, nic = network_file.use(d["network"], Path(source).parent, field=p + "network", source=source,
+                                               gpus_per_node=gpus_per_node, intra_latency_s=intra_latency,
+                                               written=d, prefix=p)
+    else:
+        intra = Link(intra_latency, quantity("intra_bandwidth", "bandwidth"))
+        nic = Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"))
 
     def names(key, registry, comm_key):
         v = d.get(key, [])
@@ -156,12 +155,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(p + "oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    gpus_per_node = integer("gpus_per_node")
-    return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
-                         Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),
-                              network.flows.intra_Bps if network else None),
-                         Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
-                              network.flows.nic_Bps if network else None),
+    return ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node), intra, nic,
                          float(price), float(over),
                          names("collectives", collectives.ALGORITHMS, "collective") or (("nccl",) if network else ()),
                          names("merges", merge.POLICIES, "merge"), str(d.get("description", "")), network,
