@@ -104,7 +104,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
 
 
 def main(argv: list[str] | None = None) -> int:
-    warnings.showwarning = _show_warning
+    with warnings.catch_warnings():  # restores Python's display when main returns (tests call it in-process)
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # Inside the try: building the parser imports every command, so Ctrl-C often lands there.
         args = build_parser().parse_args(argv)
