@@ -42,7 +42,9 @@ What a network file means for a cluster (`use`, the one function every reader ca
 and inter-node latency are the links (intra: intra_bus_bandwidth; between nodes: inter_bus_bandwidth and
 latency_inter; the intra-node latency stays the cluster's), its [p2p] caps their per-flow caps, and the collective
 defaults to "nccl". A link key written beside it (intra_bandwidth, nic_bandwidth, nic_latency) is ignored with a
-warning naming both; a flow cap both there and in the file's [p2p] section is an error.
+warning naming both; a flow cap both there and in the file's [p2p] section is an error. A cluster the file was not
+calibrated for (GPUs per node, NICs, GPU generation) and a parameter its calibration fitted to a bound are named in
+one-line warnings.
 
 Human units in the file, SI inside (simfog.units). Unknown keys are errors. A flow cap bounds each message of a
 point-to-point exchange: k flows through one NIC run at min(cap, NIC bandwidth / k) each (simfog.cluster.Link).
@@ -174,8 +176,9 @@ def use(value: object, base_dir: str | Path, *, field: str, source: str | None =
     Raises ConfigError naming `field` for a path that is not a network file (a measured NetworkTrace: run `simfog
     calibrate` first), or naming `prefix` + key for a flow cap of `written` (the keys given beside it) that the
     file's [p2p] section sets too. Warns (NetworkFileWarning, one line naming both sides) for a link key of
-    `written`, which the file's value replaces, and when the file was calibrated on other GPUs per node, on more
-    NICs than GPUs per node, or on another GPU generation than `device` (the trace's GPU)."""
+    `written`, which the file's value replaces; when the file was calibrated on other GPUs per node, on more
+    NICs than GPUs per node, or on another GPU generation than `device` (the trace's GPU); and for a parameter its
+    calibration fitted to a bound of the fit, or two it could not separate."""
     net = load_named(value, base_dir, field=field, source=source)
     where = f"{source}: " if source else ""
     for key, theirs in LINK_KEYS.items():
@@ -187,6 +190,7 @@ def use(value: object, base_dir: str | Path, *, field: str, source: str | None =
             raise ConfigError(f"{prefix}{key}", written[key], f"either here or in the network file's [p2p] section "
                               f"({net.path}), not both", source=source)
     _warn_if_mismatched(net, gpus_per_node, device, where=f"{source}: {field}" if source else field)
+    _warn_if_fit_at_bound(net, where=f"{source}: {field}" if source else field)
     n = net.nccl
     return (net, Link(intra_latency_s, n.intra_bus_Bps, net.flows.intra_Bps),
             Link(n.latency_inter_s, n.inter_bus_Bps, net.flows.nic_Bps))
@@ -230,6 +234,51 @@ def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None
         said.append(f"the trace's GPU is {device} ({arch}), but {net.path} has gpu_arch = {net.nccl.gpu_arch!r}")
     for text in said:
         warnings.warn(f"{where}: {text}", NetworkFileWarning, stacklevel=3)
+
+
+# A fitted parameter, as `simfog calibrate` names it in [provenance] fitted: its name in the fit's bounds
+# (simfog.nccl_fit.FIT_BOUNDS), its value here in the fit's units (log GB/s, µs) and its unit for people.
+_FITTED = {
+    "bus bandwidth on one node": ("intra", lambda n: math.log(n.intra_bus_Bps / 1e9), "log GB/s"),
+    "bus bandwidth between nodes": ("inter", lambda n: math.log(n.inter_bus_Bps / 1e9), "log GB/s"),
+    "latencyInter": ("latency_inter", lambda n: n.latency_inter_s * 1e6, "us"),
+    "latencyInter (simfog's before NCCL 2.12)": ("latency_inter", lambda n: n.latency_inter_s * 1e6, "us"),
+    "launch": ("launch", lambda n: n.launch_s * 1e6, "us"),
+    "p2p latency per peer": ("p2p_latency", lambda n: (n.p2p_latency_s or 0.0) * 1e6, "us"),
+}
+_AT_BOUND = 1e-4  # of the bound's range: as close as the fit's answer gets to a bound it was pushed against
+
+
+def _warn_if_fit_at_bound(net: NetworkFile, where: str) -> None:
+    """One NetworkFileWarning per fitted parameter (its [provenance] fitted) that sits at a bound of the fit: the
+    logs did not determine it. Launch and latencyInter at once, one of them at 0: the logs cannot separate them."""
+    fitted = [f.strip() for f in str(net.provenance.get("fitted", "")).split(",")]
+    known = [f for f in fitted if f in _FITTED]
+    if not known:
+        return
+    from simfog.nccl_fit import FIT_BOUNDS
+
+    at = {}
+    for name in known:
+        key, value_of, unit = _FITTED[name]
+        low, high = FIT_BOUNDS[key]
+        if key == "inter" and net.nccl.nics_per_node and net.nccl.nic_Bps:  # the fit's bound: the NICs' line rate
+            high = math.log(net.nccl.nics_per_node * net.nccl.nic_Bps / 1e9)
+        value = value_of(net.nccl)
+        for bound in (low, high):
+            if abs(value - bound) <= _AT_BOUND * (high - low):
+                at[name] = (value, bound, unit)
+    latency = next((f for f in known if f.startswith("latencyInter")), None)
+    for name, (value, bound, unit) in at.items():
+        shown = (f"{name} = {value:.3g} {unit}, at its fit's bound {bound:.3g} {unit}" if unit == "us" else
+                 f"{name} = {math.exp(value):.4g} GB/s, at its fit's bound {math.exp(bound):.4g} GB/s")
+        pair = {"launch": latency, latency: "launch"}.get(name) if bound == 0 else None
+        if pair in known:
+            warnings.warn(f"{where}: {shown}: the logs of {net.path} cannot separate {name} from {pair} (another "
+                          "log, e.g. one node's, would)", NetworkFileWarning, stacklevel=3)
+        else:
+            warnings.warn(f"{where}: {shown}: the logs of {net.path} do not determine it", NetworkFileWarning,
+                          stacklevel=3)
 
 
 def _flow_caps(section: object, path: str) -> FlowCaps:

@@ -126,3 +126,27 @@ def test_every_summary_names_its_trace_and_network_file(tmp_path, capsys):
     path.write_text(path.read_text().replace('network = "net.toml"', 'nic_bandwidth = "10Gbit/s"'))
     assert cli.main(["simulate", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["network_file"] is None
+
+
+@pytest.mark.parametrize("latency, launch, fitted, said", [
+    (6.13e-12, 3e-6, "bus bandwidth between nodes, latencyInter", "latencyInter = 6.13e-06 us, at its fit's bound "
+     "0 us: the logs of {net} do not determine it"),
+    (2e-6, 0.0, "bus bandwidth between nodes, latencyInter, launch, channels 2", "launch = 0 us, at its fit's bound "
+     "0 us: the logs of {net} cannot separate launch from latencyInter (another log, e.g. one node's, would)"),
+    (2e-6, 0.0, "bus bandwidth between nodes, latencyInter", None),  # launch 0 assumed, not fitted
+    (2e-6, 3e-6, "bus bandwidth between nodes, latencyInter, launch", None),
+])
+def test_a_parameter_fitted_to_its_bound_is_named(tmp_path, latency, launch, fitted, said):
+    path = _files(tmp_path)
+    net = dataclasses.replace(NET, latency_inter_s=latency, launch_s=launch)
+    network_file.save(tmp_path / "net.toml", net, {"fitted": fitted}, calibrated=ON_8)
+    got = _load(path)[1]
+    assert got == ([] if said is None else [f"{path}: cluster.network: " + said.format(net=tmp_path / "net.toml")])
+
+
+def test_a_bus_bandwidth_at_the_nics_line_rate_is_named(tmp_path):
+    path = _files(tmp_path)
+    net = dataclasses.replace(NET, inter_bus_Bps=4 * 25e9, nic_Bps=25e9)  # 4 NICs of 200 Gbit/s, every bit used
+    network_file.save(tmp_path / "net.toml", net, {"fitted": "bus bandwidth between nodes"}, calibrated=ON_8)
+    (line,) = _load(path)[1]
+    assert "bus bandwidth between nodes = 100 GB/s, at its fit's bound 100 GB/s" in line
