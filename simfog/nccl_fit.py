@@ -58,7 +58,6 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
            "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
-FIT_BOUNDS = {name: bounds for name, (bounds, _) in _PARAMS.items()}  # what a fitted value may reach (network_file)
 # The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
 # fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes). Learned across
 # clusters: the grid point of bench/collectives.py (fill 0-512 KiB x gain 1-2) with the least mean of per-cluster
