@@ -350,12 +350,10 @@ def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, 
     return value
 
 
-def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, registry=None,
-            choices: tuple[str, ...] | None = None) -> str:
+def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, choices: tuple[str, ...]) -> str:
     v = d.get(key, default)
-    names = registry.names() if registry is not None else list(choices or ())
-    if v not in names:
-        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(names)}", source=source)
+    if v not in choices:
+        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(choices)}", source=source)
     return v
 
 

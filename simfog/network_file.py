@@ -240,7 +240,7 @@ def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None
 # of the fit: a latency or launch time against 0, the inter-node bus bandwidth against the NICs' line rate.
 _AT_ZERO = {"latencyInter": "latency_inter_s", "latencyInter (simfog's before NCCL 2.12)": "latency_inter_s",
             "launch": "launch_s", "p2p latency per peer": "p2p_latency_s"}
-_AT_BOUND = 1e-9  # s: a fitted time this close to 0 sits on the bound (the A100 logs of issue 26 gave 6.13e-12 s)
+_AT_BOUND = 1e-9  # s: a fitted time this close to 0 sits on the bound (a fit on A100 logs gave 6.13e-12 s)
 
 
 def _warn_if_fit_at_bound(net: NetworkFile, where: str) -> None:
