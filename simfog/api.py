@@ -95,7 +95,8 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
     import tempfile
     from pathlib import Path
 
-    from simfog import files, sweeps, units
+    from simfog import files, sweeps
+    from simfog.experiment import comm_value
 
     exp = _experiment(experiment)
     # The command line's own checks, in its order: output and jobs first, then every point of the grid.
@@ -107,7 +108,8 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
         sweeps.check_jobs(jobs)
         thresholds = _values(threshold, "threshold")
         if thresholds is not None:  # sizes as the command line gives them ("25MiB"), or numbers of bytes
-            thresholds = [units.nbytes(t, field="threshold") if isinstance(t, str) else t for t in thresholds]
+            thresholds = [comm_value("threshold", t, field="threshold") if isinstance(t, str) else t
+                          for t in thresholds]
         points = sweeps.checked_points(exp, _values(ranks, "ranks"), _values(merge, "merge"),
                                        _values(collective, "collective"), thresholds)
     if output is None:

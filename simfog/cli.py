@@ -6,9 +6,10 @@ import argparse
 import importlib
 import json
 import sys
+import warnings
 
 from simfog.data import DEFAULT_EXPERIMENT  # noqa: F401  (the commands' default, named here too)
-from simfog.errors import SimfogError
+from simfog.errors import SimfogError, SimfogWarning
 
 # name -> (module with add_arguments(parser) and run(args) -> int, help). Modules are imported only when used,
 # so `simfog list` never imports torch.
@@ -94,7 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """simfog's own warnings as one line on stderr; any other as Python shows it."""
+    if issubclass(category, SimfogWarning):
+        print(f"simfog: warning: {_one_line(str(message))}", file=sys.stderr)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():  # restores Python's display when main returns (tests call it in-process)
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # Inside the try: building the parser imports every command, so Ctrl-C often lands there.
         args = build_parser().parse_args(argv)

@@ -34,6 +34,11 @@ def _short_repr(value: object, limit: int = 120) -> str:
     return f"{text[:limit // 2]}...{text[-20:]} ({len(text)} characters)"
 
 
+class SimfogWarning(UserWarning):
+    """Base of the warnings simfog issues on purpose: inputs that run but do not quite fit each other. The command
+    line prints each as one line, "simfog: warning: ..."."""
+
+
 class Infeasible(SimfogError):
     """Well-formed input asking for something impossible (e.g. rhd on 6 ranks)."""
 

@@ -15,12 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simfog import files, nccl, network_file, units
+from simfog.algorithms import checks
+from simfog.algorithms.allreduce.settings import AllreduceSettings, check_merge
+from simfog.algorithms.dataflow.settings import DataflowSettings
+from simfog.algorithms.dynamic.settings import DynamicSettings
+from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
-from simfog.trace import MAX_COUNT, ModelTrace, load_model_trace
+from simfog.trace import ModelTrace, load_model_trace
 
 if TYPE_CHECKING:
     from simfog.collectives import CostModel
@@ -55,56 +60,72 @@ class Workload:
         return f"{p.source} on {device} ({p.date[:10] or 'undated'}): {how}"
 
 
-@dataclass(frozen=True)
-class Comm:
-    """How gradients are communicated: training algorithm, collective algorithm, merge policy and their knobs."""
+@dataclass(frozen=True, kw_only=True)
+class Comm(AllreduceSettings, ShardedSettings, DataflowSettings, DynamicSettings):
+    """How gradients are communicated: the training algorithm, the collective and its cost model's knobs, the costs
+    beyond the wire, and each family's own settings (its dataclass in simfog/algorithms/<family>/settings.py, whose
+    checks run here too). Every rule on these values is checked in __post_init__, whoever builds one: the
+    experiment file, `override` (the command line, the Python API, sweep, plan, validate) or code."""
 
     algorithm: str = "allreduce"
+    """The training algorithm: a name in simfog.algorithms.REGISTRY."""
     collective: str = "ring"
-    merge: str = "ddp"
-    threshold_bytes: float | None = None
-    cycle_time_s: float | None = None
+    """The collective algorithm: a name in simfog.collectives.ALGORITHMS."""
     alpha_s: float | None = None
+    """collective "linear": seconds per collective (required there)."""
     beta_s_per_B: float | None = None
+    """collective "linear": seconds per byte (required there)."""
     ps_servers: int | None = None
-    streams: int = 1                         # collectives a rank keeps in flight (gloo: 2 worker threads; NCCL: 1)
-    # Decentralized, group, asynchronous and compressed algorithms (None: the algorithm's own default).
-    topology: str | None = None              # a name in simfog.topology.TOPOLOGIES
-    combine: str = "awc"                     # neighbor averaging: "awc" adapt-with-combine, "atc" adapt-then-combine
-    negotiate: bool | None = None            # BlueFog: ops wait for every rank's request (default true; win_put false)
-    buffered_sends: bool = False             # p2p: a send completes once the socket holds it (TCP, gloo), not when
-    #                                          delivered (MPI's rendezvous for large messages, NCCL): senders go on
-    p2p_sharing: str = "together"            # p2p messages of a step share links as if all started together, or
-    #                                          as they overlap in time ("fluid", per step; simfog.p2p)
-    hierarchical: bool | None = None         # BAGUA decentralized / low-precision / bytegrad (default true)
-    group_size: int | None = None            # WAGMA group size S (default 8, at most the rank count)
-    global_every: int | None = None          # WAGMA: a global average every this many iterations (tau + 1, default 11)
-    wait_for_group: bool = False             # WAGMA: a group op starts when its LAST member arrives (blocking)
-    global_collective: bool = False          # WAGMA: cost the global step as comm.collective's allreduce
-    group_collective: bool = False           # WAGMA: cost each group op as a ring allreduce among its members
-    powersgd_rank: int | None = None         # PowerSGD matrix approximation rank (default 1)
-    encode_bandwidth_Bps: float | None = None  # compression codec throughput, bytes of uncompressed data per s
-    async_period_s: float | None = None      # BAGUA async: sleep between two averaging rounds (default 500 ms)
-    consensus_eps: float | None = None       # mixing report: consensus error to reach (default 0.01)
-    nccl_algorithms: tuple[str, ...] | None = None  # collective "nccl": NCCL_ALGO, the algorithms it may choose
-    nccl_protocols: tuple[str, ...] | None = None   # NCCL_PROTO, the protocols it may choose
-    mpi_switch_bytes: float | None = None    # collective "ompi": recursive doubling below, ring at or above
-    # Costs beyond the wire (simfog.overheads; None: the trace's measurement, else unmeasured).
-    bucket_copy_Bps: float | None = None     # flat bucket buffer copy bandwidth: M/bw to pack, M/bw to unpack
-    collective_overhead_s: float | None = None  # per collective launch: hooks, negotiation
-    overlap_slowdown: float | None = None    # backward runs this many times slower beside a running collective
-    # Sharded data parallelism (simfog.algorithms.sharded; None: the algorithm's own default).
-    fsdp_unit: str | float | tuple[int, ...] = "layer"  # "layer" | "model" | layer counts | a size in bytes
-    reshard_after_forward: bool = True       # fsdp/hsdp: free a unit's parameters after forward, gather again
-    prefetch: int = 1                        # fsdp/hsdp: all-gathers issued this many units ahead
-    param_dtype: str | None = None           # dtype parameters are gathered and computed in (None: the trace's)
-    reduce_dtype: str | None = None          # dtype gradients are reduced in (None: param_dtype)
-    hsdp_group: int | None = None            # hsdp: ranks that shard one replica (None: gpus_per_node)
-    reduce_bucket_size: int = 500_000_000    # zero*: elements per gradient bucket (DeepSpeed default 5e8)
-    allgather_bucket_size: int = 500_000_000  # zero1/2: elements per parameter all-gather shard (5e8)
-    prefetch_bucket_size: int = 50_000_000   # zero3: stage3_prefetch_bucket_size, elements prefetched (5e7)
-    overlap_comm: bool | None = None         # zero*: reduce on a side stream (None: true for zero3, else false)
-    zero_reduce: str = "allreduce"           # zero1/2: "allreduce" per bucket or "reduce" to each owner
+    """collective "ps": server machines (None: one per node)."""
+    nccl_algorithms: tuple[str, ...] | None = None
+    """collective "nccl": NCCL_ALGO, the algorithms it may choose (names of simfog.nccl.ALGOS)."""
+    nccl_protocols: tuple[str, ...] | None = None
+    """collective "nccl": NCCL_PROTO, the protocols it may choose (names of simfog.nccl.PROTOS)."""
+    mpi_switch_bytes: float | None = None
+    """collective "ompi": recursive doubling below this many bytes, ring at or above."""
+    bucket_copy_Bps: float | None = None
+    """Flat bucket buffer copy bandwidth, M/bw to pack and M/bw to unpack (None: the trace's, else unmeasured)."""
+    collective_overhead_s: float | None = None
+    """Seconds per collective launch: hooks, negotiation (None: the trace's, else unmeasured)."""
+    overlap_slowdown: float | None = None
+    """Backward runs this many times slower beside a running collective, 1..1000 (None: the trace's)."""
+
+    def __post_init__(self):
+        check_name("algorithm", self.algorithm)
+        check_name("collective", self.collective)
+        self.check_allreduce()
+        self.check_sharded()
+        self.check_dataflow()
+        self.check_dynamic()
+        if self.streams != 1 and self.algorithm != "allreduce":
+            raise ConfigError("comm.streams", self.streams, '1 unless algorithm = "allreduce" (several collectives '
+                              "in flight are modelled for bucketed allreduce only)")
+        if self.collective == "linear" and (self.alpha_s is None or self.beta_s_per_B is None):
+            raise ConfigError("comm.alpha" if self.alpha_s is None else "comm.beta", "(missing)",
+                              'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"')
+        checks.integer(self.ps_servers, "comm.ps_servers", 1, MAX_RANK_ITERATIONS, " (server machines)")
+        for key, given, allowed in (("nccl_algo", self.nccl_algorithms, nccl.ALGOS),
+                                    ("nccl_proto", self.nccl_protocols, nccl.PROTOS)):
+            if given is not None and (not isinstance(given, tuple) or not given or
+                                      not all(isinstance(x, str) and x in allowed for x in given)):
+                raise ConfigError(f"comm.{key}", given, f"one or more of {', '.join(allowed)}, e.g. "
+                                  f'"{allowed[1]}"')
+        f = self.overlap_slowdown
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float) or not 1 <= f <= 1e3):
+            raise ConfigError("comm.overlap_slowdown", f, "a number from 1 to 1000: how many times slower "
+                              "backward compute runs while a collective runs beside it (1.0 = no slowdown)")
+
+
+def check_name(key: str, value: object, *, field: str | None = None, source: str | None = None) -> None:
+    """The one check of a name in [comm] `key` = "algorithm", "collective" or "merge" (a catalogue's lists of
+    collectives and merges too): ConfigError naming `field` (default comm.<key>) and every allowed name."""
+    from simfog import algorithms, collectives
+
+    if key == "merge":
+        check_merge(value, field=field or "comm.merge", source=source)
+        return
+    registry = {"algorithm": algorithms.REGISTRY, "collective": collectives.ALGORITHMS}[key]
+    registry.get(value, field=field or f"comm.{key}", source=source)
 
 
 STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -112,9 +133,6 @@ STRAGGLER_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
 MAX_SEED = 2**63 - 1   # seeds are written to CSV and JSON files and read back as int64
 # One run simulates every (rank, iteration) and keeps its intervals: 10**6 of them take minutes and a few GB.
 MAX_RANK_ITERATIONS = 10**6
-# Collectives one rank keeps in flight ([comm] streams): each is a stream the analytic path and the engine keep state
-# for, so 2**63 of them never finished; real libraries run 1 (NCCL) or 2 (gloo).
-MAX_STREAMS = 64
 
 
 def check_run_size(seed: object, iterations: object, ranks: int, *, seed_field: str = "seed",
@@ -211,7 +229,6 @@ SHARDED_KEY_ALGORITHMS = {
     "allgather_bucket_size": ("zero1", "zero2"), "stage3_prefetch_bucket_size": ("zero3",),
     "overlap_comm": _ZERO, "zero_reduce": ("zero1", "zero2")}
 SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
-ZERO_REDUCES = ("allreduce", "reduce")
 _TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity", "fabric"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
@@ -219,16 +236,74 @@ _WORKLOAD = {"trace", "compute", "optimizer"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
             "intra_flow_bandwidth"}
-_COMM = {"algorithm", "collective", "merge", "threshold", "cycle_time", "alpha", "beta", "ps_servers", "streams",
-         "topology",
-         "combine", "negotiate", "buffered_sends", "p2p_sharing", "hierarchical", "group_size", "global_every", "powersgd_rank",
-         "encode_bandwidth",
-         "async_period", "consensus_eps", "wait_for_group", "global_collective", "group_collective", "nccl_algo",
-         "nccl_proto",
-         "mpi_switch",
-         "bucket_copy_bandwidth", "collective_overhead", "overlap_slowdown"} | SHARDED_KEYS
-COMBINES = ("awc", "atc")
-P2P_SHARING = ("fluid", "together")
+
+
+def _quantity_of(kind: str):
+    """A converter of a [comm] key's text ("25MiB") to SI (simfog.units: the one parser of a quantity)."""
+    return lambda value, field, source: units.parse(value, kind, field=field, source=source)
+
+
+def _elements(value, field, source):
+    return int(value) if isinstance(value, float) and value.is_integer() else value  # DeepSpeed configs write 5e8
+
+
+def _number(value, field, source):
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _nccl_names(allowed: tuple[str, ...]):
+    """An NCCL_ALGO / NCCL_PROTO-like list, "ring,tree" or ["ring", "tree"], to NCCL's spelling (any case, as
+    NCCL); Comm checks the names."""
+    canon = {a.lower(): a for a in allowed}
+
+    def convert(value, field, source):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            return value
+        return tuple(canon.get(i.strip().lower(), i) for i in items)
+    return convert
+
+
+def _fsdp_unit(value, field, source):
+    """[comm] fsdp_unit: "layer", "model", a list of layer counts or a size such as "50MB" (bytes)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, str) and value not in ("layer", "model"):
+        try:
+            return units.parse(value, "bytes", field=field, source=source)
+        except ConfigError:
+            raise ConfigError(field, value, FSDP_UNIT_ALLOWED, source=source) from None
+    return value
+
+
+# Every [comm] key: the Comm field it sets and the converter from the file's value to the field's (None: as
+# written). The experiment file and `override` both read keys through this table, and Comm checks the result: one
+# parser and one check per key.
+COMM_KEYS = {
+    "algorithm": ("algorithm", None), "collective": ("collective", None), "merge": ("merge", None),
+    "threshold": ("threshold_bytes", _quantity_of("bytes")), "cycle_time": ("cycle_time_s", _quantity_of("time")),
+    "alpha": ("alpha_s", _quantity_of("time")), "beta": ("beta_s_per_B", _quantity_of("inverse_bandwidth")),
+    "ps_servers": ("ps_servers", None), "streams": ("streams", None), "topology": ("topology", None),
+    "combine": ("combine", None), "negotiate": ("negotiate", None), "buffered_sends": ("buffered_sends", None),
+    "p2p_sharing": ("p2p_sharing", None), "hierarchical": ("hierarchical", None), "group_size": ("group_size", None),
+    "global_every": ("global_every", None), "powersgd_rank": ("powersgd_rank", None),
+    "encode_bandwidth": ("encode_bandwidth_Bps", _quantity_of("bandwidth")),
+    "async_period": ("async_period_s", _quantity_of("time")), "consensus_eps": ("consensus_eps", None),
+    "wait_for_group": ("wait_for_group", None), "global_collective": ("global_collective", None),
+    "group_collective": ("group_collective", None), "nccl_algo": ("nccl_algorithms", _nccl_names(nccl.ALGOS)),
+    "nccl_proto": ("nccl_protocols", _nccl_names(nccl.PROTOS)), "mpi_switch": ("mpi_switch_bytes",
+                                                                              _quantity_of("bytes")),
+    "bucket_copy_bandwidth": ("bucket_copy_Bps", _quantity_of("bandwidth")),
+    "collective_overhead": ("collective_overhead_s", _quantity_of("time")),
+    "overlap_slowdown": ("overlap_slowdown", _number),
+    "fsdp_unit": ("fsdp_unit", _fsdp_unit), "reshard_after_forward": ("reshard_after_forward", None),
+    "prefetch": ("prefetch", None), "param_dtype": ("param_dtype", None), "reduce_dtype": ("reduce_dtype", None),
+    "hsdp_group": ("hsdp_group", None), "reduce_bucket_size": ("reduce_bucket_size", _elements),
+    "allgather_bucket_size": ("allgather_bucket_size", _elements),
+    "stage3_prefetch_bucket_size": ("prefetch_bucket_size", _elements), "overlap_comm": ("overlap_comm", None),
+    "zero_reduce": ("zero_reduce", None)}
+_COMM = set(COMM_KEYS)
+KEY_OF_FIELD = {f: k for k, (f, _) in COMM_KEYS.items()}  # Comm field -> its [comm] key (for messages)
 
 
 def _section(d: Mapping, name: str, allowed: set[str], source: str | None, required: bool = True) -> dict:
@@ -276,19 +351,15 @@ def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, 
     return value
 
 
-def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, registry=None,
-            choices: tuple[str, ...] | None = None) -> str:
+def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, choices: tuple[str, ...]) -> str:
     v = d.get(key, default)
-    names = registry.names() if registry is not None else list(choices or ())
-    if v not in names:
-        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(names)}", source=source)
+    if v not in choices:
+        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(choices)}", source=source)
     return v
 
 
 def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = None) -> Experiment:
     """Build and validate an Experiment from parsed TOML. Raises ConfigError naming the file, field and value."""
-    from simfog import algorithms, collectives, merge  # registries; imported here to keep this module light
-
     _no_unknown(d, _TOP, "", source)
     seed = _int(d, "seed", "", source, default=0, minimum=0)
     iterations = _int(d, "iterations", "", source, default=5)
@@ -318,8 +389,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if "network_trace" in c and "network" in c:
         raise ConfigError(f"{p}network", c["network"], "either network (a calibrated network file) or "
                           "network_trace, not both", source=source)
-    network = _network_file(c, base_dir, source)
-    if network is None and "network_trace" not in c and "nic_bandwidth" not in c:
+    network = None
+    if "network" not in c and "network_trace" not in c and "nic_bandwidth" not in c:
         raise ConfigError(f"{p}nic_bandwidth", "(missing)",
                           'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
@@ -328,10 +399,12 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    if network is not None:  # the calibrated bus bandwidths and inter-node latency stand in for the links
-        intra = Link(intra.latency_s, network.nccl.intra_bus_Bps)
-        nic = Link(network.nccl.latency_inter_s, network.nccl.inter_bus_Bps)
-    cluster = Cluster(_int(c, "nodes", p, source), _int(c, "gpus_per_node", p, source, default=1), intra, nic,
+    gpus_per_node = _int(c, "gpus_per_node", p, source, default=1)
+    if "network" in c:  # the calibrated network: its links (simfog.network_file.use, one meaning everywhere)
+        network, intra, nic = network_file.use(c["network"], base_dir, field=f"{p}network", source=source,
+                                               gpus_per_node=gpus_per_node, intra_latency_s=intra.latency_s,
+                                               written=c, prefix=p, device=_device_name(trace))
+    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node, intra, nic,
                       float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
                       gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
     network_trace = None
@@ -349,50 +422,9 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
         network_trace = str(path)
 
     m = _section(d, "comm", _COMM, source, required=False)
-    p = "comm."
-    comm = Comm(
-        algorithm=_choice(m, "algorithm", p, source, "allreduce", algorithms.REGISTRY),
-        collective=_choice(m, "collective", p, source, "nccl" if network else "ring", collectives.ALGORITHMS),
-        merge=_choice(m, "merge", p, source, "ddp", merge.POLICIES),
-        threshold_bytes=_quantity(m, "threshold", "bytes", p, source),
-        cycle_time_s=_quantity(m, "cycle_time", "time", p, source),
-        alpha_s=_quantity(m, "alpha", "time", p, source),
-        beta_s_per_B=_quantity(m, "beta", "inverse_bandwidth", p, source),
-        ps_servers=_int(m, "ps_servers", p, source, maximum=MAX_RANK_ITERATIONS, why=" (server machines)")
-        if "ps_servers" in m else None,
-        streams=_int(m, "streams", p, source, default=1, maximum=MAX_STREAMS,
-                     why=" (collectives one rank keeps in flight: gloo 2, NCCL 1)"),
-        nccl_algorithms=_names(m, "nccl_algo", p, source, nccl.ALGOS),
-        nccl_protocols=_names(m, "nccl_proto", p, source, nccl.PROTOS),
-        mpi_switch_bytes=_quantity(m, "mpi_switch", "bytes", p, source),
-        **_decentralized_keys(m, p, source), **_overhead_keys(m, p, source), **_sharded_keys(m, p, source, cluster))
-    if comm.streams != 1 and comm.algorithm != "allreduce":
-        raise ConfigError("comm.streams", comm.streams, '1 unless algorithm = "allreduce" (several collectives in '
-                          "flight are modelled for bucketed allreduce only)", source=source)
-    for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s"),
-                      ("overlap_slowdown", "overlap_slowdown")):
-        if key in m and comm.algorithm not in APPLIED_BY[name]:
-            raise ConfigError(f"comm.{key}", m[key], f"only with algorithm {' or '.join(APPLIED_BY[name])} (the "
-                              "algorithms that model it)", source=source)
-    if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
-        from simfog.algorithms.sharded.plan import fsdp_units
-
-        fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
-    if comm.algorithm in ("zero1", "zero2"):
-        from simfog.algorithms.sharded.plan import allgather_shards
-
-        allgather_shards(trace.parameters, comm.allgather_bucket_size, source=source)
-    if comm.mpi_switch_bytes is not None and comm.collective != "ompi":
-        raise ConfigError("comm.mpi_switch", m["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
-                          "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
-                          source=source)
-    if comm.merge == "threshold" and comm.threshold_bytes is None:
-        raise ConfigError("comm.threshold", "(missing)", 'a size such as "25MiB" when merge = "threshold"',
-                          source=source)
-    if comm.collective == "linear" and (comm.alpha_s is None or comm.beta_s_per_B is None):
-        raise ConfigError("comm.alpha" if comm.alpha_s is None else "comm.beta", "(missing)",
-                          'alpha (e.g. "50us") and beta (e.g. "0.8ns/B") when collective = "linear"', source=source)
-    cluster = _with_flow_caps(cluster, c, network, source)
+    comm = comm_settings(Comm(collective="nccl" if network else "ring"), m, source=source)
+    check_against_workload(comm, trace, cluster, source=source)
+    cluster = _with_flow_caps(cluster, c, source)
     cluster = attach_fabric(cluster, d.get("fabric"), source=source,
                             nics_per_node=network.nccl.nics_per_node or 1 if network else 1)
     hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
@@ -403,19 +435,112 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
                       network_trace, hetero, network)
 
 
-def _with_flow_caps(cluster: Cluster, c: Mapping, network: NetworkFile | None, source: str | None) -> Cluster:
-    """The per-flow caps of the point-to-point model (simfog.p2p), from [cluster] nic_flow_bandwidth /
-    intra_flow_bandwidth or the network file's [p2p] section (one place per cap, not both), put on the links
-    after any calibration has replaced them."""
+def comm_settings(base: Comm, keys: Mapping, *, fields: Mapping | None = None, source: str | None = None) -> Comm:
+    """`base` with Comm `fields` (SI) and the [comm] `keys` (the file's spelling and units: threshold = "25MiB")
+    applied: each key converted by COMM_KEYS and allowed only with the algorithms (and collective) that read it, then
+    the whole checked by Comm. The one reader of [comm] keys: the experiment file and `override` both call it.
+    Raises ConfigError naming comm.<key>."""
+    _no_unknown(keys, _COMM, "comm.", source)
+    fields = dict(fields or {})
+    for key, value in keys.items():
+        name, convert = COMM_KEYS[key]
+        fields[name] = convert(value, f"comm.{key}", source) if convert else value
+    algorithm, collective = fields.get("algorithm", base.algorithm), fields.get("collective", base.collective)
+    if isinstance(algorithm, str) and isinstance(collective, str):  # else Comm names the bad one
+        for key, users in SHARDED_KEY_ALGORITHMS.items():
+            if key in keys and algorithm not in users:
+                raise ConfigError(f"comm.{key}", keys[key], f"only with algorithm = {' | '.join(users)}",
+                                  source=source)
+        for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"),
+                          ("collective_overhead", "collective_overhead_s"), ("overlap_slowdown", "overlap_slowdown")):
+            if key in keys and algorithm not in APPLIED_BY[name]:
+                raise ConfigError(f"comm.{key}", keys[key], f"only with algorithm {' or '.join(APPLIED_BY[name])} "
+                                  "(the algorithms that model it)", source=source)
+        if "mpi_switch" in keys and collective != "ompi":
+            raise ConfigError("comm.mpi_switch", keys["mpi_switch"], 'only with collective = "ompi" (Open MPI\'s '
+                              "recursive doubling -> ring switch point, e.g. the breakpoint `simfog calibrate` finds)",
+                              source=source)
+    try:
+        return replace(base, **fields)
+    except ConfigError as e:
+        raise e.in_file(source) if source else e from None
+
+
+def comm_value(key: str, value: object, *, field: str | None = None) -> object:
+    """[comm] `key`'s value as the file writes it, in the Comm field's units (threshold "25MiB" -> 26214400.0):
+    the converter of COMM_KEYS, for options that list several values (sweep's --threshold). Raises ConfigError
+    naming `field` (default comm.<key>)."""
+    convert = COMM_KEYS[key][1]
+    return convert(value, field or f"comm.{key}", None) if convert else value
+
+
+_TOP_OVERRIDES = ("ranks", "iterations", "seed")
+
+
+def override(exp: Experiment, *, spelling: str | None = None, **changes) -> Experiment:
+    """`exp` with `changes` applied, each read and checked by the same code as the experiment file's: `ranks`
+    (whole nodes of gpus_per_node), `iterations`, `seed`, any [comm] key in the file's spelling and units
+    (merge="ddp", threshold="25MiB") and any Comm field in SI (threshold_bytes=26214400.0). The command line's
+    overrides, the Python API, sweep points, plan and validate all change an experiment here.
+
+    Raises ConfigError naming the key as the caller spells it: `spelling` None names it as the file does
+    (comm.threshold, ranks), "--" as the command line (--threshold), "" as the Python API (threshold)."""
+    top = {k: changes.pop(k) for k in _TOP_OVERRIDES if k in changes}
+    keys = {k: changes.pop(k) for k in list(changes) if k in COMM_KEYS}
+    for name, value in changes.items():
+        if name not in Comm.__dataclass_fields__:
+            raise ConfigError(name if spelling is None else f"{spelling}{name}", value, "ranks, iterations, seed, a "
+                              f"[comm] key ({', '.join(sorted(COMM_KEYS))}) or a Comm field")
+    try:
+        if top.get("ranks") is not None:
+            exp = exp.with_ranks(top["ranks"])
+        if top.get("iterations") is not None or top.get("seed") is not None:
+            seed = exp.seed if top.get("seed") is None else top["seed"]
+            iterations = exp.iterations if top.get("iterations") is None else top["iterations"]
+            check_run_size(seed, iterations, exp.ranks)
+            exp = replace(exp, seed=seed, iterations=iterations)
+        comm = comm_settings(exp.comm, keys, fields=changes) if keys or changes else exp.comm
+        check_against_workload(comm, exp.workload.trace, exp.cluster)
+    except ConfigError as e:
+        if spelling is None:
+            raise
+        field = e.field.removeprefix("comm.")
+        field = KEY_OF_FIELD.get(field, field)
+        raise ConfigError(f"{spelling}{field}", e.value, e.allowed, source=e.source) from None
+    return replace(exp, comm=comm)
+
+
+def check_against_workload(comm: Comm, trace: ModelTrace, cluster: Cluster, *, source: str | None = None) -> None:
+    """The rules of [comm] that need the trace or the cluster: fsdp_unit's layer counts add up to the trace's
+    layers, an HSDP group has the same shape everywhere, ZeRO's all-gather shards fit. Raises ConfigError."""
+    try:
+        if comm.algorithm in _FSDP and isinstance(comm.fsdp_unit, tuple):
+            from simfog.algorithms.sharded.plan import fsdp_units
+
+            fsdp_units(trace, comm.fsdp_unit)  # layer counts must add up to the trace's layers (ConfigError)
+        if comm.algorithm in ("zero1", "zero2"):
+            from simfog.algorithms.sharded.plan import allgather_shards
+
+            allgather_shards(trace.parameters, comm.allgather_bucket_size, source=source)
+        g = comm.hsdp_group
+        if comm.algorithm == "hsdp" and g is not None:
+            L, n = cluster.ranks_per_node, cluster.ranks
+            if n % g or not (L % g == 0 or g % L == 0):
+                raise ConfigError("comm.hsdp_group", g, f"a divisor of the {n} ranks that divides gpus_per_node = "
+                                  f"{L} or is a multiple of it (every group then has the same shape)")
+    except ConfigError as e:
+        raise e.in_file(source) if source else e from None
+
+
+def _with_flow_caps(cluster: Cluster, c: Mapping, source: str | None) -> Cluster:
+    """The per-flow caps of the point-to-point model (simfog.p2p) from [cluster] nic_flow_bandwidth /
+    intra_flow_bandwidth, put on the links after any calibration has replaced them (a network file's [p2p] caps
+    come with its links: simfog.network_file.use)."""
     links = {}
-    for key, link, name in (("nic_flow_bandwidth", "nic", "nic_Bps"), ("intra_flow_bandwidth", "intra", "intra_Bps")):
-        from_file = getattr(network.flows, name) if network is not None else None
-        if key in c and from_file is not None:
-            raise ConfigError(f"cluster.{key}", c[key], f"either here or in the network file's [p2p] section "
-                              f"({network.path}), not both", source=source)
-        cap = _quantity(c, key, "bandwidth", "cluster.", source) if key in c else from_file
-        if cap is None:
+    for key, link in (("nic_flow_bandwidth", "nic"), ("intra_flow_bandwidth", "intra")):
+        if key not in c:
             continue
+        cap = _quantity(c, key, "bandwidth", "cluster.", source)
         if not cap > 0:
             raise ConfigError(f"cluster.{key}", c[key], 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one '
                               "flow reaches; leave the key out for the link's bandwidth)", source=source)
@@ -423,153 +548,9 @@ def _with_flow_caps(cluster: Cluster, c: Mapping, network: NetworkFile | None, s
     return replace(cluster, **links) if links else cluster
 
 
-def _network_file(c: Mapping, base_dir: Path, source: str | None) -> NetworkFile | None:
-    """[cluster] network: the calibrated network file, relative to the experiment's folder."""
-    if "network" not in c:
-        return None
-    if not isinstance(c["network"], str):
-        raise ConfigError("cluster.network", c["network"], "a path to a network file (simfog calibrate -o ...)",
-                          source=source)
-    path = files.resolve(base_dir, c["network"], field="cluster.network", source=source)
-    if not path.is_file():
-        raise ConfigError("cluster.network", c["network"], f"an existing network file ({path})", source=source)
-    return network_file.load(path)
-
-
-def _names(m: Mapping, key: str, p: str, source: str | None, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
-    """An NCCL_ALGO / NCCL_PROTO-like list: "ring,tree" or ["ring", "tree"] (case as NCCL: any)."""
-    if key not in m:
-        return None
-    value = m[key]
-    items = value.split(",") if isinstance(value, str) else value
-    canon = {a.lower(): a for a in allowed}
-    if not isinstance(items, list | tuple) or not items or not all(
-            isinstance(i, str) and i.strip().lower() in canon for i in items):
-        raise ConfigError(f"{p}{key}", value, f"one or more of {', '.join(allowed)}, e.g. \"{allowed[1]}\"",
-                          source=source)
-    return tuple(canon[i.strip().lower()] for i in items)
-
-
-def _overhead_keys(m: Mapping, p: str, source: str | None) -> dict:
-    """[comm] bucket_copy_bandwidth ("10GB/s", "0GB/s" = free copies), collective_overhead ("20us") and
-    overlap_slowdown (a factor >= 1), validated; absent keys stay None (the trace's measurement or unmeasured)."""
-    out: dict = {}
-    if "bucket_copy_bandwidth" in m:
-        out["bucket_copy_Bps"] = _quantity(m, "bucket_copy_bandwidth", "bandwidth", p, source)
-    if "collective_overhead" in m:
-        out["collective_overhead_s"] = _quantity(m, "collective_overhead", "time", p, source)
-    if "overlap_slowdown" in m:
-        f = m["overlap_slowdown"]
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1 <= f <= 1e3:
-            raise ConfigError(f"{p}overlap_slowdown", f, "a number from 1 to 1000: how many times slower backward "
-                              "compute runs while a collective runs beside it (1.0 = no slowdown)", source=source)
-        out["overlap_slowdown"] = float(f)
-    for key, name in (("bucket_copy_bandwidth", "bucket_copy_Bps"), ("collective_overhead", "collective_overhead_s")):
-        if name in out and not math.isfinite(out[name]):
-            raise ConfigError(f"{p}{key}", m[key], "a finite value", source=source)
-    return out
-
-
-def _sharded_keys(m: Mapping, p: str, source: str | None, cluster: Cluster) -> dict:
-    """The [comm] keys of sharded data parallelism, validated; each only with the algorithms that read it."""
-    from simfog.trace import DTYPE_BYTES
-
-    algorithm = m.get("algorithm", "allreduce")
-    for key, users in SHARDED_KEY_ALGORITHMS.items():
-        if key in m and algorithm not in users:
-            raise ConfigError(f"{p}{key}", m[key], f"only with algorithm = {' | '.join(users)}", source=source)
-    out: dict = {}
-    if "fsdp_unit" in m:
-        out["fsdp_unit"] = _fsdp_unit(m["fsdp_unit"], f"{p}fsdp_unit", source)
-    for key in ("reshard_after_forward", "overlap_comm"):
-        if key in m:
-            if not isinstance(m[key], bool):
-                raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)
-            out[key] = m[key]
-    if "prefetch" in m:
-        out["prefetch"] = _int(m, "prefetch", p, source, minimum=0)
-    for key in ("param_dtype", "reduce_dtype"):
-        if key in m:
-            out[key] = _choice(m, key, p, source, "", choices=tuple(DTYPE_BYTES))
-    if "hsdp_group" in m:
-        g = _int(m, "hsdp_group", p, source, minimum=1)
-        L, n = cluster.ranks_per_node, cluster.ranks
-        if n % g or not (L % g == 0 or g % L == 0):
-            raise ConfigError(f"{p}hsdp_group", g, f"a divisor of the {n} ranks that divides gpus_per_node = {L} or "
-                              "is a multiple of it (every group then has the same shape)", source=source)
-        out["hsdp_group"] = g
-    for key, field in (("reduce_bucket_size", "reduce_bucket_size"), ("allgather_bucket_size", "allgather_bucket_size"),
-                       ("stage3_prefetch_bucket_size", "prefetch_bucket_size")):
-        if key in m:
-            v = m[key]
-            if isinstance(v, float) and v.is_integer():  # DeepSpeed configs write 5e8
-                v = int(v)
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COUNT:
-                raise ConfigError(f"{p}{key}", m[key], f"a number of elements in 1..{MAX_COUNT:.4g} (2**53; an "
-                                  "integer such as 5e8 or 500000000: DeepSpeed counts elements, not bytes)",
-                                  source=source)
-            out[field] = v
-    if "zero_reduce" in m:
-        out["zero_reduce"] = _choice(m, "zero_reduce", p, source, "allreduce", choices=ZERO_REDUCES)
-    return out
-
-
-def _fsdp_unit(v: object, field: str, source: str | None):
-    """[comm] fsdp_unit: "layer", "model", a list of layer counts or a size such as "50MB" (bytes)."""
-    allowed = '"layer", "model", a list of layer counts such as [2, 3] or a size such as "50MB"'
-    if v in ("layer", "model"):
-        return v
-    if isinstance(v, list):
-        if not v or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in v):
-            raise ConfigError(field, v, allowed + " (counts are integers >= 1)", source=source)
-        return tuple(v)
-    if isinstance(v, str):
-        try:
-            size = units.parse(v, "bytes", field=field, source=source)
-        except ConfigError:
-            raise ConfigError(field, v, allowed, source=source) from None
-        if not (size > 0 and math.isfinite(size)):
-            raise ConfigError(field, v, allowed + " (a size > 0)", source=source)
-        return float(size)
-    raise ConfigError(field, v, allowed, source=source)
-
-
-def _decentralized_keys(m: Mapping, p: str, source: str | None) -> dict:
-    """The [comm] keys of the decentralized, group, asynchronous and compressed algorithms, validated."""
-    from simfog.topology import TOPOLOGIES
-
-    out: dict = {}
-    if "topology" in m:
-        out["topology"] = _choice(m, "topology", p, source, "", TOPOLOGIES)
-    out["combine"] = _choice(m, "combine", p, source, "awc", choices=COMBINES)
-    out["p2p_sharing"] = _choice(m, "p2p_sharing", p, source, "together", choices=P2P_SHARING)
-    for key in ("hierarchical", "negotiate", "buffered_sends", "wait_for_group", "global_collective",
-                "group_collective"):
-        if key in m:
-            if not isinstance(m[key], bool):
-                raise ConfigError(f"{p}{key}", m[key], "true or false", source=source)
-            out[key] = m[key]
-    for key, least in (("group_size", 2), ("global_every", 1), ("powersgd_rank", 1)):
-        if key in m:
-            out[key] = _int(m, key, p, source, minimum=least)
-    if "encode_bandwidth" in m:
-        bw = _quantity(m, "encode_bandwidth", "bandwidth", p, source)
-        if not bw > 0:
-            raise ConfigError(f"{p}encode_bandwidth", m["encode_bandwidth"], 'a bandwidth > 0 such as "5GB/s"',
-                              source=source)
-        out["encode_bandwidth_Bps"] = bw
-    if "async_period" in m:
-        period = _quantity(m, "async_period", "time", p, source)
-        if not period > 0:
-            raise ConfigError(f"{p}async_period", m["async_period"], 'a time > 0 such as "500ms"', source=source)
-        out["async_period_s"] = period
-    if "consensus_eps" in m:
-        eps = m["consensus_eps"]
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-            raise ConfigError(f"{p}consensus_eps", eps, "a number in (0, 1): the consensus error to reach, "
-                              "relative to the initial disagreement", source=source)
-        out["consensus_eps"] = float(eps)
-    return out
+def _device_name(trace: ModelTrace) -> str | None:
+    name = trace.device.get("name") if isinstance(trace.device, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def _index_map(h: Mapping, key: str, limit: int, what: str, source: str | None) -> dict[int, object]:

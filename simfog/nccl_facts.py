@@ -34,7 +34,11 @@ class Facts:
 
 def arch_of(trace: NetworkTrace) -> str | None:
     """The GPU generation named anywhere in the trace's extra data (GPU model strings), or None."""
-    text = repr(trace.extra)
+    return arch_of_name(repr(trace.extra))
+
+
+def arch_of_name(text: str) -> str | None:
+    """The GPU generation of a GPU model named in `text` ("NVIDIA A100-SXM4-80GB" -> "ampere"), or None."""
     return next((arch for name, arch in _ARCH_BY_NAME if re.search(name, text)), None)
 
 

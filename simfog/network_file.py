@@ -38,6 +38,14 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     [provenance]                  # what the numbers rest on (free-form strings)
     fitted_from = "..."
 
+What a network file means for a cluster (`use`, the one function every reader calls): its calibrated bus bandwidths
+and inter-node latency are the links (intra: intra_bus_bandwidth; between nodes: inter_bus_bandwidth and
+latency_inter; the intra-node latency stays the cluster's), its [p2p] caps their per-flow caps, and the collective
+defaults to "nccl". A link key written beside it (intra_bandwidth, nic_bandwidth, nic_latency) is ignored with a
+warning naming both; a flow cap both there and in the file's [p2p] section is an error. A cluster the file was not
+calibrated for (GPUs per node, NICs, GPU generation) and a parameter its calibration fitted to a bound are named in
+one-line warnings.
+
 Human units in the file, SI inside (simfog.units). Unknown keys are errors. A flow cap bounds each message of a
 point-to-point exchange: k flows through one NIC run at min(cap, NIC bandwidth / k) each (simfog.cluster.Link).
 """
@@ -45,11 +53,14 @@ point-to-point exchange: k flows through one NIC run at min(cap, NIC bandwidth /
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from simfog import files, units
-from simfog.errors import ConfigError
+from simfog.cluster import Link
+from simfog.errors import ConfigError, SimfogWarning
 from simfog.nccl import NcclNetwork
 from simfog.nccl.calibrated import Calibrated
 
@@ -142,6 +153,121 @@ def load(path: str | Path) -> NetworkFile:
         raise ConfigError("provenance", prov, "a table of strings", source=path)
     covered = Calibrated.from_toml(doc["calibrated"], path) if "calibrated" in doc else None
     return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path), covered)
+
+
+class NetworkFileWarning(SimfogWarning):
+    """A network file used where it does not quite fit: another layout or GPU than it was calibrated on."""
+
+
+# The cluster keys a network file sets, and the key of the file that sets each.
+LINK_KEYS = {"intra_bandwidth": "nccl.intra_bus_bandwidth", "nic_bandwidth": "nccl.inter_bus_bandwidth",
+             "nic_latency": "nccl.latency_inter"}
+FLOW_CLUSTER_KEYS = {"nic_flow_bandwidth": "nic_Bps", "intra_flow_bandwidth": "intra_Bps"}
+
+
+def use(value: object, base_dir: str | Path, *, field: str, source: str | None = None, gpus_per_node: int,
+        intra_latency_s: float = 0.0, written: Mapping[str, object] = {}, prefix: str = "",
+        device: str | None = None) -> tuple[NetworkFile, Link, Link]:
+    """The network file that `field` names (`value`, a path relative to `base_dir`) loaded and applied to a
+    cluster of `gpus_per_node` GPUs per node: (the file, the intra-node link, the inter-node link). The one loader
+    of `[cluster] network`, a catalogue option's `network` and `simfog collective --network`, with the one meaning
+    the module's docstring gives.
+
+    Raises ConfigError naming `field` for a path that is not a network file (a measured NetworkTrace: run `simfog
+    calibrate` first), or naming `prefix` + key for a flow cap of `written` (the keys given beside it) that the
+    file's [p2p] section sets too. Warns (NetworkFileWarning, one line naming both sides) for a link key of
+    `written`, which the file's value replaces; when the file was calibrated on other GPUs per node, on more
+    NICs than GPUs per node, or on another GPU generation than `device` (the trace's GPU); and for a parameter its
+    calibration fitted to a bound of the fit, or two it could not separate."""
+    net = load_named(value, base_dir, field=field, source=source)
+    where = f"{source}: " if source else ""
+    for key, theirs in LINK_KEYS.items():
+        if key in written:
+            warnings.warn(f"{where}{prefix}{key} = {written[key]!r} is ignored: the network file {net.path} sets the "
+                          f"links ({theirs}); leave the key out", NetworkFileWarning, stacklevel=2)
+    for key, name in FLOW_CLUSTER_KEYS.items():
+        if key in written and getattr(net.flows, name) is not None:
+            raise ConfigError(f"{prefix}{key}", written[key], f"either here or in the network file's [p2p] section "
+                              f"({net.path}), not both", source=source)
+    _warn_if_mismatched(net, gpus_per_node, device, where=f"{source}: {field}" if source else field)
+    _warn_if_fit_at_bound(net, where=f"{source}: {field}" if source else field)
+    n = net.nccl
+    return (net, Link(intra_latency_s, n.intra_bus_Bps, net.flows.intra_Bps),
+            Link(n.latency_inter_s, n.inter_bus_Bps, net.flows.nic_Bps))
+
+
+def load_named(value: object, base_dir: str | Path, *, field: str, source: str | None = None) -> NetworkFile:
+    """The network file a key or option names: ConfigError naming `field` for anything but an existing network
+    file (a NetworkTrace's JSON, the input of `simfog calibrate`, is named as such)."""
+    allowed = "a path to a network file (simfog calibrate NET.json.gz -o network.toml)"
+    if not isinstance(value, str):
+        raise ConfigError(field, value, allowed, source=source)
+    path = files.resolve(base_dir, value, field=field, source=source)
+    if not path.is_file():
+        raise ConfigError(field, value, f"an existing network file ({path})", source=source)
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+    if path.name.endswith((".json", ".json.gz")) or head.startswith((b"{", b"\x1f\x8b")):
+        raise ConfigError(field, value, f"a network file (TOML); this is JSON, a measured network trace: run "
+                          f"`simfog calibrate {value} -o network.toml` first and name network.toml here",
+                          source=source)
+    return load(path)
+
+
+def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None, where: str) -> None:
+    """One NetworkFileWarning per way the cluster leaves what the file was calibrated on."""
+    from simfog.nccl_facts import arch_of_name
+
+    said = []
+    covered = net.calibrated
+    calibrated_gpus = sorted({g for _, g in covered.layouts}) if covered is not None else []
+    if calibrated_gpus and gpus_per_node not in calibrated_gpus:
+        layouts = ", ".join(f"{n}x{g}" for n, g in covered.layouts)
+        said.append(f"{gpus_per_node} GPUs per node, but {net.path} was calibrated on "
+                    f"{' and '.join(map(str, calibrated_gpus))} GPUs per node (layouts {layouts})")
+    nics = net.nccl.nics_per_node
+    if nics is not None and gpus_per_node < nics:
+        said.append(f"{gpus_per_node} GPUs per node, but {net.path} has nics_per_node = {nics}: its inter-node bus "
+                    "bandwidth assumes every NIC in use, more than these GPUs drive")
+    arch = arch_of_name(device) if device else None
+    if arch is not None and arch != net.nccl.gpu_arch:
+        said.append(f"the trace's GPU is {device} ({arch}), but {net.path} has gpu_arch = {net.nccl.gpu_arch!r}")
+    for text in said:
+        warnings.warn(f"{where}: {text}", NetworkFileWarning, stacklevel=3)
+
+
+# The fitted parameters, as `simfog calibrate` names them in [provenance] fitted, that can be pushed against a bound
+# of the fit: a latency or launch time against 0, the inter-node bus bandwidth against the NICs' line rate.
+_AT_ZERO = {"latencyInter": "latency_inter_s", "latencyInter (simfog's before NCCL 2.12)": "latency_inter_s",
+            "launch": "launch_s", "p2p latency per peer": "p2p_latency_s"}
+_AT_BOUND = 1e-9  # s: a fitted time this close to 0 sits on the bound (a fit on A100 logs gave 6.13e-12 s)
+
+
+def _warn_if_fit_at_bound(net: NetworkFile, where: str) -> None:
+    """One NetworkFileWarning per fitted parameter (its [provenance] fitted) that sits at a bound of the fit: the
+    logs did not determine it. Launch and latencyInter both fitted, one of them at 0: the logs cannot separate
+    them."""
+    fitted = {f.strip() for f in str(net.provenance.get("fitted", "")).split(",")}
+    n = net.nccl
+    latency = next((f for f in fitted if f.startswith("latencyInter")), None)
+    for name in sorted(fitted & set(_AT_ZERO)):
+        value = getattr(n, _AT_ZERO[name]) or 0.0
+        if value > _AT_BOUND:
+            continue
+        shown = f"{name} = {value * 1e6:.3g} us, at its fit's bound 0 us"
+        pair = latency if name == "launch" else "launch" if name == latency else None
+        if pair in fitted:
+            warnings.warn(f"{where}: {shown}: the logs of {net.path} cannot separate {name} from {pair} (another "
+                          "log, e.g. one node's, would)", NetworkFileWarning, stacklevel=3)
+        else:
+            warnings.warn(f"{where}: {shown}: the logs of {net.path} do not determine it", NetworkFileWarning,
+                          stacklevel=3)
+    if "bus bandwidth between nodes" in fitted and n.nics_per_node and n.nic_Bps:
+        wire = n.nics_per_node * n.nic_Bps
+        if n.inter_bus_Bps >= wire * (1 - 1e-5):  # the file keeps 6 significant figures
+            warnings.warn(f"{where}: bus bandwidth between nodes = {n.inter_bus_Bps / 1e9:.4g} GB/s, at its fit's "
+                          f"bound {wire / 1e9:.4g} GB/s (nics_per_node x nic_bandwidth): the logs of {net.path} do "
+                          "not determine it", NetworkFileWarning, stacklevel=3)
 
 
 def _flow_caps(section: object, path: str) -> FlowCaps:

@@ -16,8 +16,9 @@ A catalogue (TOML) lists cluster options with their price per GPU-hour in one cu
     merges = ["ddp", "mgwfbp"]               # default: the workload's merge policy
     # oversubscription = 1.0
     # network = "a100-ib.toml"   # a calibrated network file (simfog calibrate -o), relative to the catalogue:
-    #                            # its bus bandwidths and inter-node latency stand in for the links, and the
-    #                            # collective defaults to "nccl" (NCCL's cost model on that network)
+    #                            # its bus bandwidths and inter-node latency are the links (leave out
+    #                            # intra_bandwidth, nic_bandwidth, nic_latency), and the collective defaults to
+    #                            # "nccl" (NCCL's cost model on that network; simfog.network_file.use)
     # fabric = { kind = "fat_tree", nodes_per_leaf = 8, leaf_oversubscription = 4, placement = "scattered" }
     #                            # the switches of max_nodes nodes and where a job's nodes sit (an experiment's
     #                            # [fabric]); each row then also says what it costs: `fabric_cost`, the iteration
@@ -43,7 +44,7 @@ import pandas as pd
 from simfog import files, units
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
-from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload
+from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, check_name, override
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
@@ -123,22 +124,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                               f"{MAX_RANK_ITERATIONS:,}, what one simulation may hold)", source=source)
         return v
 
-    network = None
-    if "network" in d:
-        from simfog import network_file
-
-        if not isinstance(d["network"], str):
-            raise ConfigError(p + "network", d["network"], "a path to a network file (simfog calibrate -o ...)",
-                              source=source)
-        where = files.resolve(Path(source).parent, d["network"], field=p + "network", source=source)
-        if not where.is_file():
-            raise ConfigError(p + "network", d["network"], f"an existing network file ({where})", source=source)
-        network = network_file.load(where)
-
     def quantity(key, kind, default=None):
-        if network is not None and key in ("intra_bandwidth", "nic_bandwidth", "nic_latency") and key not in d:
-            return {"intra_bandwidth": network.nccl.intra_bus_Bps, "nic_bandwidth": network.nccl.inter_bus_Bps,
-                    "nic_latency": network.nccl.latency_inter_s}[key]
         if key not in d and default is None:
             raise ConfigError(p + key, "(missing)", f"a {kind} with its unit", source=source)
         value = units.parse(d.get(key, default), kind, field=p + key, source=source)
@@ -146,15 +132,27 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
             raise ConfigError(p + key, d[key], "a bandwidth > 0 with its unit", source=source)
         return value
 
-    def names(key, registry):
+    network = None
+    gpus_per_node = integer("gpus_per_node")
+    intra_latency = quantity("intra_latency", "time", "0us")
+    if "network" in d:  # its links, as in an experiment (simfog.network_file.use: one meaning everywhere)
+        from simfog import network_file
+
+        network, intra, nic = network_file.use(d["network"], Path(source).parent, field=p + "network", source=source,
+                                               gpus_per_node=gpus_per_node, intra_latency_s=intra_latency,
+                                               written=d, prefix=p)
+    else:
+        intra = Link(intra_latency, quantity("intra_bandwidth", "bandwidth"))
+        nic = Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"))
+
+    def names(key, registry, comm_key):
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or key in d and not v:
             # [] would silently fall back to the workload's: leave the key out for that
             raise ConfigError(p + key, v, f"a non-empty list of names, from: {', '.join(registry.names())} (leave "
                               "the key out for the workload's)", source=source)
         for x in v:
-            if x not in registry.names():
-                raise ConfigError(p + key, x, f"one of {', '.join(registry.names())}", source=source)
+            check_name(comm_key, x, field=p + key, source=source)
         return tuple(v)
 
     price = d.get("price_per_gpu_hour", "(missing)")
@@ -165,15 +163,11 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(p + "oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    gpus_per_node = integer("gpus_per_node")
     option = ClusterOption(name, gpus_per_node, integer("max_nodes", MAX_RANK_ITERATIONS // gpus_per_node),
-                           Link(quantity("intra_latency", "time", "0us"), quantity("intra_bandwidth", "bandwidth"),
-                                network.flows.intra_Bps if network else None),
-                           Link(quantity("nic_latency", "time", "0us"), quantity("nic_bandwidth", "bandwidth"),
-                                network.flows.nic_Bps if network else None),
+                           intra, nic,
                            float(price), float(over),
-                           names("collectives", collectives.ALGORITHMS) or (("nccl",) if network else ()),
-                           names("merges", merge.POLICIES), str(d.get("description", "")), network,
+                           names("collectives", collectives.ALGORITHMS, "collective") or (("nccl",) if network else ()),
+                           names("merges", merge.POLICIES, "merge"), str(d.get("description", "")), network,
                            units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
                            if "gpu_memory" in d else None)
     return _with_fabric(option, d.get("fabric"), p, source)
@@ -283,9 +277,11 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
         base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
         for coll in opt.collectives or (exp.comm.collective,):
             for m in opt.merges or (exp.comm.merge,):
-                if m == "threshold" and exp.comm.threshold_bytes is None:
-                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
-                                      "workload's experiment sets comm.threshold", source=catalogue.source)
+                try:  # the rules between merge, threshold and collective, checked where they are written
+                    override(base, merge=m, collective=coll)
+                except ConfigError as e:
+                    raise ConfigError(f"option ({opt.name})", f"{coll} / {m}", f"{e} (a collective and merge policy "
+                                      "the workload's experiment can run)", source=catalogue.source) from None
 
                 def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
                     bar.update(1)

@@ -148,6 +148,7 @@ class Result:
             "path": self.path,
             "trace": exp.workload.trace_path,
             "network_trace": exp.network_trace,
+            "network_file": exp.network.path if getattr(exp, "network", None) is not None else None,
             **_overhead_fields(exp),
             **_mixing_fields(self.mixing),
             **(self.memory.summary() if self.memory is not None else {}),

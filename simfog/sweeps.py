@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simfog.errors import ConfigError, SimfogError
-from simfog.experiment import Experiment
+from simfog.experiment import Experiment, override
 
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
@@ -38,9 +38,10 @@ class Point:
         return (str(self.ranks), self.merge, self.collective,
                 "" if self.threshold_bytes is None else repr(float(self.threshold_bytes)))
 
-    def apply(self, exp: Experiment) -> Experiment:
-        return exp.with_ranks(self.ranks).with_comm(merge=self.merge, collective=self.collective,
-                                                    threshold_bytes=self.threshold_bytes)
+    def apply(self, exp: Experiment, spelling: str | None = None) -> Experiment:
+        """`exp` at this point, through simfog.experiment.override (ConfigError naming the key as `spelling` says)."""
+        return override(exp, spelling=spelling, ranks=self.ranks, merge=self.merge, collective=self.collective,
+                        threshold_bytes=self.threshold_bytes)
 
 
 def grid(ranks: Sequence[int], merges: Sequence[str], collectives: Sequence[str],
@@ -207,12 +208,10 @@ def checked_grid(exp, ranks: list[int], merge_text: str | None, collective_text:
 
 def checked_points(exp, ranks: list | None, merges: list | None, collectives: list | None,
                    thresholds: list | None) -> list[Point]:
-    """The sweep points of these values (None: the experiment's own; an empty list is an error), each checked before
-    anything runs, as the command line's options are (ConfigError naming the option, e.g. --merge): whole rank counts
-    the experiment takes, registered merge policies and collectives, thresholds in bytes (simfog.units.LIMITS)."""
-    from simfog import collectives as collective_registry
-    from simfog import merge, units
-
+    """The sweep points of these values (None: the experiment's own; an empty list is an error), every point checked
+    before anything runs by simfog.experiment.override, as the command line's options are (ConfigError naming the
+    option, e.g. --merge): whole rank counts the experiment takes, registered merge policies and collectives,
+    thresholds in bytes, and every rule between them (merge = "threshold" needs a threshold)."""
     values = {}
     for option, given, default in (("--ranks", ranks, exp.ranks), ("--merge", merges, exp.comm.merge),
                                    ("--collective", collectives, exp.comm.collective),
@@ -220,18 +219,10 @@ def checked_points(exp, ranks: list | None, merges: list | None, collectives: li
         if given is not None and not given:
             raise ConfigError(option, given, "one or more values")
         values[option] = [default] if given is None else list(given)
-    for m in values["--merge"]:
-        merge.POLICIES.get(m, field="--merge")
-    for c in values["--collective"]:
-        collective_registry.ALGORITHMS.get(c, field="--collective")
     for r in values["--ranks"]:
         if isinstance(r, bool) or not isinstance(r, int):
             raise ConfigError("--ranks", r, "whole rank counts, e.g. 4,8,16")
-        try:
-            exp.with_ranks(r)  # the rank count's own checks and the experiment's ranks x iterations bound
-        except ConfigError as e:
-            raise ConfigError("--ranks", r, e.allowed) if e.field == "ranks" else e from None
-    for t in values["--threshold"]:
-        if t is not None:
-            units.check(t, "bytes", field="--threshold")
-    return grid(values["--ranks"], values["--merge"], values["--collective"], values["--threshold"])
+    points = grid(values["--ranks"], values["--merge"], values["--collective"], values["--threshold"])
+    for p in points:
+        p.apply(exp, spelling="--")
+    return points

@@ -33,7 +33,7 @@ from simfog import merge
 from simfog.calibrate import Calibration
 from simfog.cluster import Cluster
 from simfog.errors import ConfigError
-from simfog.experiment import Experiment
+from simfog.experiment import Experiment, override
 from simfog.results import Result
 from simfog.simulation import new_simulation
 from simfog.trace import NetworkTrace
@@ -387,9 +387,7 @@ def validate_experiment(exp: Experiment, options: Options = Options(), *, merges
         raise ConfigError("--merge", ",".join(merges), f"no merge policies for algorithm {exp.comm.algorithm} "
                           "(it averages parameters, not gradients)", source=exp.source)
     if merges:
-        for m in merges:
-            merge.POLICIES.get(m, field="--merge")
-        exps = [exp.with_comm(merge=m) for m in merges]
+        exps = [override(exp, spelling="--", merge=m) for m in merges]
         ids = [f"{exp.workload.trace.model}-{m}" for m in merges]
     else:
         what = exp.comm.merge if exp.comm.algorithm == "allreduce" else exp.comm.algorithm

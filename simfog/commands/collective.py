@@ -56,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes * args.gpus_per_node > MAX_RANK_ITERATIONS:  # NCCL's model printed plausible times for 10**20
         raise ConfigError("--nodes", args.nodes, f"at most {MAX_RANK_ITERATIONS // args.gpus_per_node:,} nodes of "
                           f"{args.gpus_per_node} GPUs ({MAX_RANK_ITERATIONS:,} ranks at most, as a simulation)")
-    if not Path(args.network).is_file():
-        raise ConfigError("--network", args.network, "an existing network file (simfog calibrate ... -o network.toml)")
-    loaded = network_file.load(args.network)
+    loaded, _, _ = network_file.use(args.network, Path.cwd(), field="--network", gpus_per_node=args.gpus_per_node)
     net, covered = loaded.nccl, loaded.calibrated
     ranks = args.nodes * args.gpus_per_node
     algos = _restrict(args.algo, nccl.ALGOS, "--algo")

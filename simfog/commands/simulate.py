@@ -58,6 +58,9 @@ def format_summary(s: dict) -> str:
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}"
         + (f"  {note_line(s['extrapolated'])}" if s.get("extrapolated") else ""),
     ]
+    links = (f"network file {s['network_file']}" if s.get("network_file") else
+             f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
+    lines.append(f"  inputs             trace {s['trace']}; {links}")
     if "bucket_copy_Bps" in s:
         copy = (units.format_bandwidth(s["bucket_copy_Bps"]).replace("bit/s", "bit/s copies")
                 if s["bucket_copy_Bps"] > 0 else "free copies")

@@ -38,7 +38,8 @@ def run(args) -> int:
         ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
     except ValueError:
         raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
-    thresholds = ([units.nbytes(t, field="--threshold") for t in option_list(args.threshold, "--threshold")]
+    thresholds = ([experiment.comm_value("threshold", t, field="--threshold")
+                   for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
     run_sweep = lambda csv: sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
