@@ -129,7 +129,7 @@ LAYERS = [
         "simfog.trace", "simfog.cluster", "simfog.topology", "simfog.merge", "simfog.overheads", "simfog.memory",
         "simfog.p2p", "simfog.collectives", "simfog.nccl", "simfog.nccl_facts", "simfog.nccl_report",
         "simfog.nccl_fit", "simfog.calibrate", "simfog.network_file", "simfog.retarget", "simfog.importers",
-        "simfog.interval_log", "simfog.results", "simfog.fabric"]),
+        "simfog.interval_log", "simfog.results", "simfog.fabric", "simfog.uncertainty"]),
     ("the event engine", ["simfog.engine"]),
     ("the training algorithms, by family", ["simfog.algorithms"]),
     ("the experiment", ["simfog.experiment"]),
