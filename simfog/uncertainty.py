@@ -27,9 +27,9 @@ from simfog.errors import ConfigError
 
 DEFAULT_LEVEL = 0.9
 LEVEL_ALLOWED = "a level between 0 and 1 exclusive, e.g. 0.9 (90 %)"
-# The half-width (ln) of an input nothing measured: ln 2, i.e. the true value may be half or twice the prediction.
-# Wider than any per-cluster 90 % half-width the held-out NCCL bench measured for its regimes but one, and than the
-# roofline estimate's error on most real GPU traces; a measured input is always preferred.
+# The half-width (ln) of an input nothing measured: ln 2, i.e. the true value may be half or twice the prediction
+# (a roofline compute estimate was 6-35 % off measured H200 steps for most models, 4x for one; the held-out NCCL
+# bench's 90 % half-widths are 0.4-1.3). An unmeasured input adds it, so it can only widen an interval.
 UNMEASURED_HALF_WIDTH = math.log(2.0)
 
 
@@ -153,3 +153,74 @@ def format_interval(iv: Interval, fmt) -> str:
     hi_num, _, hi_unit = hi.partition(" ")
     bounds = f"{lo_num}–{hi}" if lo_unit == hi_unit else f"{lo}–{hi}"
     return f"{fmt(iv.value)} ({100 * iv.level:g} %: {bounds})"
+
+
+# Message-size regimes of a network part's residuals (upper bounds, exclusive): below 64 KiB a collective's time is
+# its latencies (NCCL's LL protocols), from 16 MiB its bandwidth (Simple), in between both.
+SIZE_REGIMES = (("small", 64 * 2**10), ("medium", 16 * 2**20), ("large", math.inf))
+LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)  # the levels half-widths are stored at
+
+
+def size_regime(nbytes: float) -> str:
+    """The SIZE_REGIMES name of a message of `nbytes`."""
+    return next(name for name, upper in SIZE_REGIMES if nbytes < upper)
+
+
+@dataclass(frozen=True)
+class HalfWidths:
+    """Conformal half-widths (ln) per size regime at LEVELS (None: too few points for that level), how many
+    held-out points each regime had, and where they come from."""
+
+    by_regime: Mapping[str, tuple[float | None, ...]]
+    points: Mapping[str, int]
+    source: str
+
+    @staticmethod
+    def from_scores(scores: Mapping[str, Sequence[float]], source: str) -> HalfWidths:
+        """From |ln(measured / predicted)| of held-out points per regime (regimes without points left out)."""
+        by = {r: tuple(conformal_quantile(scores[r], lv) for lv in LEVELS) for r, _ in SIZE_REGIMES if scores.get(r)}
+        return HalfWidths(by, {r: len(scores[r]) for r in by}, source)
+
+    def half_width(self, nbytes: float, level: float) -> float | None:
+        """The half-width for a message of `nbytes` at `level`: the stored level equal to it or the next above (a
+        wider interval, never a narrower one); None when the regime has no points or no stored level reaches."""
+        level = check_level(level)
+        row = self.by_regime.get(size_regime(nbytes))
+        at = next((i for i, lv in enumerate(LEVELS) if lv >= level - 1e-12), None)
+        return None if row is None or at is None else row[at]
+
+    def to_toml(self) -> dict:
+        """Flat keys for a TOML section: interval_levels, interval_<regime> (nan where None), interval_points."""
+        out: dict = {"interval_source": self.source, "interval_levels": list(LEVELS)}
+        for r, row in self.by_regime.items():
+            out[f"interval_{r}"] = [round(x, 6) if x is not None else math.nan for x in row]
+        out["interval_points"] = [self.points.get(r, 0) for r, _ in SIZE_REGIMES]
+        return out
+
+    @staticmethod
+    def from_toml(d: Mapping, source: str) -> HalfWidths | None:
+        """The keys to_toml writes (None when there are none). Raises ConfigError naming the file and key."""
+        if not any(k.startswith("interval_") for k in d):
+            return None
+        levels = d.get("interval_levels")
+        if levels != list(LEVELS):
+            raise ConfigError("calibrated.interval_levels", levels, f"{list(LEVELS)} (as simfog calibrate writes)",
+                              source=source)
+        counts = d.get("interval_points", [])
+        if not (isinstance(counts, list) and len(counts) == len(SIZE_REGIMES)
+                and all(type(c) is int and c >= 0 for c in counts)):
+            raise ConfigError("calibrated.interval_points", counts, f"{len(SIZE_REGIMES)} counts >= 0, one per "
+                              f"regime ({', '.join(r for r, _ in SIZE_REGIMES)})", source=source)
+        by, points = {}, {}
+        for (r, _), n in zip(SIZE_REGIMES, counts, strict=True):
+            row = d.get(f"interval_{r}")
+            if row is None:
+                continue
+            ok = isinstance(row, list) and len(row) == len(LEVELS) and all(
+                isinstance(x, int | float) and not isinstance(x, bool) and (math.isnan(x) or x >= 0) for x in row)
+            if not ok:
+                raise ConfigError(f"calibrated.interval_{r}", row, f"{len(LEVELS)} half-widths >= 0 (ln) or nan, "
+                                  f"one per level of interval_levels", source=source)
+            by[r] = tuple(None if math.isnan(x) else float(x) for x in row)
+            points[r] = n
+        return HalfWidths(by, points, str(d.get("interval_source", "")))
