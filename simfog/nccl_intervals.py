@@ -123,14 +123,14 @@ def network_part(calibrated: Calibrated | None, sizes: Sequence[float], level: f
             sources.add(own.source)
         elif w_bench is not None:
             widths.append(w_bench)
-            sources.add("the public held-out NCCL bench (other clusters, 1-2 nodes -> 3+)"
-                        + (" as the prediction extrapolates" if extrapolated and w_own is not None else ""))
+            sources.add("the public held-out NCCL bench (other clusters, 1-2 nodes -> 3+)")
         else:
             return Part.unmeasured("network", f"no held-out points for {units.format_bytes(size)} at level "
                                    f"{level:g}")
     if not widths:
         return Part("network", 0.0, 0.0, "no collective")
-    return Part.symmetric("network", max(widths), "; ".join(sorted(sources)))
+    note = " (the prediction leaves the logs: the wider of theirs and the bench's)" if extrapolated and own else ""
+    return Part.symmetric("network", max(widths), "; ".join(sorted(sources)) + note)
 
 
 def relative_half_width(half_width: float) -> float:

@@ -85,9 +85,12 @@ class Part:
         return Part(name, half_width, half_width, source)
 
     @staticmethod
-    def unmeasured(name: str, why: str) -> Part:
-        return Part(name, UNMEASURED_HALF_WIDTH, UNMEASURED_HALF_WIDTH,
-                    f"UNMEASURED ({why}): default x/{math.exp(UNMEASURED_HALF_WIDTH):g}", measured=False)
+    def unmeasured(name: str, why: str, at_least: float = 0.0) -> Part:
+        """A part nothing measured at this level: the default half-width, or `at_least` where the points there are
+        (too few for the level) already lie wider; never narrower than what was seen."""
+        w = max(UNMEASURED_HALF_WIDTH, at_least)
+        return Part(name, w, w, f"UNMEASURED ({why}): {'default ' if w == UNMEASURED_HALF_WIDTH else ''}"
+                    f"x/{math.exp(w):.3g}", measured=False)
 
 
 @dataclass(frozen=True)
