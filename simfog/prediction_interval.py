@@ -21,7 +21,9 @@ says. NCCL's own per-protocol latency constants are not scaled, so for latency-b
 is a lower estimate. Throughput takes the bounds of the iteration time; the scaling efficiency its own effects (its
 single-rank baseline moves with the compute too).
 
-A run costs 1 + 2 x (parts with a width) simulations.
+A run costs 1 + 2 x (parts with a width) simulations. Where a bound's run fails (e.g. the slower bound runs past the
+longest run simfog simulates), the part's whole factor is taken for both sides (no part moves the time by more
+than its inputs' factor) and its source says so.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, SimfogError
 from simfog.experiment import Experiment
 from simfog.simulation import simulate
 from simfog.uncertainty import (
@@ -184,7 +186,13 @@ def intervals(result, level: float, *, extrapolated: list[str] | None = None) ->
             on_time.append(p)
             on_eff.append(p)
             continue
-        runs = [simulate(SCALERS[p.name](exp, math.exp(w))).summary() for w in (-p.below, p.above)]
+        try:
+            runs = [simulate(SCALERS[p.name](exp, math.exp(w))).summary() for w in (-p.below, p.above)]
+        except SimfogError as e:  # e.g. the slower bound runs past the longest run simfog simulates
+            note = f" (a bound's run failed: {str(e)[:100]}; the part's whole factor taken)"
+            on_time.append(replace(p, source=p.source + note))
+            on_eff.append(replace(p, source=p.source + note))
+            continue
         on_time.append(effect(p.name, t, *(r["iteration_time_s"] for r in runs), p.source, p.measured))
         on_eff.append(effect(p.name, eff, *(r["scaling_efficiency"] for r in runs), p.source, p.measured))
     return combine(t, level, on_time), combine(eff, level, on_eff)

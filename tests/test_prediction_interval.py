@@ -108,3 +108,14 @@ def test_interval_is_deterministic():
     a = attach(simulate(exp)).summary()
     b = attach(simulate(exp)).summary()
     assert a == b and np.isfinite(a["iteration_time_hi_s"])
+
+
+def test_a_bound_past_the_longest_run_takes_the_whole_factor():
+    """3 iterations of 200,000,000 s: the run ends at 6e8 s; compute unmeasured (one sample), its slower bound x2
+    would end at 1.2e9 s, past the longest run simfog simulates: the part's whole factor, ln 2, either side."""
+    exp = make_experiment(make_trace([1e8], [1e8], [10]), nodes=1, gpus_per_node=1)
+    iv = iteration_interval(simulate(exp), 0.9)
+    compute = iv.parts[0]
+    assert (compute.below, compute.above) == (UNMEASURED_HALF_WIDTH, UNMEASURED_HALF_WIDTH)
+    assert "a bound's run failed" in compute.source
+    assert iv.hi == pytest.approx(iv.value * 2)
