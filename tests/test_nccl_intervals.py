@@ -111,3 +111,32 @@ def test_collective_json_rows_carry_bounds(tmp_path, abci, capsys):
                  "--sizes", "1KiB", "--level", "0.5", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["rows"][0]
     assert np.log(r["time_hi_s"] / r["time_s"]) == pytest.approx(bench_table().half_width(1024, 0.5))
+
+
+def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path, abci, capsys):
+    from simfog.cli import main
+
+    paths = []
+    for i, t in enumerate(abci):
+        paths.append(str(tmp_path / f"t{i}.json.gz"))
+        t.save(paths[-1])
+    net = tmp_path / "net.toml"
+    assert main(["calibrate", *paths, "--gpu-arch", "ampere", "-o", str(net), "--json"]) == 0
+
+    def no_nan(c):
+        raise AssertionError(f"JSON has {c}")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=no_nan)
+    assert out["calibrated"]["interval_points"] == [28, 16, 4]       # 48 points: 2 and 4 nodes, 24 sizes each
+    assert out["calibrated"]["interval_large"][2] is None            # 4 large points cannot bound 90 %
+    covered = network_file.load(net).calibrated
+    direct = leave_a_scale_out(abci, gpu_arch="ampere")  # the file keeps 6 decimals
+    for r, row in direct.by_regime.items():
+        assert covered.intervals.by_regime[r] == pytest.approx(row, abs=5e-7)
+    # inside the logs (4 x 8, sizes they hold): the logs' own half-width; 32 MiB has too few: the bench's
+    assert main(["collective", "allreduce", "--network", str(net), "--nodes", "4", "--gpus-per-node", "8",
+                 "--sizes", "1KiB,32MiB", "--json"]) == 0
+    small, large = json.loads(capsys.readouterr().out)["rows"]
+    assert small["extrapolated"] == [] and small["interval_source"] == covered.intervals.source
+    assert math.log(small["time_hi_s"] / small["time_s"]) == pytest.approx(covered.intervals.half_width(1024, 0.9))
+    assert "bench" in large["interval_source"]
