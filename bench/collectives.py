@@ -14,11 +14,18 @@ give the least mean of the per-cluster median errors over the held-out points of
 printed are those. simfog's shipped defaults (simfog.nccl_fit.UNIDENTIFIED) are the values learned from all
 clusters; the bench says whether they still are.
 
+Intervals (simfog.uncertainty, simfog.nccl_intervals): each cluster's 90 % interval is fitted WITHOUT that cluster,
+as its point predictions are: the conformal half-width per message-size regime of the OTHER clusters' held-out
+scores |ln(measured / predicted)|; the bench reports the share of the cluster's held-out points inside it (coverage)
+and the median relative half-width, per cluster and overall. `--write-intervals FILE` writes the half-widths of
+every cluster's held-out points together (simfog/data/nccl_intervals.toml, the table simfog ships), with provenance.
+
 Prints a table per cluster (per held-out log and collective: points, median and worst error, the worst row), a line
 saying why where a cluster misses the targets (median <= 8 %, worst <= 25 %), a summary over the clusters, and last
-`clusters=<n> points=<n> median=<pct> worst=<pct>` over every held-out point.
+`clusters=<n> points=<n> coverage90=<pct> median=<pct> worst=<pct>` over every held-out point.
 
 Run: python bench/collectives.py [--points] [--fit-only] [--shipped] [--only CLUSTER] [--jobs N] [--ref DIR]
+                                 [--write-intervals FILE]
 """
 
 from __future__ import annotations
@@ -38,11 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nccl_corpus  # noqa: E402  (bench/ is not a package)
 
-from simfog import nccl_fit, units  # noqa: E402
+from simfog import nccl_fit, nccl_intervals, units  # noqa: E402
 from simfog.errors import SimfogError  # noqa: E402
+from simfog.uncertainty import SIZE_REGIMES, UNMEASURED_HALF_WIDTH, HalfWidths, size_regime  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_WORST = 0.08, 0.25
+LEVEL = 0.9  # the level whose coverage is reported (coverage90)
 GRID = tuple({"tree_fill_B": f, "two_node_tree_gain": g}
              for f, g in itertools.product((0.0, 8192.0, 32768.0, 131072.0, 524288.0), (1.0, 1.25, 1.5, 1.75, 2.0)))
 # Why a cluster stays off the targets, as found by looking at its figures (printed only; no computation reads them).
@@ -253,7 +262,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the grid of fits")
     parser.add_argument("--shipped", action="store_true",
                         help="simfog's shipped defaults for every cluster instead of leave-one-cluster-out")
+    parser.add_argument("--write-intervals", metavar="FILE",
+                        help="write the half-widths of every cluster's held-out points "
+                        "(simfog/data/nccl_intervals.toml)")
     args = parser.parse_args()
+    if args.write_intervals and (args.only or args.shipped or args.fit_only):
+        parser.error("--write-intervals needs the whole leave-one-cluster-out run (no --only, --shipped, --fit-only)")
     started = time.perf_counter()
     clusters = nccl_corpus.discover(Path(args.corpus), Path(args.ref_facts), Path(args.ref))
     if args.only:
@@ -274,18 +288,36 @@ def main() -> None:
         show(p, *chosen[p.cluster.name], show_points=args.points, fit_only=args.fit_only)
     if args.fit_only:
         return
-    print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s}  status")
-    everything, aside = [], 0
+    scores = {name: nccl_intervals.scores_by_regime(out.points) for name, (out, _) in chosen.items() if out.points}
+    print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s} {'cov90':>6s} {'hw90':>6s}"
+          f"  status   (cov90: share inside the 90 % interval fitted on the other clusters; hw90: its median "
+          "relative half-width)")
+    everything, aside, inside, widths = [], 0, [], []
     for p in preps:
         out = chosen[p.cluster.name][0]
         aside += sum(a for *_, a in out.rows)
         if out.points:
             err = np.array([abs(q.rel_error) for q in out.points])
             everything += list(err)
+            ins, wid = coverage(out.points, scores, p.cluster.name)
+            inside += ins
+            widths += wid
             print(f"{p.cluster.name:24s} {len(err):6d} {sum(a for *_, a in out.rows):5d} {_pct(np.median(err)):>7s} "
-                  f"{_pct(err.max()):>7s}  {'off: ' + out.off if out.off else 'on target'}")
+                  f"{_pct(err.max()):>7s} {_pct(np.mean(ins)):>6s} {_pct(np.median(wid)):>6s}  "
+                  f"{'off: ' + out.off if out.off else 'on target'}")
         else:
-            print(f"{p.cluster.name:24s} {0:6d} {0:5d} {'':>7s} {'':>7s}  off: {out.off}")
+            print(f"{p.cluster.name:24s} {0:6d} {0:5d} {'':>7s} {'':>7s} {'':>6s} {'':>6s}  off: {out.off}")
+    if inside:
+        per_regime = "; ".join(
+            f"{r} {_pct(np.mean([i for i, q in zip(inside, pts, strict=True) if size_regime(q.bytes) == r]))}"
+            for r, _ in SIZE_REGIMES
+            for pts in [[q for p in preps for q in chosen[p.cluster.name][0].points]]
+            if any(size_regime(q.bytes) == r for q in pts))
+        print(f"# {LEVEL:.0%} intervals, each cluster's fitted without it: coverage {_pct(np.mean(inside))} "
+              f"({per_regime}), median relative half-width {_pct(np.median(widths))} (targets: coverage 85-95 %, "
+              "half-width <= 15 %)")
+    if args.write_intervals:
+        write_intervals(Path(args.write_intervals), scores, args)
     if learned_all is not None:
         u = GRID[learned_all]
         same = all(shipped[k] == u[k] for k in u)
@@ -295,7 +327,50 @@ def main() -> None:
     e = np.array(everything) if everything else np.array([np.nan])
     print(f"# {len(everything)} held-out points of {counted} clusters, {aside} set aside as disturbed "
           f"(+ {sum(p.aside_calibration for p in preps)} in calibration logs); {time.perf_counter() - started:.1f} s")
-    print(f"clusters={counted} points={len(everything)} median={100 * np.median(e):.1f} worst={100 * np.max(e):.1f}")
+    cov = 100 * np.mean(inside) if inside else np.nan
+    print(f"clusters={counted} points={len(everything)} coverage90={cov:.1f} median={100 * np.median(e):.1f} "
+          f"worst={100 * np.max(e):.1f}")
+
+
+def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str) -> tuple[list[bool], list[float]]:
+    """For each of cluster `name`'s held-out points: inside its LEVEL interval fitted on the other clusters' scores
+    (a regime none of them has takes the unmeasured default), and that interval's relative half-width."""
+    others = {r: [x for n, by in scores.items() if n != name for x in by[r]] for r, _ in SIZE_REGIMES}
+    table = HalfWidths.from_scores(others, f"clusters other than {name}")
+    inside, widths = [], []
+    for q in points:
+        w = table.half_width(q.bytes, LEVEL)
+        w = UNMEASURED_HALF_WIDTH if w is None else w
+        inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
+        widths.append(nccl_intervals.relative_half_width(w))
+    return inside, widths
+
+
+def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args) -> None:
+    """The table simfog ships (simfog.nccl_intervals.BENCH_TABLE): half-widths of every cluster's held-out points."""
+    import json
+    import subprocess
+    from datetime import UTC, datetime
+
+    def value(v) -> str:  # TOML: a string as JSON writes it, a list of numbers (nan: too few points)
+        return json.dumps(v) if isinstance(v, str) else "[" + ", ".join("nan" if x != x else repr(x) for x in v) + "]"
+
+    everything = {r: [x for by in scores.values() for x in by[r]] for r, _ in SIZE_REGIMES}
+    n = sum(len(v) for v in everything.values())
+    table = HalfWidths.from_scores(everything, f"the public held-out NCCL bench: {n} points of {len(scores)} "
+                                               "clusters, each calibrated on its 1-2-node logs, predicted at 3+ nodes")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    lines = ["# Conformal half-widths (ln(measured / predicted)) of simfog's NCCL model on the held-out points of",
+             "# bench/collectives.py (every cluster under the unidentified terms learned from the others).",
+             "# Generated; do not edit. Regenerate: python bench/collectives.py --write-intervals "
+             "simfog/data/nccl_intervals.toml", "[intervals]"]
+    lines += [f"{k} = {value(v)}" for k, v in table.to_toml().items()]
+    lines += ["", "[provenance]", f"generated = {value(datetime.now(UTC).strftime('%Y-%m-%d'))}",
+              f"commit = {value(commit.strip())}", f"clusters = {json.dumps(sorted(scores))}",
+              f"corpus = {value('bench/data/nccl-tests and the reference set (shared/ref/nccl-tests)')}",
+              f"disturbed_rule = {value(nccl_corpus.DISTURBED_RULE)}"]
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

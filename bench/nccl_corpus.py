@@ -27,11 +27,10 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from simfog import units
 from simfog.importers import import_file
 from simfog.nccl_facts import DEFAULTS
+from simfog.nccl_intervals import subset
 from simfog.trace import NetworkTrace
 
 SLOWER = 1.2
@@ -162,13 +161,4 @@ def disturbed(trace: NetworkTrace, log: Log) -> set[int]:
 
 def without(trace: NetworkTrace, drop: set[int]) -> NetworkTrace:
     """The trace less the measurements `drop`, its per-run records' measurement spans renumbered."""
-    if not drop:
-        return trace
-    keep = [i for i in range(len(trace.measurements)) if i not in drop]
-    new_index = np.cumsum([0] + [0 if i in drop else 1 for i in range(len(trace.measurements))])
-    runs = []
-    for run in trace.extra.get("nccl_tests", []):
-        a, b = run["measurements"]
-        runs.append({**run, "measurements": [int(new_index[a]), int(new_index[b])]})
-    return replace(trace, measurements=tuple(trace.measurements[i] for i in keep),
-                   extra={**trace.extra, "nccl_tests": runs})
+    return subset(trace, [i for i in range(len(trace.measurements)) if i not in drop])

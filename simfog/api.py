@@ -61,7 +61,7 @@ def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, mer
                                    collective=collective, threshold=threshold, iterations=iterations, seed=seed)
 
 
-def simulate(experiment: Experiment | str | os.PathLike) -> Result:
+def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None = 0.9) -> Result:
     """Simulate an experiment (from simfog.load, or a path to load). Returns a simfog.results.Result:
     `summary()` is the dict of `simfog simulate --json`, `intervals()` a DataFrame of every rank's forward,
     backward, optimizer, comm and wait intervals (rank, iteration, kind, name, start_s, end_s),
@@ -70,10 +70,15 @@ def simulate(experiment: Experiment | str | os.PathLike) -> Result:
         >>> r = simfog.simulate(simfog.load("notebooks/experiments/resnet50-v100-25g.toml"))
         >>> r.summary()["samples_per_s"]           # the CLI's number for the same file and seed
         >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
+
+    `level`: the summary carries the prediction interval at that level, as the CLI's (iteration_time_lo_s, ...,
+    simfog.prediction_interval; it simulates the run again at each part's bounds); None: no interval.
     """
+    from simfog.prediction_interval import attach
     from simfog.simulation import simulate as run
 
-    return run(_experiment(experiment))
+    result = run(_experiment(experiment))
+    return attach(result, level) if level is not None else result
 
 
 def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int] | None = None,

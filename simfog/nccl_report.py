@@ -94,7 +94,9 @@ class NcclCalibration:
         return {"model": "nccl", "network": {k: getattr(n, k) for k in n.__dataclass_fields__},
                 "fitted": list(self.fitted), "assumed": list(self.assumed), "given": list(self.given),
                 "warnings": list(self.warnings),
-                "calibrated": self.calibrated.to_toml() if self.calibrated else None,
+                "calibrated": ({k: [None if x != x else x for x in v] if k.startswith("interval_") and
+                                isinstance(v, list) else v for k, v in self.calibrated.to_toml().items()}
+                               if self.calibrated else None),  # JSON has no nan: too few points is null
                 "points": [{"op": p.op, "ranks": p.ranks, "nodes": p.nodes, "bytes": p.bytes,
                             "measured_s": p.measured_s, "predicted_s": p.predicted_s, "rel_error": p.rel_error,
                             "algorithm": p.algorithm, "protocol": p.protocol, "flag": p.flag} for p in self.points]}

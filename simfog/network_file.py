@@ -30,6 +30,12 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     layouts = ["1x8", "2x8"]           # nodes x GPUs per node
     sizes = ["8B", "8GiB"]
     collectives = ["allreduce"]
+    interval_source = "leave-a-scale-out: ..."  # the model's error on the logs' own larger scales, each predicted
+    interval_levels = [0.5, 0.8, 0.9, 0.95, 0.99]   # from a fit of the smaller ones (simfog.nccl_intervals):
+    interval_small = [0.03, 0.06, 0.08, 0.1, nan]   # conformal half-widths, ln(measured / predicted), per level,
+    interval_medium = [...]                         # by message size: small < 64 KiB <= medium < 16 MiB <= large;
+    interval_large = [...]                          # nan: too few points for that level
+    interval_points = [40, 30, 24]                  # held-out points per regime (small, medium, large)
 
     [p2p]                         # optional: per-flow caps of the point-to-point model (simfog.p2p)
     nic_flow_bandwidth = "850Mbit/s"   # what ONE flow between nodes reaches (default: the NIC's bandwidth)
@@ -321,7 +327,7 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
         lines += ["", "[calibrated]"]
         for k, v in calibrated.to_toml().items():
             lines.append(f"{k} = " + (_toml_string(v) if isinstance(v, str) else
-                                      "[" + ", ".join(_toml_string(str(x)) for x in v) + "]"))
+                                      "[" + ", ".join(_toml_value(x) for x in v) + "]"))
     if provenance:
         lines += ["", "[provenance]"]
         for k, v in provenance.items():
@@ -334,6 +340,13 @@ def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None =
     """Write a network file atomically."""
     with files.atomic_open(path) as f:
         f.write(dumps(net, provenance, flows, calibrated))
+
+
+def _toml_value(x) -> str:
+    """A number as TOML writes it (repr: read back as the same float; nan as nan), anything else as a string."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return "nan" if x != x else repr(x)
+    return _toml_string(str(x))
 
 
 def _toml_string(s: str) -> str:

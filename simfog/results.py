@@ -50,6 +50,8 @@ class Result:
     path: str = PATH_EVENTS
     make_records: Callable[[], list] | None = field(default=None, repr=False)
     make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
+    # the prediction interval's summary keys (simfog.prediction_interval.summary_fields), once computed
+    interval: dict | None = None
 
     def _records(self) -> list:
         if self.records is None:
@@ -113,7 +115,7 @@ class Result:
     def summary(self) -> dict:
         """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was
         simulated: "analytic" (a family's closed form, schedules fixed before the run), "fluid" or "events" (the event
-        engine)."""
+        engine). With `interval` set (simfog.prediction_interval.attach): the interval's keys too."""
         exp = self.experiment
         ends, compute_s, comm_s, exposed, idle_s = self._stats()
         per_iteration = np.diff(np.concatenate([[0.0], ends]))
@@ -152,6 +154,7 @@ class Result:
             **_overhead_fields(exp),
             **_mixing_fields(self.mixing),
             **(self.memory.summary() if self.memory is not None else {}),
+            **(self.interval or {}),
         }
 
 

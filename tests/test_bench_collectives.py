@@ -5,6 +5,7 @@ that sets disturbed points aside. The bench's figures are not asserted (the synt
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import subprocess
 import sys
@@ -149,6 +150,28 @@ def test_bench_runs_the_corpus_counts_what_it_sets_aside_and_ends_with_the_summa
     assert out.count("(learned from the other clusters' held-out points)") == 2
     assert "# learned from every cluster: tree fill" in out
     last = out.strip().splitlines()[-1]
-    assert re.fullmatch(r"clusters=2 points=(\d+) median=[\d.]+ worst=[\d.]+", last)
+    assert re.fullmatch(r"clusters=2 points=(\d+) coverage90=[\d.]+ median=[\d.]+ worst=[\d.]+", last)
+    assert "# 90% intervals, each cluster's fitted without it: coverage" in out
     # alpha: 4 nodes less one point, 8 nodes (allgather); gamma: 3 nodes (the 6-node log is all set aside)
     assert int(re.search(r"points=(\d+)", last).group(1)) == (len(SIZES) - 1) + len(SIZES) + len(SIZES)
+
+
+def test_coverage_is_judged_on_intervals_fitted_without_the_cluster():
+    """Cluster a's points are judged by b's and c's scores only: with b's and c's 19 small-message scores 0.01 ..
+    0.19 the 90 % half-width is the 18th, 0.18 (k = ceil(20 * 0.9)); a's own huge scores do not widen it."""
+    spec = importlib.util.spec_from_file_location("simfog_bench_collectives", REPO / "bench" / "collectives.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # (its dataclasses look their module up)
+    spec.loader.exec_module(bench)
+
+    class P:  # a held-out point: 1 KiB (small regime), predicted 1 s
+        def __init__(self, measured):
+            self.bytes, self.predicted_s, self.measured_s = 1024, 1.0, measured
+
+    others = [0.01 * k for k in range(1, 20)]
+    scores = {"a": {"small": [5.0] * 50, "medium": [], "large": []},
+              "b": {"small": others[:10], "medium": [], "large": []},
+              "c": {"small": others[10:], "medium": [], "large": []}}
+    inside, widths = bench.coverage([P(math.exp(0.17)), P(math.exp(-0.179)), P(math.exp(0.185))], scores, "a")
+    assert inside == [True, True, False]
+    assert widths == pytest.approx([math.sinh(0.18)] * 3)

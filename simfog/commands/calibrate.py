@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from dataclasses import replace
 
 import numpy as np
 
-from simfog import nccl, nccl_fit, network_file, units
+from simfog import nccl, nccl_fit, nccl_intervals, network_file, units
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError, Infeasible
 from simfog.files import check_output, refuse_existing
 from simfog.trace import load_network_trace
+from simfog.uncertainty import LEVELS
 
 MODELS = ("auto", "nccl", "alpha-beta")
 
@@ -112,16 +115,21 @@ def _run(args: argparse.Namespace) -> int:
         nic = units.parse(args.nic_bandwidth, "bandwidth", field="--nic-bandwidth")
         if not nic > 0:
             raise ConfigError("--nic-bandwidth", args.nic_bandwidth, 'a bandwidth > 0 such as "400Gbit/s"')
-    cal = nccl_fit.fit(traces, version=args.nccl_version, gpu_arch=args.gpu_arch, cpu_vendor=args.cpu_vendor,
-                       intra_transport=args.intra_transport, channels=args.channels, nics_per_node=args.nics_per_node,
-                       nic_Bps=nic, gpu_nic_path=args.gpu_nic_path, nvls=args.nvls, collnet=args.collnet,
-                       statistic=args.statistic or "min", source=", ".join(args.trace))
+    hardware = dict(version=args.nccl_version, gpu_arch=args.gpu_arch, cpu_vendor=args.cpu_vendor,
+                    intra_transport=args.intra_transport, channels=args.channels, nics_per_node=args.nics_per_node,
+                    nic_Bps=nic, gpu_nic_path=args.gpu_nic_path, nvls=args.nvls, collnet=args.collnet,
+                    statistic=args.statistic or "min")
+    cal = nccl_fit.fit(traces, **hardware, source=", ".join(args.trace))
+    held_out = nccl_intervals.leave_a_scale_out(traces, **hardware)
+    if held_out is not None and cal.calibrated is not None:
+        cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out))
     for w in cal.warnings:
         print(f"simfog: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps(cal.to_dict(), indent=1))
     else:
         print(cal.report())
+        print(interval_line(held_out))
     if args.output:
         e = cal.errors()
         network_file.save(args.output, cal.network, {
@@ -133,6 +141,17 @@ def _run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {args.output}")
     return 0
+
+
+def interval_line(held_out) -> str:
+    """What the leave-a-scale-out found, for the report: the 90 % half-widths per size regime."""
+    if held_out is None:
+        return ("Intervals: the logs hold one node count, so no scale can be left out; predictions take the public "
+                "held-out bench's intervals (simfog.nccl_intervals)")
+    widths = ", ".join(f"{r} +-{100 * math.sinh(row[LEVELS.index(0.9)]):.0f} % ({held_out.points[r]} points)"
+                       if row[LEVELS.index(0.9)] is not None else f"{r}: too few points ({held_out.points[r]})"
+                       for r, row in held_out.by_regime.items())
+    return f"Intervals (90 %, conformal), {held_out.source}: {widths}"
 
 
 def _flags(args: argparse.Namespace) -> list[str]:

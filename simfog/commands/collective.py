@@ -10,6 +10,9 @@ sizes with --compare. Columns as nccl-tests (time in µs, algbw and busbw in GB/
 Every row that leaves what the network file was calibrated on (more GPUs or NICs per node than any log, 3+ nodes
 from 2-node logs, sizes outside the logs', another release, a collective without logs) ends with `EXTRAPOLATED:`
 and each way it does (simfog.nccl.calibrated). alltoall and sendrecv take NCCL's point-to-point path ("p2p").
+Every row has its interval at --level (default 90 %), conformal on held-out points (simfog.nccl_intervals): from
+the network file's leave-a-scale-out where the row stays inside its logs, else the wider of that and the public
+held-out bench's; the JSON rows carry time_lo_s, time_hi_s and interval_source.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from simfog.experiment import MAX_RANK_ITERATIONS
 from simfog.importers import import_file
 from simfog.importers.nccl_tests import BUS_FACTOR, normalise
 from simfog.nccl.calibrated import note_line
+from simfog.nccl_intervals import network_part
 from simfog.trace import load_network_trace
+from simfog.uncertainty import DEFAULT_LEVEL, check_level, combine
 
 MAX_SIZES = 64
 
@@ -40,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proto", default=None, help="restrict NCCL's protocols, as NCCL_PROTO (e.g. Simple)")
     parser.add_argument("--compare", default=None, help="an nccl-tests log or NetworkTrace: add measured times and "
                         "the relative error per size")
+    parser.add_argument("--level", type=float, default=DEFAULT_LEVEL,
+                        help="level of each row's interval (time_lo_s..time_hi_s; simfog.nccl_intervals)")
     parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} instead of the table")
 
 
@@ -56,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes * args.gpus_per_node > MAX_RANK_ITERATIONS:  # NCCL's model printed plausible times for 10**20
         raise ConfigError("--nodes", args.nodes, f"at most {MAX_RANK_ITERATIONS // args.gpus_per_node:,} nodes of "
                           f"{args.gpus_per_node} GPUs ({MAX_RANK_ITERATIONS:,} ranks at most, as a simulation)")
+    level = check_level(args.level, "--level")
     loaded, _, _ = network_file.use(args.network, Path.cwd(), field="--network", gpus_per_node=args.gpus_per_node)
     net, covered = loaded.nccl, loaded.calibrated
     ranks = args.nodes * args.gpus_per_node
@@ -85,30 +93,39 @@ def run(args: argparse.Namespace) -> int:
             row["rel_error"] = (c.time_s - measured[size]) / measured[size]
         if covered is not None:
             row["extrapolated"] = covered.notes(net, op, args.nodes, args.gpus_per_node, size)
+        part = network_part(covered, [size], level, extrapolated=bool(row.get("extrapolated", True)))
+        iv = combine(c.time_s, level, [part])
+        row.update(time_lo_s=iv.lo, time_hi_s=iv.hi, interval_source=part.source)
         rows.append(row)
     if args.json:
         print_json({"op": op, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "network": args.network,
-                    "rows": rows})
+                    "interval_level": level, "rows": rows})
         return 0
     print(f"# simfog collective {op}: {ranks} ranks on {args.nodes} node(s), NCCL {net.version} model, "
           f"network {args.network} (predicted, not measured)")
     if covered is None:
         print("# the network file records no calibration coverage ([calibrated]): extrapolation is not checked")
-    head = f"#{'size':>12s} {'count':>12s} {'type':>6s} {'time':>9s} {'algbw':>7s} {'busbw':>7s}  {'algo/proto':14s}"
-    units_line = f"#{'(B)':>12s} {'(elements)':>12s} {'':6s} {'(us)':>9s} {'(GB/s)':>7s} {'(GB/s)':>7s}"
+    head = (f"#{'size':>12s} {'count':>12s} {'type':>6s} {'time':>9s} {f'{100 * level:g} %: low':>11s} {'high':>9s} "
+            f"{'algbw':>7s} {'busbw':>7s}  {'algo/proto':14s}")
+    units_line = (f"#{'(B)':>12s} {'(elements)':>12s} {'':6s} {'(us)':>9s} {'(us)':>11s} {'(us)':>9s} {'(GB/s)':>7s} "
+                  f"{'(GB/s)':>7s}")
     if measured:
         head += f" {'measured':>9s} {'error':>7s}"
         units_line += f" {'':14s}  {'(us)':>9s}"
     print(head)
     print(units_line)
     for r in rows:
-        line = (f" {r['bytes']:12d} {r['count']:12d} {'float':>6s} {r['time_s'] * 1e6:9.2f} {r['algbw_GBps']:7.2f} "
-                f"{r['busbw_GBps']:7.2f}  {r['algorithm'] + '/' + r['protocol']:14s}")
+        line = (f" {r['bytes']:12d} {r['count']:12d} {'float':>6s} {r['time_s'] * 1e6:9.2f} "
+                f"{r['time_lo_s'] * 1e6:11.2f} "
+                f"{r['time_hi_s'] * 1e6:9.2f} {r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f}  "
+                f"{r['algorithm'] + '/' + r['protocol']:14s}")
         if "measured_s" in r:
             line += f" {r['measured_s'] * 1e6:9.2f} {r['rel_error']:+7.1%}"
         if r.get("extrapolated"):
             line += "  " + note_line(r["extrapolated"])
         print(line)
+    sources = sorted({r["interval_source"] for r in rows})
+    print(f"# {100 * level:g} % intervals (conformal, held-out points): {'; '.join(sources)}")
     if measured:
         errs = sorted(abs(r["rel_error"]) for r in rows if "rel_error" in r)
         if errs:

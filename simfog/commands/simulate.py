@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 from simfog import units
 from simfog.nccl.calibrated import note_line
+from simfog.uncertainty import DEFAULT_LEVEL, check_level
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded ResNet-50 example)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument("--level", type=float, default=DEFAULT_LEVEL,
+                        help="level of the prediction intervals (default 0.9: 90 %%; simfog.prediction_interval)")
+    parser.add_argument("--explain", action="store_true", help="list each part of the interval's width: its share, "
+                        "its effect on the iteration time and where it comes from")
     add_overrides(parser)
     parser.add_argument("--intervals", metavar="CSV", help="write every per-rank interval to this CSV")
     parser.add_argument("--timeline", metavar="OUT.json",
@@ -49,10 +56,10 @@ def format_summary(s: dict) -> str:
     lines = [
         f"{s['model']} x {s['ranks']} ranks ({s['nodes']} nodes x {s['gpus_per_node']}), batch {s['batch_size']}/rank, "
         f"{_what(s)}{est}",
-        f"  iteration time     {units.format_time(s['iteration_time_s'])}"
+        f"  iteration time     {_with_interval(s, 'iteration_time', '_s', units.format_time)}"
         f"  (worst {units.format_time(s['iteration_time_max_s'])})",
-        f"  throughput         {s['samples_per_s']:.1f} samples/s",
-        f"  scaling efficiency {100 * s['scaling_efficiency']:.1f} %",
+        f"  throughput         {_with_interval(s, 'samples_per_s', '', lambda x: f'{x:.1f} samples/s')}",
+        f"  scaling efficiency {_with_interval(s, 'scaling_efficiency', '', lambda x: f'{100 * x:.1f} %')}",
         f"  compute            {units.format_time(s['compute_s'])} per rank, from {s['compute_source']}",
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}"
@@ -85,19 +92,24 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def extrapolated(exp, buckets: list) -> list[str] | None:
-    """How the run's NCCL collectives leave what its network file was calibrated on (simfog.nccl.calibrated): the
-    cluster's layout, the release, and the smallest and largest message the run sends (from its buckets); None when
-    the run has no calibrated network file or does not use NCCL's model."""
-    network = getattr(exp, "network", None)
-    if network is None or network.calibrated is None or exp.comm.collective != "nccl":
-        return None
-    covered, net = network.calibrated, network.nccl
-    notes = covered.notes(net, None, exp.cluster.nodes, exp.cluster.ranks_per_node)
-    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")]
-    for size in (min(sizes), max(sizes)) if sizes else ():
-        notes += [n for n in covered.notes(net, None, 1, 1, size) if n not in notes]
-    return notes
+def _with_interval(s: dict, key: str, unit: str, fmt) -> str:
+    """'142 ms (90 %: 131–158 ms)' from the summary's value and bounds; the value alone without an interval."""
+    if "interval_level" not in s:
+        return fmt(s[key + unit])
+    lo, hi = fmt(s[f"{key}_lo{unit}"]), fmt(s[f"{key}_hi{unit}"])
+    lo_num, _, lo_unit = lo.partition(" ")
+    bounds = f"{lo_num}–{hi}" if lo_unit and lo_unit == hi.partition(" ")[2] else f"{lo}–{hi}"
+    unmeasured = f", widened for {', '.join(s['interval_unmeasured'])}: UNMEASURED" if s["interval_unmeasured"] else ""
+    return f"{fmt(s[key + unit])} ({100 * s['interval_level']:g} %: {bounds}{unmeasured})"
+
+
+def format_explain(s: dict) -> str:
+    """Each part of the interval: its share of the width, its effect on the iteration time, its source."""
+    lines = [f"  interval parts ({100 * s['interval_level']:g} %; independent, root-sum-square in log space):"]
+    for name, p in s["interval_parts"].items():
+        lines.append(f"    {name:9s} {100 * p['share']:5.1f} % of the width: -{100 * -math.expm1(-p['below']):.1f} % / "
+                     f"+{100 * math.expm1(p['above']):.1f} % on the iteration time; {p['source']}")
+    return "\n".join(lines)
 
 
 def run_jobs(args) -> int:
@@ -125,17 +137,20 @@ def run(args) -> int:
     from simfog.cli import print_json
     from simfog.files import atomic_open, check_output, refuse_existing
     from simfog.jobs import is_jobs_file
+    from simfog.prediction_interval import attach, extrapolated
     from simfog.simulation import simulate
 
     if args.file and is_jobs_file(args.file):
         return run_jobs(args)
 
+    level = check_level(args.level, "--level")  # before simulating: a bad level fails at once
     for path in (args.intervals, args.timeline):
         if path:
             check_output(path)  # before simulating: a bad name fails at once
     refuse_existing([args.intervals], force=args.force, option="--intervals")
     refuse_existing([args.timeline], force=args.force, option="--timeline")
     result = simulate(load_with_overrides(args), progress=True)
+    attach(result, level)
     summary = result.summary()
     notes = extrapolated(result.experiment, result.buckets)
     if notes is not None:
@@ -156,4 +171,6 @@ def run(args) -> int:
         print_json(summary)
     else:
         print(format_summary(summary))
+        if args.explain:
+            print(format_explain(summary))
     return 0

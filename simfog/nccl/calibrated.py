@@ -11,6 +11,7 @@ from simfog import units
 from simfog.errors import ConfigError
 from simfog.nccl.network import NcclNetwork
 from simfog.nccl.releases import NEWEST, parse_release
+from simfog.uncertainty import HalfWidths
 
 
 @dataclass(frozen=True)
@@ -23,17 +24,23 @@ class Calibrated:
     min_bytes: int
     max_bytes: int
     collectives: tuple[str, ...]
+    # conformal half-widths of the model's error on the logs' own larger scales, each predicted from the smaller
+    # ones (simfog.nccl_intervals.leave_a_scale_out); None: the logs hold one scale, or not recorded
+    intervals: HalfWidths | None = None
 
     def to_toml(self) -> dict:
         return {"release": self.release, "layouts": [f"{n}x{g}" for n, g in self.layouts],
-                "sizes": [f"{self.min_bytes}B", f"{self.max_bytes}B"], "collectives": list(self.collectives)}
+                "sizes": [f"{self.min_bytes}B", f"{self.max_bytes}B"], "collectives": list(self.collectives),
+                **(self.intervals.to_toml() if self.intervals is not None else {})}
 
     @staticmethod
     def from_toml(d: object, source: str) -> Calibrated:
         """The [calibrated] section of a network file. Raises ConfigError naming the key."""
         allowed = 'release = "2.21.5", layouts = ["2x8", ...], sizes = ["8B", "8GiB"], collectives = [...]'
-        if not isinstance(d, dict) or set(d) - {"release", "layouts", "sizes", "collectives"}:
-            raise ConfigError("calibrated", d, allowed, source=source)
+        if not isinstance(d, dict) or {k for k in d if not k.startswith("interval_")} - {
+                "release", "layouts", "sizes", "collectives"}:
+            raise ConfigError("calibrated", d, allowed + ", interval_* (written by simfog calibrate)", source=source)
+        intervals = HalfWidths.from_toml(d, source)
         try:
             layouts = tuple(tuple(int(x) for x in str(s).split("x")) for s in d.get("layouts", []))
             if any(len(lay) != 2 or min(lay) < 1 for lay in layouts):
@@ -46,7 +53,7 @@ class Calibrated:
             colls = tuple(str(c) for c in d.get("collectives", []))
         except (ValueError, TypeError, ConfigError):
             raise ConfigError("calibrated", d, allowed, source=source) from None
-        return Calibrated(release, layouts, lo, hi, colls)
+        return Calibrated(release, layouts, lo, hi, colls, intervals)
 
     def notes(self, net: NcclNetwork, op: str | None, nodes: int, gpus_per_node: int,
               nbytes: float | None = None) -> list[str]:

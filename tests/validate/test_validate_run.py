@@ -397,3 +397,29 @@ def test_fsdp_in_model_mode_runs_fsdp2_on_the_real_model(tmp_path):
     assert (r["algorithm"], r["error"], r["buckets_match"], r["buckets"]) == ("fsdp:layer:reshard:k1", "", "True", "9")
     assert r["overheads_source"].startswith("host probe: fsdp")  # the probe replays its synthetic model
     assert math.isfinite(float(r["rel_error"])) and abs(float(r["memory_rel_error"])) < 0.02
+
+
+def test_ks_distance_by_hand():
+    assert compare.ks_distance([1, 2, 3], [1, 2, 3]) == 0.0
+    assert compare.ks_distance([1, 2], [3, 4]) == 1.0
+    # F_a - F_b at 2: 2/3 - 0 (b starts at 2.5): the largest gap
+    assert compare.ks_distance([1, 2, 3], [2.5, 2.6, 10]) == pytest.approx(2 / 3)
+    assert math.isnan(compare.ks_distance([], [1.0]))
+
+
+def test_compare_row_says_whether_the_measured_iteration_is_inside(experiment):
+    measured = compare.measured_result(experiment, RANKS, bucket_bytes=[4000, 4000])
+    predicted = simulate(experiment)
+    row = compare.compare({"id": "x"}, measured, predicted)
+    t_p = row["predicted_iteration_s"]
+    s = predicted.summary()  # the interval compare attached: its relative bounds around the steady-state time
+    assert row["predicted_iteration_lo_s"] == pytest.approx(t_p * s["iteration_time_lo_s"] / s["iteration_time_s"])
+    assert row["predicted_iteration_hi_s"] == pytest.approx(t_p * s["iteration_time_hi_s"] / s["iteration_time_s"])
+    assert row["interval_level"] == 0.9
+    assert row["inside_interval"] == (row["predicted_iteration_lo_s"] <= 0.54 <= row["predicted_iteration_hi_s"])
+    # measured steady iterations 0.49, 0.59 against the simulator's, all equal (compute = mean) and below both:
+    # the distribution functions never overlap, KS distance 1
+    assert t_p < 0.49 and row["ks_distance"] == 1.0
+    text = compare.format_table([{**row, "model": "toy", "merge": "wfbp", "ranks": 2, "nodes": 2,
+                                  "ranks_per_node": 1, "nic_bandwidth_Bps": 1e9, "buckets": 2}])
+    assert "inside the 90 % interval: " in text and "median KS distance" in text

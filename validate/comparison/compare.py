@@ -28,11 +28,13 @@ import pandas as pd
 from simfog import units
 from simfog.files import atomic_open
 from simfog.results import Result
+from simfog.uncertainty import DEFAULT_LEVEL
 
 COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps",
            "emulated", "iterations", "warmup", "buckets", "buckets_match", "measured_iteration_s",
            "measured_iteration_std_s", "predicted_iteration_s", "rel_error", "measured_median_iteration_s",
-           "predicted_median_iteration_s", "rel_error_median", "measured_backward_s",
+           "predicted_median_iteration_s", "rel_error_median", "predicted_iteration_lo_s", "predicted_iteration_hi_s",
+           "interval_level", "inside_interval", "ks_distance", "measured_backward_s",
            "predicted_backward_s", "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s",
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "nic_capacity_Bps", "intra_latency_s",
            "intra_fit_bandwidth_Bps",
@@ -98,10 +100,33 @@ def steady_iteration_s(result: Result) -> float:
     return float(np.mean(times[1:])) if len(times) > 1 else float(times[0])
 
 
+def ks_distance(a: Sequence[float], b: Sequence[float]) -> float:
+    """The two-sample Kolmogorov-Smirnov distance: the largest gap between the empirical distribution functions of
+    `a` and `b` (0: the same distribution of values, 1: no overlap); NaN when either is empty."""
+    a, b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
+    if not a.size or not b.size:
+        return float("nan")
+    x = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, x, "right") / a.size - np.searchsorted(b, x, "right") / b.size)))
+
+
+def interval_keys(predicted: Result, t_p: float, t_m: float, level: float = DEFAULT_LEVEL) -> dict:
+    """The prediction's interval at `level` (simfog.prediction_interval; computed when the Result has none) around
+    its steady-state iteration `t_p` (the interval's relative bounds), and whether the measured `t_m` falls inside."""
+    from simfog.prediction_interval import attach
+
+    s = (predicted.interval and predicted.summary()) or attach(predicted, level).summary()
+    lo = t_p * s["iteration_time_lo_s"] / s["iteration_time_s"]
+    hi = t_p * s["iteration_time_hi_s"] / s["iteration_time_s"]
+    return {"predicted_iteration_lo_s": lo, "predicted_iteration_hi_s": hi, "interval_level": s["interval_level"],
+            "inside_interval": bool(lo <= t_m <= hi)}
+
+
 def compare(config: Mapping, measured: Result, predicted: Result) -> dict:
     """One comparison row (the COLUMNS): `config` gives the keys (id, model, mode, ...) and calibration figures;
     the Results the rest. Iteration times are `steady_iteration_s` on both sides; the std is over the measured
-    steady-state iterations."""
+    steady-state iterations. The row says whether the measured iteration falls inside the prediction's interval
+    (`interval_keys`) and how far apart the two distributions of steady-state iteration times are (`ks_distance`)."""
     m, p = measured.summary(), predicted.summary()
     t_m, t_p = steady_iteration_s(measured), steady_iteration_s(predicted)
     per_it = iteration_times(measured)[1:]
@@ -121,6 +146,7 @@ def compare(config: Mapping, measured: Result, predicted: Result) -> dict:
         "predicted_backward_s": float(predicted.iterations()["backward_s"].mean()),
         "measured_comm_exposed_s": m["comm_exposed_s"], "predicted_comm_exposed_s": p["comm_exposed_s"],
         "measured_comm_s": m["comm_s"], "predicted_comm_s": p["comm_s"], "error": config.get("error", ""),
+        **interval_keys(predicted, t_p, t_m), "ks_distance": ks_distance(per_it, per_p if len(per_p) else [t_p]),
     })
     return row
 
@@ -173,7 +199,7 @@ def format_table(rows: Sequence[Mapping]) -> str:
     """Measured and predicted iteration time and the relative error, one line per configuration, then the stats
     (over all rows, and per algorithm when there are several), then the rows' notes."""
     head = (f"{'configuration':48s} {'buckets':>7s} {'measured':>10s} {'± std':>9s} {'predicted':>10s} "
-            f"{'error':>7s}")
+            f"{'error':>7s} {'inside':>6s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         what = r["merge"] if algorithm_of(r) == "allreduce" else r["algorithm"]
@@ -184,10 +210,12 @@ def format_table(rows: Sequence[Mapping]) -> str:
             continue
         lines.append(f"{name:48s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
                      f"{units.format_time(r['measured_iteration_std_s']):>9s} "
-                     f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%}"
+                     f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%} "
+                     f"{_inside(r):>6s}"
                      + (f"  HOST-LIMITED ({r['host_oversubscribed']:.0%} of samples over the cores)"
                         if host_limited(r) else ""))
     lines.append(_stats_line(rows, "configurations"))
+    lines.append(coverage_line(rows))
     limited = [r for r in rows if host_limited(r)]
     if limited:
         emulable = _stats_line([r for r in rows if not host_limited(r)], "rows the rig can emulate")
@@ -214,6 +242,27 @@ def host_limited(row: Mapping) -> bool:
         return is_limited(float(row["host_cpu_busy"]), float(row["host_oversubscribed"]))
     except (KeyError, TypeError, ValueError):
         return row.get("host_limited") in (True, "True", "true")
+
+
+def _inside(row: Mapping) -> str:
+    """'yes' / 'no': the measured iteration inside the prediction's interval ('' for a row without one)."""
+    v = row.get("inside_interval")
+    return "" if v in ("", None) else ("yes" if v in (True, "True", "true") else "no")
+
+
+def coverage_line(rows: Sequence[Mapping]) -> str:
+    """How many rows' measured iterations fall inside their predicted interval, the intervals' median relative
+    half-width, and the median Kolmogorov-Smirnov distance of per-iteration times ('' without such rows)."""
+    ok = [r for r in rows if not r.get("error") and _inside(r)]
+    if not ok:
+        return ""
+    inside = sum(_inside(r) == "yes" for r in ok)
+    level = float(ok[0]["interval_level"])
+    width = statistics.median((float(r["predicted_iteration_hi_s"]) - float(r["predicted_iteration_lo_s"]))
+                              / 2 / float(r["predicted_iteration_s"]) for r in ok)
+    ks = [float(r["ks_distance"]) for r in ok if _finite(r.get("ks_distance"))]
+    return (f"  inside the {100 * level:g} % interval: {inside} of {len(ok)} rows ({inside / len(ok):.0%}); median "
+            f"relative half-width {width:.1%}" + (f"; median KS distance {statistics.median(ks):.1%}" if ks else ""))
 
 
 def _stats_line(rows: Sequence[Mapping], what: str) -> str:

@@ -1,0 +1,216 @@
+"""The interval of a simulated run's iteration time and throughput (simfog.uncertainty), propagated through the
+simulation.
+
+Parts, each a half-width (ln) at the level:
+
+- compute: for a measured trace, the spread of its own samples: the conformal half-width of |ln(step_i / mean)|
+  over its recorded iterations (and ranks), step_i = forward + backward + optimizer + host of sample i; for an
+  estimated trace (retargeted, roofline), the measured error of such estimates against real GPU traces
+  (simfog/data/compute_estimates.toml, bench/compute_estimates.py; its 14 scores are 7 models x 2 runs, so they
+  are less independent than their count says). A trace of one sample, or too few for the level, is unmeasured;
+- network: simfog.nccl_intervals.network_part for a run on a network file (its NCCL collectives, the run's bucket
+  sizes, extrapolated when simfog.nccl.calibrated says so); a run on links nothing held out measured is
+  unmeasured; a run of one rank has none.
+
+Propagation: the run is simulated again with each part's inputs at its two bounds (compute: every layer's forward
+and backward, the optimizer and host times x exp(∓half-width); network: every bandwidth ÷ and latency x the factor,
+of the cluster's links, the NCCL network file's fitted parameters, comm.alpha / beta and the per-collective
+overhead), and the part's effect is the ln ratio of those runs' iteration times to the prediction (a part the run
+does not wait on, e.g. fully overlapped communication, has none). The effects combine as simfog.uncertainty.combine
+says. NCCL's own per-protocol latency constants are not scaled, so for latency-bound NCCL runs the network effect
+is a lower estimate. Throughput takes the bounds of the iteration time; the scaling efficiency its own effects (its
+single-rank baseline moves with the compute too).
+
+A run costs 1 + 2 x (parts with a width) simulations. Where a bound's run fails (e.g. the slower bound runs past the
+longest run simfog simulates), the part's whole factor is taken for both sides (no part moves the time by more
+than its inputs' factor) and its source says so.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from simfog.errors import ConfigError, SimfogError
+from simfog.experiment import Experiment
+from simfog.simulation import simulate
+from simfog.uncertainty import (
+    DEFAULT_LEVEL,
+    Interval,
+    Part,
+    check_level,
+    combine,
+    conformal_quantile,
+    effect,
+    log_scores,
+)
+
+COMPUTE_ESTIMATES = Path(__file__).parent / "data" / "compute_estimates.toml"
+
+
+@cache
+def estimate_scores(path: Path = COMPUTE_ESTIMATES) -> tuple[float, ...]:
+    """The roofline estimate's scores against real GPU steps (module docstring). Raises ConfigError naming the file."""
+    try:
+        scores = tomllib.loads(path.read_text())["estimates"]["scores"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        raise ConfigError("estimates.scores", "(unreadable)", "the table bench/compute_estimates.py --write writes",
+                          source=str(path)) from None
+    return tuple(float(s) for s in scores)
+
+
+def step_samples(trace) -> np.ndarray:
+    """Per recorded sample (iteration, and rank where the trace has several): forward + backward + optimizer +
+    host seconds."""
+    fwd = np.array([layer.forward_s for layer in trace.layers]).sum(0)
+    bwd = np.array([layer.backward_s for layer in trace.layers]).sum(0)
+    out = fwd + bwd
+    for extra in (trace.optimizer_s, trace.host_s):
+        x = np.asarray(extra, dtype=float)
+        out = out + (x if x.size == out.size else (x.mean() if x.size else 0.0))
+    return out
+
+
+def compute_part(trace, level: float) -> Part:
+    """The compute part of a run on `trace` (module docstring)."""
+    if trace.provenance.estimated:
+        scores = estimate_scores()
+        w = conformal_quantile(scores, level)
+        what = f"estimated trace: the roofline estimate's error on {len(scores)} real H200 steps"
+        if w is None:
+            return Part.unmeasured("compute", f"{what}: too few for level {level:g}", at_least=max(scores))
+        return Part.symmetric("compute", w, what)
+    steps = step_samples(trace)
+    if steps.size < 2:
+        return Part.unmeasured("compute", "the trace has one sample: its spread is unknown")
+    w = conformal_quantile(log_scores(np.full(steps.size, steps.mean()), steps), level)
+    what = f"the spread of the trace's {steps.size} samples"
+    return Part.unmeasured("compute", f"{what}: too few for level {level:g}") if w is None else \
+        Part.symmetric("compute", w, what)
+
+
+def network_part(exp: Experiment, buckets: list, level: float, extrapolated: list[str] | None) -> Part:
+    """The network part of a run of `exp` whose collectives are `buckets` (Result.buckets; module docstring)."""
+    from simfog.nccl_intervals import network_part as nccl_part
+
+    if exp.ranks == 1:
+        return Part("network", 0.0, 0.0, "one rank: no communication")
+    if exp.network is None or exp.comm.collective != "nccl":
+        return Part.unmeasured("network", "links nothing held out measured: calibrate them (simfog calibrate) and "
+                               "use the network file with comm.collective = \"nccl\"")
+    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")] or [exp.workload.trace.nbytes]
+    return nccl_part(exp.network.calibrated, sizes, level, extrapolated=bool(extrapolated))
+
+
+def scale_compute(exp: Experiment, factor: float) -> Experiment:
+    """`exp` with every compute time of its trace x factor."""
+    t = exp.workload.trace
+
+    def times(x):
+        return tuple(v * factor for v in x)
+
+    layers = tuple(replace(layer, forward_s=times(layer.forward_s), backward_s=times(layer.backward_s))
+                   for layer in t.layers)
+    trace = replace(t, layers=layers, optimizer_s=times(t.optimizer_s), host_s=times(t.host_s))
+    return replace(exp, workload=replace(exp.workload, trace=trace))
+
+
+def scale_network(exp: Experiment, factor: float) -> Experiment:
+    """`exp` with every network latency x factor and bandwidth ÷ factor (module docstring)."""
+
+    def link(x):
+        cap = x.flow_bandwidth_Bps
+        return replace(x, latency_s=x.latency_s * factor, bandwidth_Bps=x.bandwidth_Bps / factor,
+                       flow_bandwidth_Bps=cap / factor if cap is not None else None)
+
+    c = exp.cluster
+    cluster = replace(c, intra=link(c.intra), nic=link(c.nic),
+                      degraded_nics=tuple((n, bw / factor) for n, bw in c.degraded_nics))
+    comm = exp.comm
+    comm = replace(comm, **{k: getattr(comm, k) * factor for k in ("alpha_s", "beta_s_per_B", "collective_overhead_s")
+                            if getattr(comm, k) is not None})
+    network = exp.network
+    if network is not None:
+        n = network.nccl
+        slow = {k: getattr(n, k) / factor for k in ("intra_bus_Bps", "inter_bus_Bps", "nic_Bps", "p2p_nic_Bps",
+                                                     "p2p_intra_Bps") if getattr(n, k) is not None}
+        late = {k: getattr(n, k) * factor for k in ("latency_inter_s", "launch_s", "p2p_latency_s")
+                if getattr(n, k) is not None}
+        network = replace(network, nccl=replace(n, **slow, **late,
+                                                net_latency_s=tuple(x * factor for x in n.net_latency_s)))
+    return replace(exp, cluster=cluster, comm=comm, network=network)
+
+
+SCALERS = {"compute": scale_compute, "network": scale_network}
+
+
+def extrapolated(exp, buckets: list) -> list[str] | None:
+    """How the run's NCCL collectives leave what its network file was calibrated on (simfog.nccl.calibrated): the
+    cluster's layout, the release, and the smallest and largest message the run sends (from its buckets); None when
+    the run has no calibrated network file or does not use NCCL's model."""
+    network = getattr(exp, "network", None)
+    if network is None or network.calibrated is None or exp.comm.collective != "nccl":
+        return None
+    covered, net = network.calibrated, network.nccl
+    notes = covered.notes(net, None, exp.cluster.nodes, exp.cluster.ranks_per_node)
+    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")]
+    for size in (min(sizes), max(sizes)) if sizes else ():
+        notes += [n for n in covered.notes(net, None, 1, 1, size) if n not in notes]
+    return notes
+
+
+def attach(result, level: float = DEFAULT_LEVEL):
+    """`result` with its interval at `level` in its summary (Result.interval); returns it."""
+    iv, eff = intervals(result, check_level(level, "level"),
+                        extrapolated=extrapolated(result.experiment, result.buckets))
+    result.interval = None
+    result.interval = summary_fields(result, iv, eff)
+    return result
+
+
+def intervals(result, level: float, *, extrapolated: list[str] | None = None) -> tuple[Interval, Interval]:
+    """The intervals of `result`'s mean iteration time and of its scaling efficiency at `level` (module docstring;
+    the efficiency's single-rank baseline moves with each part's bounds as the run does)."""
+    exp = result.experiment
+    s = result.summary()
+    t, eff = s["iteration_time_s"], s["scaling_efficiency"]
+    parts = [compute_part(exp.workload.trace, level), network_part(exp, result.buckets, level, extrapolated)]
+    on_time, on_eff = [], []
+    for p in parts:
+        if p.below == 0 and p.above == 0:
+            on_time.append(p)
+            on_eff.append(p)
+            continue
+        try:
+            runs = [simulate(SCALERS[p.name](exp, math.exp(w))).summary() for w in (-p.below, p.above)]
+        except SimfogError as e:  # e.g. the slower bound runs past the longest run simfog simulates
+            note = f" (a bound's run failed: {str(e)[:100]}; the part's whole factor taken)"
+            on_time.append(replace(p, source=p.source + note))
+            on_eff.append(replace(p, source=p.source + note))
+            continue
+        on_time.append(effect(p.name, t, *(r["iteration_time_s"] for r in runs), p.source, p.measured))
+        on_eff.append(effect(p.name, eff, *(r["scaling_efficiency"] for r in runs), p.source, p.measured))
+    return combine(t, level, on_time), combine(eff, level, on_eff)
+
+
+def iteration_interval(result, level: float, *, extrapolated: list[str] | None = None) -> Interval:
+    """The interval of `result`'s mean iteration time at `level` (module docstring)."""
+    return intervals(result, level, extrapolated=extrapolated)[0]
+
+
+def summary_fields(result, iv: Interval, eff: Interval) -> dict:
+    """The keys a summary gains: iteration_time_lo_s/hi_s, samples_per_s_lo/hi, scaling_efficiency_lo/hi,
+    interval_level, interval_parts (name -> share, below, above (ln) of the iteration time, source, measured),
+    interval_unmeasured."""
+    s = result.summary()
+    rate = iv.reciprocal(s["samples_per_s"] * iv.value)
+    return {**iv.to_dict("iteration_time", "_s"), "samples_per_s_lo": rate.lo, "samples_per_s_hi": rate.hi,
+            "scaling_efficiency_lo": eff.lo, "scaling_efficiency_hi": eff.hi, "interval_level": iv.level,
+            "interval_parts": {p.name: {"share": iv.shares[p.name], "below": p.below, "above": p.above,
+                                        "source": p.source, "measured": p.measured} for p in iv.parts},
+            "interval_unmeasured": list(iv.unmeasured)}

@@ -1,0 +1,142 @@
+"""The network part of an interval: leave-a-scale-out on a cluster's own logs, the network file's [calibrated]
+interval keys, the shipped bench table, and `simfog collective`'s bounds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simfog import nccl_fit, network_file
+from simfog.errors import ConfigError
+from simfog.importers import import_file
+from simfog.nccl.calibrated import Calibrated
+from simfog.nccl_intervals import bench_table, leave_a_scale_out, network_part, subset
+from simfog.uncertainty import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths, conformal_quantile, size_regime
+
+from .conftest import REPO
+
+ABCI = REPO / "bench" / "data" / "nccl-tests" / "abci-a100" / "allreduce"
+LOGS = ("intra_anode-job08.sh.7280517.nccl", "inter_anode-job02.sh.7194279.nccl", "inter_anode-job04.sh.7194285.nccl")
+
+
+@pytest.fixture(scope="module")
+def abci():
+    return [import_file("nccl-tests", ABCI / name) for name in LOGS]
+
+
+def test_leave_a_scale_out_holds_out_each_larger_scale(abci):
+    """1 node -> 2 nodes, then <= 2 -> 4: the half-widths are the conformal quantiles of exactly those
+    predictions' scores (each fit sees only the smaller logs)."""
+    got = leave_a_scale_out(abci, gpu_arch="ampere")
+    scores = {"small": [], "medium": [], "large": []}
+    for smaller, held in ((abci[:1], abci[1]), (abci[:2], abci[2])):
+        net = nccl_fit.fit(smaller, gpu_arch="ampere").network
+        for p in nccl_fit.predict(net, [held]):
+            scores[size_regime(p.bytes)].append(abs(math.log(p.measured_s / p.predicted_s)))
+    assert got.points == {r: len(v) for r, v in scores.items()}
+    assert sum(got.points.values()) == 48  # 24 sizes at 2 nodes, 24 at 4
+    for r, row in got.by_regime.items():
+        assert row == tuple(conformal_quantile(scores[r], lv) for lv in LEVELS)
+    assert "<= 1 -> 2 nodes: 24 points; <= 2 -> 4 nodes: 24 points" in got.source
+    assert leave_a_scale_out(abci[:1], gpu_arch="ampere") is None  # one node count: nothing to leave out
+
+
+def test_subset_renumbers_run_spans(abci):
+    t = abci[1]
+    kept = subset(t, [0, 5, 7])
+    assert [m.bytes for m in kept.measurements] == [t.measurements[i].bytes for i in (0, 5, 7)]
+    assert kept.extra["nccl_tests"][0]["measurements"] == [0, 3]
+
+
+def test_calibrated_interval_keys_round_trip(tmp_path, abci):
+    cal = nccl_fit.fit(abci, gpu_arch="ampere")
+    widths = HalfWidths({"small": (0.1, 0.2, 0.25, None, None), "large": (0.05, 0.1, 0.2, 0.3, 0.4)},
+                        {"small": 12, "large": 400}, "test")
+    covered = Calibrated(cal.calibrated.release, cal.calibrated.layouts, 8, 2**30, ("allreduce",), widths)
+    path = tmp_path / "net.toml"
+    network_file.save(path, cal.network, calibrated=covered)
+    back = network_file.load(path).calibrated
+    assert back == covered
+    assert back.intervals.half_width(1024, 0.9) == 0.25
+    assert back.intervals.half_width(1024, 0.85) == 0.25       # the next stored level up, never down
+    assert back.intervals.half_width(1024, 0.95) is None       # too few points: unmeasured
+    assert back.intervals.half_width(2**20, 0.9) is None       # no medium points
+    text = path.read_text().replace("interval_small = [0.1", "interval_small = [-0.1")
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"net.toml.*calibrated.interval_small"):
+        network_file.load(path)
+
+
+def test_bench_table_is_the_shipped_one():
+    t = bench_table()
+    assert set(t.by_regime) == {"small", "medium", "large"} and sum(t.points.values()) == 960
+    for row in t.by_regime.values():  # a quantile grows with the level
+        assert list(row) == sorted(row)
+
+
+def test_network_part_sources():
+    widths = HalfWidths({"small": (0.01, 0.02, 0.03, 0.04, 0.05)}, {"small": 100}, "own logs")
+    covered = Calibrated("", ((1, 8), (2, 8)), 8, 2**30, ("allreduce",), widths)
+    inside = network_part(covered, [1024], 0.9)
+    assert (inside.below, inside.source) == (0.03, "own logs")
+    # extrapolated: the wider of own and bench
+    beyond = network_part(covered, [1024], 0.9, extrapolated=True)
+    assert beyond.below == bench_table().half_width(1024, 0.9) and "bench" in beyond.source
+    # a size the own logs have no regime for: the bench's; the widest over the sizes a run sends
+    mixed = network_part(covered, [1024, 2**30], 0.9)
+    assert mixed.below == max(0.03, bench_table().half_width(2**30, 0.9))
+    # a level no table reaches: unmeasured, the default
+    assert network_part(None, [1024], 0.995).below == UNMEASURED_HALF_WIDTH
+    assert not network_part(None, [1024], 0.995).measured
+
+
+def test_collective_json_rows_carry_bounds(tmp_path, abci, capsys):
+    from simfog.cli import main
+
+    cal = nccl_fit.fit(abci, gpu_arch="ampere")
+    path = tmp_path / "net.toml"
+    network_file.save(path, cal.network, calibrated=cal.calibrated)  # no interval keys: the bench's
+    assert main(["collective", "allreduce", "--network", str(path), "--nodes", "4", "--gpus-per-node", "8",
+                 "--sizes", "1KiB,1MiB,1GiB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["interval_level"] == 0.9
+    for r in out["rows"]:
+        w = bench_table().half_width(r["bytes"], 0.9)
+        assert r["time_lo_s"] == pytest.approx(r["time_s"] * math.exp(-w))
+        assert r["time_hi_s"] == pytest.approx(r["time_s"] * math.exp(w))
+    assert main(["collective", "allreduce", "--network", str(path), "--nodes", "4", "--gpus-per-node", "8",
+                 "--sizes", "1KiB", "--level", "0.5", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["rows"][0]
+    assert np.log(r["time_hi_s"] / r["time_s"]) == pytest.approx(bench_table().half_width(1024, 0.5))
+
+
+def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path, abci, capsys):
+    from simfog.cli import main
+
+    paths = []
+    for i, t in enumerate(abci):
+        paths.append(str(tmp_path / f"t{i}.json.gz"))
+        t.save(paths[-1])
+    net = tmp_path / "net.toml"
+    assert main(["calibrate", *paths, "--gpu-arch", "ampere", "-o", str(net), "--json"]) == 0
+
+    def no_nan(c):
+        raise AssertionError(f"JSON has {c}")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=no_nan)
+    assert out["calibrated"]["interval_points"] == [28, 16, 4]       # 48 points: 2 and 4 nodes, 24 sizes each
+    assert out["calibrated"]["interval_large"][2] is None            # 4 large points cannot bound 90 %
+    covered = network_file.load(net).calibrated
+    direct = leave_a_scale_out(abci, gpu_arch="ampere")  # the file keeps 6 decimals
+    for r, row in direct.by_regime.items():
+        assert covered.intervals.by_regime[r] == pytest.approx(row, abs=5e-7)
+    # inside the logs (4 x 8, sizes they hold): the logs' own half-width; 32 MiB has too few: the bench's
+    assert main(["collective", "allreduce", "--network", str(net), "--nodes", "4", "--gpus-per-node", "8",
+                 "--sizes", "1KiB,32MiB", "--json"]) == 0
+    small, large = json.loads(capsys.readouterr().out)["rows"]
+    assert small["extrapolated"] == [] and small["interval_source"] == covered.intervals.source
+    assert math.log(small["time_hi_s"] / small["time_s"]) == pytest.approx(covered.intervals.half_width(1024, 0.9))
+    assert "bench" in large["interval_source"]

@@ -1,0 +1,121 @@
+"""simfog.prediction_interval: each part's width propagated through the simulation, by hand-worked runs, and the
+interval in `simfog simulate`'s output and the Python API's summary."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import simfog
+from simfog.prediction_interval import attach, compute_part, estimate_scores, iteration_interval
+from simfog.simulation import simulate
+from simfog.uncertainty import UNMEASURED_HALF_WIDTH, conformal_quantile
+
+from .conftest import make_experiment, make_trace
+
+MS = 1e-3
+
+
+def test_compute_bound_run_interval_is_the_compute_part():
+    """One rank (no network): 19 samples whose steps are 10 ms x (1 + k/100), k = -9..9, mean 10 ms. The 90 %
+    half-width is the 18th smallest of the 19 scores |ln(step / 10 ms)|: ln 1.09 (|ln 0.91| is the 19th)."""
+    samples = [([5 * MS * (1 + k / 100)], [5 * MS * (1 + k / 100)]) for k in range(-9, 10)]
+    exp = make_experiment(make_trace([0], [0], [1000], samples=samples), nodes=1, gpus_per_node=1)
+    result = simulate(exp)
+    t = result.summary()["iteration_time_s"]
+    assert t == pytest.approx(10 * MS)
+    iv = iteration_interval(result, 0.9)
+    q = math.log(1.09)
+    assert (iv.lo, iv.hi) == pytest.approx((t * math.exp(-q), t * math.exp(q)))
+    assert iv.shares == {"compute": 1.0, "network": 0.0}
+    assert iv.parts[1].source == "one rank: no communication"
+    # one rank is its own baseline: its efficiency stays 1 at every bound of the compute
+    s = attach(result).summary()
+    assert s["scaling_efficiency_lo"] == pytest.approx(1.0) and s["scaling_efficiency_hi"] == pytest.approx(1.0)
+
+
+def test_exposed_communication_takes_the_network_part():
+    """2 ranks, one layer (1 ms forward, 2 ms backward) of 10^6 float32 parameters, linear collective
+    (1 ms + 1 ns/B: m = 5 ms), nothing overlapping it: T = 3 + 5 = 8 ms. Compute (one sample) and network (links)
+    are unmeasured: each x/2. Compute at x2 and /2: 11 and 6.5 ms; network: 13 and 5.5 ms."""
+    exp = make_experiment(make_trace([MS], [2 * MS], [10**6]), nodes=2, gpus_per_node=1)
+    result = simulate(exp)
+    t = result.summary()["iteration_time_s"]
+    assert t == pytest.approx(8 * MS)
+    iv = iteration_interval(result, 0.9)
+    compute, network = iv.parts
+    assert not compute.measured and not network.measured
+    assert (compute.below, compute.above) == pytest.approx((math.log(8 / 6.5), math.log(11 / 8)))
+    assert (network.below, network.above) == pytest.approx((math.log(8 / 5.5), math.log(13 / 8)))
+    assert iv.hi == pytest.approx(t * math.exp(math.hypot(math.log(11 / 8), math.log(13 / 8))))
+    assert iv.lo == pytest.approx(t * math.exp(-math.hypot(math.log(8 / 6.5), math.log(8 / 5.5))))
+    assert iv.shares["network"] > iv.shares["compute"]
+
+
+def test_compute_part_sources():
+    one = make_trace([MS], [MS], [10])
+    assert compute_part(one, 0.9).below == UNMEASURED_HALF_WIDTH  # one sample: unmeasured, the default
+    few = make_trace([0], [0], [10], samples=[([MS * (1 + k / 10)], [MS]) for k in range(5)])
+    assert not compute_part(few, 0.9).measured                     # 5 samples cannot bound 90 %
+    assert compute_part(few, 0.5).measured
+    scores = estimate_scores()
+    estimated = simfog.load().workload.trace                      # the default experiment's roofline trace
+    part = compute_part(estimated, 0.9)
+    assert part.below == conformal_quantile(scores, 0.9) and "roofline" in part.source
+    wide = compute_part(estimated, 0.99)                          # too few scores: at least the widest seen
+    assert not wide.measured and wide.below == max(max(scores), UNMEASURED_HALF_WIDTH)
+
+
+def test_simulate_prints_and_json_carries_the_interval(capsys):
+    from simfog.cli import main
+
+    assert main(["simulate", "--json", "--level", "0.8"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["interval_level"] == 0.8
+    assert s["iteration_time_lo_s"] <= s["iteration_time_s"] <= s["iteration_time_hi_s"]
+    assert s["samples_per_s_lo"] == pytest.approx(s["samples_per_s"] * s["iteration_time_s"]
+                                                  / s["iteration_time_hi_s"])
+    assert s["samples_per_s_hi"] == pytest.approx(s["samples_per_s"] * s["iteration_time_s"]
+                                                  / s["iteration_time_lo_s"])
+    assert sum(p["share"] for p in s["interval_parts"].values()) == pytest.approx(1.0)
+    assert s["interval_unmeasured"] == ["network"]
+    # the API's summary: the same keys and numbers
+    api = simfog.simulate(simfog.load(), level=0.8).summary()
+    for key in ("iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo", "samples_per_s_hi",
+                "interval_level", "interval_parts"):
+        assert api[key] == s[key]
+    assert "interval_level" not in simfog.simulate(simfog.load(), level=None).summary()
+    assert main(["simulate", "--explain"]) == 0
+    out = capsys.readouterr().out
+    t = next(line for line in out.splitlines() if "iteration time" in line)
+    assert "(90 %: " in t and "widened for network: UNMEASURED" in t
+    assert "interval parts (90 %" in out and "compute " in out and "roofline" in out
+
+
+def test_bad_level_is_one_clear_message(capsys):
+    from simfog.cli import main
+
+    assert main(["simulate", "--level", "90"]) != 0
+    err = capsys.readouterr().err
+    assert "--level" in err and "between 0 and 1" in err and "Traceback" not in err
+
+
+def test_interval_is_deterministic():
+    exp = simfog.load()
+    a = attach(simulate(exp)).summary()
+    b = attach(simulate(exp)).summary()
+    assert a == b and np.isfinite(a["iteration_time_hi_s"])
+
+
+def test_a_bound_past_the_longest_run_takes_the_whole_factor():
+    """3 iterations of 200,000,000 s: the run ends at 6e8 s; compute unmeasured (one sample), its slower bound x2
+    would end at 1.2e9 s, past the longest run simfog simulates: the part's whole factor, ln 2, either side."""
+    exp = make_experiment(make_trace([1e8], [1e8], [10]), nodes=1, gpus_per_node=1)
+    iv = iteration_interval(simulate(exp), 0.9)
+    compute = iv.parts[0]
+    assert (compute.below, compute.above) == (UNMEASURED_HALF_WIDTH, UNMEASURED_HALF_WIDTH)
+    assert "a bound's run failed" in compute.source
+    assert iv.hi == pytest.approx(iv.value * 2)
