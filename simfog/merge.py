@@ -316,6 +316,10 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
     if not keep.any():
         return 0.0, 0.0
     sizes, t = sizes[keep], t[keep]
+    # In units of the largest time and size, so that 1/T and M/T stay finite for times near the smallest normal
+    # float (found by hypothesis: beta = 2.2e-313 s/B overflowed M/T and broke the SVD); scaled back at the end.
+    t_unit, m_unit = float(t.max()), float(sizes.max())
+    t, sizes = t / t_unit, sizes / m_unit
     x = np.column_stack([1.0 / t, sizes / t])  # (a·1 + b·M) / T ≈ 1
     y = np.ones(len(t))
     scale = np.linalg.norm(x, axis=0)
@@ -326,7 +330,7 @@ def linear_cost(allreduce_time: AllreduceTime, lo_bytes: float, hi_bytes: float,
         c[j] = (col @ y) / (col @ col)
         candidates.append(c)
     best = min(candidates, key=lambda c: float(np.sum((x @ c - y) ** 2)))
-    return float(best[0]), float(best[1])
+    return float(best[0]) * t_unit, float(best[1]) * t_unit / m_unit
 
 
 def _mgwfbp_core(ready: Sequence[float], nbytes: Sequence[float], a: float, b: float,

@@ -368,3 +368,12 @@ def test_a_sweep_row_torn_between_cr_and_lf_is_recomputed(tmp_path, monkeypatch,
     assert cli.main(argv) == 0
     assert (tmp_path / "s.csv").read_bytes() == whole
     capsys.readouterr()
+
+
+def test_mgwfbp_line_fit_with_a_near_subnormal_beta_does_not_break_the_solver():
+    # Found by hypothesis (test_tune): beta = 2.2e-313 s/B made M/T overflow and numpy's SVD fail to converge.
+    from simfog.merge import linear_cost
+
+    a, b = linear_cost(lambda m: m * 2.2250738585e-313, 4.0, 100_000.0)
+    assert a >= 0 and b >= 0 and a + b * 100_000 <= 1e-300
+    assert linear_cost(lambda m: 1e-5 + m * 1e-9, 4.0, 1e8) == pytest.approx((1e-5, 1e-9), rel=1e-9)
