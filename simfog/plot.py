@@ -88,6 +88,41 @@ def tune_figure(result) -> Figure:
     return fig
 
 
+def framework_tune_figure(result) -> Figure:
+    """Iteration time (ms, from zero) against a framework's first knob (log x) for a
+    `simfog.tune_framework.FrameworkTuneResult`: one line per value of its second knob (Horovod's cycle time), the
+    default a horizontal line with the tolerance band above the best, the chosen setting starred."""
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.add_subplot()
+    knob = result.knobs[0]
+    df = result.settings.dropna(subset=[k.name for k in result.knobs])
+    groups = df.groupby(result.knobs[1].name, sort=True) if len(result.knobs) > 1 else [(None, df)]
+    for value, part in groups:
+        part = part.sort_values(knob.name)
+        label = f"{result.knobs[1].name}={value:g}" if value is not None else knob.name
+        ax.plot(part[knob.name], _ms(part.iteration_time_s), "o-", ms=3, lw=1, label=label)
+    least = result.best["iteration_time_s"] * 1e3
+    ax.axhspan(least, least * (1 + result.tolerance), color="tab:green", alpha=0.2,
+               label=f"within {100 * result.tolerance:g} % of the best")
+    ax.axhline(result.default["iteration_time_s"] * 1e3, color="tab:orange", ls="--", lw=1.2,
+               label=f"default: {units.format_time(result.default['iteration_time_s'])}")
+    c = result.choice
+    if not result.keep_default:
+        ax.plot([c[knob.name]], [c["iteration_time_s"] * 1e3], "*", color="gold", mec="k", ms=16, zorder=4,
+                label=f"{result.setting}: {units.format_time(c['iteration_time_s'])}")
+    if knob.unit == "B":
+        _bytes_axis(ax)
+    else:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{knob.name}" + (f" ({knob.unit})" if knob.unit else "") + ", log scale")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_ylim(0, _ms(df.iteration_time_s).max() * 1.05)
+    ax.set_title(result.title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
 def sharded_tune_figure(result) -> Figure:
     """Iteration time (ms) against peak memory per rank for every setting of a
     `simfog.tune_sharded.ShardedTuneResult`: feasible settings as dots (filled: reshard_after_forward or zero3's

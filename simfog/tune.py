@@ -35,7 +35,9 @@ class TuneResult:
     """`curve`: one row per simulated threshold (threshold_bytes, buckets, iteration_time_s, stage "grid" or
     "refine"), sorted by threshold. `best_*`: the smallest threshold reaching the least iteration time (s), and its
     bucket count. `baselines`: policy -> iteration time (s) with that policy's defaults. `near_best_bytes`: the
-    smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples"."""
+    smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples".
+    `plateau_bytes`: the widest run of neighbouring thresholds within 1 % of the best (simfog.tune.widest_plateau),
+    `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -46,6 +48,9 @@ class TuneResult:
     compute: str
     title: str = ""
     info: dict = field(default_factory=dict)
+    plateau_bytes: tuple[float, float] = (math.nan, math.nan)
+    recommended_threshold_bytes: float = math.nan
+    recommended_iteration_time_s: float = math.nan
 
     def table(self) -> pd.DataFrame:
         """Best threshold and baselines: policy, threshold_bytes (NaN for baselines), iteration_time_s,
@@ -132,9 +137,42 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
              f"({c.nodes} x {c.ranks_per_node}), {exp.comm.collective}; {compute} layer times")
     if exp.estimated:
         title += " [ESTIMATED inputs]"
+    a, b, pick = widest_plateau(curve.threshold_bytes, curve.iteration_time_s, NEAR_BEST)
     return TuneResult(curve, best, t_best, rows[best]["buckets"], baselines, (min(near), max(near)), compute, title,
                       {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
-                       "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest})
+                       "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest},
+                      (float(curve.threshold_bytes.iloc[a]), float(curve.threshold_bytes.iloc[b])),
+                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]))
+
+
+def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tuple[int, int, int]:
+    """Of points (xs ascending, > 0; ys their times), the widest run of neighbours all within `tolerance` (a
+    fraction) of `least` (default: the least y), its width measured as log(x_last / x_first). Returns (first, last,
+    pick): indices of the run's ends and of its point nearest the run's middle in log scale (ties: the lower time,
+    then the smaller x). Ties between runs of equal width go to the run holding the least y."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(xs) == 0 or len(xs) != len(ys) or not np.all(xs > 0) or np.any(np.diff(xs) <= 0):
+        raise ConfigError("curve", list(xs), "positive values in ascending order, one time each")
+    least = min(ys.min(), least) if least is not None else ys.min()
+    inside = ys <= least * (1 + tolerance)
+    runs, start = [], None
+    for i, ok in enumerate([*inside, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    logx = np.log(xs)
+
+    def rank(run):
+        a, b = run
+        return (round(logx[b] - logx[a], 9), ys[a:b + 1].min() == ys.min())
+
+    a, b = max(runs, key=rank) if runs else (int(ys.argmin()),) * 2
+    middle = (logx[a] + logx[b]) / 2
+    # distances rounded: two points equally far from the middle in exact arithmetic must tie
+    pick = min(range(a, b + 1), key=lambda i: (round(abs(logx[i] - middle), 9), ys[i], xs[i]))
+    return a, b, pick
 
 
 def _logspace(a: float, b: float, n: int) -> list[float]:
