@@ -519,7 +519,9 @@ def fam_options(rng, d):
         (["tune", e, "--refine", rng.choice(["-1", "1001", "1000000000"])], "--refine"),
         (["tune", e, "--lo", rng.choice(["x", "5", "-1MiB"])], "--lo"),
         (["tune", e, "--lo", "1GiB", "--hi", "1KiB"], "--hi"),
-        (["tune", e, "--merge", "ddp"], "--merge"),
+        (["tune", e, "--merge", rng.choice(["wfbp", "single", "bogus"])], "--merge"),  # no knob of its own
+        (["tune", e, "--merge", "ddp", "--tolerance", rng.choice(["-1", "100", "nan"])], "--tolerance"),
+        (["plan", e, (flag := rng.choice(["--gpus", "--nodes"])), rng.choice(["", "0", "a,b", "-4", "16,,x"])], flag),
         (["collective", rng.choice(["bogus", ""]), "--network", "x.toml", "--nodes", "1", "--gpus-per-node", "2"],
          "OP"),
         (["collective", "allreduce", "--network", "x.toml", "--nodes", rng.choice(["0", "-1"]),

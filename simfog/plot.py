@@ -213,8 +213,9 @@ def plan_figure(result) -> Figure:
         ls = styles.setdefault((coll, merge), ["-", "--", ":", "-."][len(styles) % 4])
         ax.plot(part.samples_per_s, part[y], marker="o", ms=3, ls=ls, color=cmap[option], lw=1,
                 label=f"{option}: {coll} / {merge}")
-    ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
-               label=f"target {result.target_samples_per_s:,.0f} samples/s")
+    if result.target_samples_per_s == result.target_samples_per_s:  # NaN: a plan at fixed counts, no target
+        ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
+                   label=f"target {result.target_samples_per_s:,.0f} samples/s")
     if result.best is not None:
         b = result.best
         ax.plot([b["samples_per_s"]], [b[y]], "o", ms=14, mfc="none", mec="k", mew=2,

@@ -75,6 +75,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from simfog.commands.sweep import add_cost_arguments
+
+    add_cost_arguments(parser)
 
 
 def curve_frame(rows: list[dict], points) -> pd.DataFrame:
@@ -94,7 +97,7 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import report
+    from simfog.commands.sweep import pricing_from_args, report, with_costs
     from simfog.files import check_output, new_run_dir, refuse_existing
     from simfog.sweeps import check_jobs, checked_grid
 
@@ -103,6 +106,7 @@ def run(args) -> int:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
     check_jobs(args.jobs)
+    pricing = pricing_from_args(args)
     for suffix in ("csv", "png", "svg") if args.output is not None else ():
         check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
@@ -119,8 +123,9 @@ def run(args) -> int:
     written = f"wrote {prefix}.png, {prefix}.svg, {prefix}.csv"
     errors = df[df.error != ""]
     note = [f"{len(errors)} point(s) could not run and are not plotted (see the error column)"] if len(errors) else []
-    report(rows, args.json, {"csv": f"{prefix}.csv", "png": f"{prefix}.png", "svg": f"{prefix}.svg"},
-           note + [written])
+    report(with_costs(rows, pricing), args.json, {"csv": f"{prefix}.csv", "png": f"{prefix}.png",
+                                                  "svg": f"{prefix}.svg"}, note + [written],
+           currency=pricing[2] if pricing else None)
     return 0
 
 
