@@ -41,6 +41,7 @@ from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload
 from simfog.network_file import NetworkFile
+from simfog.titles import device
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
@@ -199,37 +200,6 @@ def load_catalogue(path: str | Path) -> Catalogue:
     return Catalogue(currency, options, source, str(data.get("note", "")))
 
 
-def option_named(catalogue: Catalogue, name: str | None) -> ClusterOption:
-    """The option called `name`; None picks the only one. Raises ConfigError naming the choices otherwise."""
-    names = [o.name for o in catalogue.options]
-    if name is None and len(names) == 1:
-        return catalogue.options[0]
-    for o in catalogue.options:
-        if o.name == name:
-            return o
-    raise ConfigError("--option", "(missing)" if name is None else name, f"one of the catalogue's options: {', '.join(names)}",
-                      source=catalogue.source)
-
-
-COST_COLUMNS = ("price_per_gpu_hour", "cost_per_hour", "epoch_time_s", "cost_per_epoch")
-
-
-def priced(rows: list[dict], option: ClusterOption, epoch_samples: float | None = None) -> list[dict]:
-    """Sweep rows (simfog.sweeps: `ranks`, `samples_per_s`, as numbers or CSV strings) with their cost at `option`'s
-    price: price_per_gpu_hour, cost_per_hour = ranks x price and, with `epoch_samples`, epoch_time_s and
-    cost_per_epoch (cost per hour x epoch time). Rows that could not run get empty costs beside the price."""
-    out = []
-    for r in rows:
-        row = {**r, "price_per_gpu_hour": option.price_per_gpu_hour}
-        sps = float(r["samples_per_s"]) if r.get("samples_per_s") not in ("", None) and not r.get("error") else None
-        row["cost_per_hour"] = int(r["ranks"]) * option.price_per_gpu_hour if sps else ""
-        if epoch_samples:
-            row["epoch_time_s"] = epoch_samples / sps if sps else ""
-            row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600 if sps else ""
-        out.append(row)
-    return out
-
-
 def workload_experiment(path: str | Path) -> Experiment:
     """The workload to plan for: an experiment file (.toml; its comm settings are the defaults) or a model trace
     (.json, .json.gz; allreduce, ring, ddp). The cluster is replaced by each option's, network file included."""
@@ -249,7 +219,7 @@ class PlanResult:
     """`candidates`: every configuration simulated (option, gpus, nodes, collective, merge, iteration_time_s,
     samples_per_s, scaling_efficiency, cost_per_hour and, with an epoch, epoch_time_s and cost_per_epoch, in
     `currency`; meets_target; error). `best`: the cheapest row meeting the target, or None. A plan at fixed counts
-    (plan_counts) has no target (NaN), no meets_target column and no best."""
+    (simfog.pricing.plan_counts) has no target (NaN), no meets_target column and no best."""
 
     candidates: pd.DataFrame
     best: dict | None
@@ -297,7 +267,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
 
                 def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
                     bar.update(1)
-                    row = _evaluate(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
+                    row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
                     row["meets_target"] = bool(not row["error"] and row["samples_per_s"] >= target_samples_per_s)
                     rows.append(row)
                     return row["meets_target"]
@@ -313,8 +283,8 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
                         break
                     below = gpus
     bar.close()
-    df = _frame(rows, epoch_samples)
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "
+    df = candidates_frame(rows, epoch_samples)
+    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) on {device(exp)}: target "
              f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"
              + (" [ESTIMATED inputs]" if exp.estimated else ""))
     result = PlanResult(df, None, float(target_samples_per_s), catalogue.currency, epoch_samples, title,
@@ -325,7 +295,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     raise _infeasible(result, catalogue)
 
 
-def _evaluate(base: Experiment, opt: ClusterOption, collective: str, merge: str, gpus: int,
+def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str, merge: str, gpus: int,
               threshold_bytes: float | None, epoch_samples: float | None) -> dict:
     """One configuration's row: its prediction (or error) and its cost."""
     from simfog.sweeps import Point, run_point
@@ -347,69 +317,11 @@ def _evaluate(base: Experiment, opt: ClusterOption, collective: str, merge: str,
     return row
 
 
-def _frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFrame:
+def candidates_frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFrame:
     cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
             "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
         ["epoch_time_s", "cost_per_epoch"] if epoch_samples else [])
     return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error"])
-
-
-def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None = None,
-                nodes: list[int] | None = None, epoch_samples: float | None = None,
-                samples: bool = False) -> PlanResult:
-    """Every option, collective and merge policy of `catalogue` at fixed counts, with no target: `gpus` (GPU
-    counts; a count above one node must be whole nodes of the option) or `nodes` (whole nodes of each option),
-    one of the two. A count an option cannot hold (not whole nodes, over max_nodes) is a row with its `error`.
-    Returns a PlanResult whose target is NaN, best None, and candidates sorted by GPUs, then cost. Raises
-    ConfigError for bad counts."""
-    from simfog.progress import bar as progress_bar
-
-    if (gpus is None) == (nodes is None):
-        raise ConfigError("--gpus", gpus, "either GPU counts or --nodes counts, one of the two")
-    counts, name = (gpus, "--gpus") if gpus is not None else (nodes, "--nodes")
-    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RANK_ITERATIONS
-                         for n in counts):
-        raise ConfigError(name, counts, f"comma-separated integers in 1..{MAX_RANK_ITERATIONS:,}, e.g. 16,64,256")
-    compute = "samples" if samples else "mean"
-    exp = replace(exp, workload=replace(exp.workload, compute=compute))
-    rows = []
-    bar = progress_bar(desc="plan", unit="sim")
-    for opt in catalogue.options:
-        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
-        for coll in opt.collectives or (exp.comm.collective,):
-            for m in opt.merges or (exp.comm.merge,):
-                if m == "threshold" and exp.comm.threshold_bytes is None:
-                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
-                                      "workload's experiment sets comm.threshold", source=catalogue.source)
-                for n in sorted(set(counts)):
-                    g = n if gpus is not None else n * opt.gpus_per_node
-                    why = _unusable(opt, g)
-                    if why:
-                        rows.append({"option": opt.name, "gpus": g, "nodes": -(-g // opt.gpus_per_node),
-                                     "collective": coll, "merge": m, "error": why})
-                        continue
-                    bar.update(1)
-                    rows.append(_evaluate(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples))
-    bar.close()
-    df = _frame(rows, epoch_samples).drop(columns=["meets_target"])
-    df["error"] = df["error"].fillna("")
-    cost = "cost_per_epoch" if epoch_samples else "cost_per_hour"
-    df = df.sort_values(["gpus", cost, "option"], kind="stable", na_position="last").reset_index(drop=True)
-    what = ("GPUs " + ", ".join(map(str, sorted(set(counts))))) if gpus is not None else \
-        ("nodes " + ", ".join(map(str, sorted(set(counts)))))
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) at {what}; {compute} layer "
-             "times" + (" [ESTIMATED inputs]" if exp.estimated else ""))
-    return PlanResult(df, None, math.nan, catalogue.currency, epoch_samples, title,
-                      {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
-
-
-def _unusable(opt: ClusterOption, gpus: int) -> str:
-    """Why `opt` cannot hold `gpus` GPUs, or ""."""
-    if gpus > opt.gpus_per_node and gpus % opt.gpus_per_node:
-        return f"{gpus} GPUs are not whole nodes of {opt.gpus_per_node}"
-    if gpus > opt.max_nodes * opt.gpus_per_node:
-        return f"{gpus} GPUs need more than the option's {opt.max_nodes} nodes"
-    return ""
 
 
 def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:

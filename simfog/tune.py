@@ -22,6 +22,7 @@ import pandas as pd
 from simfog import merge
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
+from simfog.titles import run_title
 
 #: Policies the best threshold is compared with, each with its own default sizes; "optimal" is the exact least
 #: iteration over every contiguous plan (simfog.merge.optimal_groups), so no threshold can beat it.
@@ -132,11 +133,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
         baselines[p] = simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
     bar.close()
     curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
-    c = exp.cluster
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {exp.ranks} ranks "
-             f"({c.nodes} x {c.ranks_per_node}), {exp.comm.collective}; {compute} layer times")
-    if exp.estimated:
-        title += " [ESTIMATED inputs]"
+    title = run_title(exp)
     a, b, pick = widest_plateau(curve.threshold_bytes, curve.iteration_time_s, NEAR_BEST)
     return TuneResult(curve, best, t_best, rows[best]["buckets"], baselines, (min(near), max(near)), compute, title,
                       {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,

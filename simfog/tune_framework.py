@@ -29,6 +29,7 @@ import pandas as pd
 from simfog import merge, units
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
+from simfog.titles import run_title
 from simfog.tune import widest_plateau
 
 FRAMEWORKS = ("ddp", "horovod", "bagua")
@@ -206,11 +207,8 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
                      f"first, then {cap:g} MiB): bucket_cap_mb={cap:g} written out gives "
                      f"{explicit.iteration_time_s * 1e3:.4g} ms against {default['iteration_time_s'] * 1e3:.4g} ms "
                      f"unset")
-    c, trace = exp.cluster, exp.workload.trace
-    title = (f"{trace.model} (batch {trace.batch_size}/rank), {exp.ranks} ranks ({c.nodes} x {c.ranks_per_node}), "
-             f"{framework}, {exp.comm.collective}; {compute} layer times")
-    if exp.estimated:
-        title += " [ESTIMATED inputs]"
+    trace = exp.workload.trace
+    title = run_title(exp, extra=framework)
     info = {"model": trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
             "estimated": bool(exp.estimated), "compute_mode": compute, "model_bytes": total,
             "smallest_tensor_bytes": smallest}

@@ -38,6 +38,7 @@ import pandas as pd
 
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment
+from simfog.titles import run_title
 
 ALGORITHMS = ("fsdp", "hsdp", "zero3")
 #: [comm] key -> Comm field, for the knobs searched.
@@ -316,11 +317,8 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
                                      for r, n in reasons.items()))
     best = _pick(ok)
     default_row = settings.iloc[0].to_dict()
-    c, trace = exp.cluster, exp.workload.trace
-    title = (f"{trace.model} (batch {trace.batch_size}/rank), {exp.ranks} ranks ({c.nodes} x {c.ranks_per_node}), "
-             f"{algorithm}, {exp.comm.collective}; {compute} layer times")
-    if exp.estimated:
-        title += " [ESTIMATED inputs]"
+    trace = exp.workload.trace
+    title = run_title(exp, extra=algorithm)
     info = {"model": trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
             "estimated": bool(exp.estimated), "gpu_memory_B": limit, "compute_mode": compute,
             "settings_simulated": len(settings)}

@@ -135,7 +135,7 @@ LAYERS = [
     ("the experiment", ["simfog.experiment"]),
     ("the simulation: composes a run, chooses its path", ["simfog.simulation"]),
     ("tools over many simulations, outputs", ["simfog.sweeps", "simfog.tune", "simfog.tune_sharded",
-                                             "simfog.tune_framework", "simfog.plan",
+                                             "simfog.tune_framework", "simfog.titles", "simfog.pricing", "simfog.plan",
                                              "simfog.timeline", "simfog.plot"]),
     ("the Python API", ["simfog.api", "simfog.overrides", "simfog"]),
     ("the validator", ["validate"]),

@@ -136,10 +136,9 @@ def _run(exp, points, args, prefix) -> pd.DataFrame:
     rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress)
     df = curve_frame(rows, points)
-    c = exp.cluster
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {c.ranks_per_node} per node, "
-             f"NIC {c.nic.bandwidth_Bps * 8 / 1e9:g} Gbit/s; {exp.workload.compute} layer times"
-             + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    from simfog.titles import run_title
+
+    title = run_title(exp, collective=", ".join(dict.fromkeys(p.collective for p in points)), ranks=False)
     fig = plot.curve_figure(df, title)
     for suffix in ("png", "svg"):
         plot.save(fig, f"{prefix}.{suffix}")

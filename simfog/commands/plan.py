@@ -251,7 +251,7 @@ def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None) -> int:
     import sys
 
     from simfog.cli import print_json
-    from simfog.plan import plan_counts
+    from simfog.pricing import plan_counts
 
     result = plan_counts(exp, catalogue, epoch_samples=epoch, samples=args.samples, **counts)
     csv, png = _write_where_asked(result, args)

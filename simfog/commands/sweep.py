@@ -42,7 +42,8 @@ def pricing_from_args(args):
     """(option, epoch samples) from --catalogue/--option/--epoch-samples, or None without --catalogue. Raises
     ConfigError for --option or --epoch-samples without a catalogue, or a bad one."""
     from simfog.commands.plan import epoch_from_args
-    from simfog.plan import load_catalogue, option_named
+    from simfog.plan import load_catalogue
+    from simfog.pricing import option_named
 
     if args.catalogue is None:
         for flag, value in (("--option", args.option), ("--epoch-samples", args.epoch_samples)):
@@ -55,7 +56,7 @@ def pricing_from_args(args):
 
 def with_costs(rows: list[dict], pricing) -> list[dict]:
     """`rows` with cost columns when `pricing` (from pricing_from_args) is given."""
-    from simfog.plan import priced
+    from simfog.pricing import priced
 
     return rows if pricing is None else priced(rows, pricing[0], pricing[1])
 
