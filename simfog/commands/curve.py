@@ -132,7 +132,9 @@ def run(args) -> int:
 def _run(exp, points, args, prefix) -> pd.DataFrame:
     """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg; the curve's rows."""
     from simfog import plot, sweeps
+    from simfog.commands.sweep import announce_resume
 
+    announce_resume(exp, points, f"{prefix}.csv")
     rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress)
     df = curve_frame(rows, points)

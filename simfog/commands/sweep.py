@@ -77,8 +77,10 @@ def run(args) -> int:
     thresholds = ([units.nbytes(t, field="--threshold") for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
-    run_sweep = lambda csv: sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
-                                      progress=not args.no_progress)
+    def run_sweep(csv):
+        announce_resume(exp, points, csv)
+        return sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+
     if args.output is not None:
         csv = args.output
         rows = run_sweep(csv)
@@ -89,6 +91,18 @@ def run(args) -> int:
     report(with_costs(rows, pricing), args.json, {"csv": str(csv)}, [f"wrote {csv}"],
            currency=pricing[2] if pricing else None)
     return 0
+
+
+def announce_resume(exp, points, csv) -> None:
+    """One line on stderr when `csv` already holds some of the points: the sweep resumes, reusing them."""
+    import sys
+
+    from simfog.sweeps import reused_rows
+
+    reused = reused_rows(exp, points, csv)
+    if reused:
+        print(f"resuming {csv}: {reused} of {len(points)} rows reused from it, {len(points) - reused} to run",
+              file=sys.stderr)
 
 
 def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str], currency: str | None = None) -> None:
