@@ -23,9 +23,10 @@ def add_arguments(parser) -> None:
                         "whole nodes of each option)")
     parser.add_argument("--nodes", help="node counts to price and predict, e.g. 2,8,32 (no target)")
     parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
-    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.csv (every candidate) and PREFIX.png "
-                        "(default: a new folder simfog-out/plan-<UTC time>/ holding plan.csv and plan.png)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.csv or PREFIX.png")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None, help="a folder (made if missing): writes "
+                        "DIR/plan.csv (every candidate) and DIR/plan.png (default: a new folder "
+                        "simfog-out/plan-<UTC time>/)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing DIR/plan.csv or DIR/plan.png")
     parser.add_argument("--top", type=int, default=10, help="configurations printed (cheapest first)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the table's rows as \"rows\", "
                         "full precision, and the best as \"best\") instead of the table")
@@ -181,7 +182,7 @@ def _write(result, prefix: str) -> tuple[str, str]:
 
 
 def _write_where_asked(result, args) -> tuple[str, str]:
-    """PREFIX.csv and PREFIX.png for -o PREFIX, else in a new run folder."""
+    """DIR/plan.csv and DIR/plan.png for -o DIR (args.output is then DIR/plan), else in a new run folder."""
     from simfog.files import new_run_dir
 
     if args.output is not None:
@@ -202,9 +203,13 @@ def run(args) -> int:
     import sys
 
     from simfog.cli import DEFAULT_EXPERIMENT, print_json
+    from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError, Infeasible
     from simfog.files import check_output, refuse_existing
     from simfog.plan import load_catalogue, plan, workload_experiment
+
+    if args.output is not None:
+        args.output = folder_prefix(args.output, "plan")  # -o DIR: DIR/plan.* from here on
 
     counts = counts_from_args(args)
     if counts is None:

@@ -16,9 +16,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--merge", default=None, help="comma-separated merge policies (default: the file's)")
     parser.add_argument("--collective", default=None, help="comma-separated collectives (default: the file's)")
     parser.add_argument("--threshold", default=None, help='comma-separated thresholds, e.g. "1MiB,25MiB"')
-    parser.add_argument("-o", "--output", default=None,
-                        help="CSV to append to; an existing one is resumed (its finished points are not rerun) "
-                        "(default: a new folder simfog-out/sweep-<UTC time>/ holding sweep.csv)")
+    parser.add_argument("-o", "--output", metavar="FILE", default=None,
+                        help="the one file sweep writes: a CSV to append to; an existing one is resumed (its "
+                        "finished points are not rerun, and a line says how many) (default: a new folder "
+                        "simfog-out/sweep-<UTC time>/ holding sweep.csv)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")

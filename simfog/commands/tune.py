@@ -28,9 +28,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--samples", action="store_true",
                         help="use the trace's sampled layer times (default: means, so the search does not chase "
                              "the noise of a few random draws)")
-    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.png (plot) and PREFIX.csv (curve) "
-                        "(default: a new folder simfog-out/tune-<UTC time>/ holding tune.png and tune.csv)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.png or PREFIX.csv")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None, help="a folder (made if missing): writes "
+                        "DIR/tune.png (plot) and DIR/tune.csv (every setting simulated) (default: a new folder "
+                        "simfog-out/tune-<UTC time>/)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing DIR/tune.png or DIR/tune.csv")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -89,11 +90,15 @@ def format_sharded(r) -> str:
 def run(args) -> int:
     from simfog import plot
     from simfog.cli import print_json
+    from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError
     from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
     from simfog.tune import tune
     from simfog.tune_framework import FRAMEWORKS, tune_framework
     from simfog.tune_sharded import ALGORITHMS, tune_sharded
+
+    if args.output is not None:
+        args.output = folder_prefix(args.output, "tune")  # -o DIR: DIR/tune.* from here on
 
     if args.threshold is not None:
         raise ConfigError("--threshold", args.threshold, "not used by tune: it searches the threshold")
