@@ -49,8 +49,8 @@ def read(path):
 
 def test_free_communication_scales_perfectly_up_to_2048_ranks(exp_file, tmp_path, capsys):
     prefix = tmp_path / "c" / "curve"  # -o DIR writes DIR/curve.csv, .png, .svg
-    argv = ["curve", str(exp_file()), "--ranks", "2,4,...,2048", "--merge", "wfbp,single,mgwfbp", "-o", str(prefix.parent),
-            "--jobs", "1", "--no-progress"]
+    argv = ["curve", str(exp_file()), "--ranks", "2,4,...,2048", "--merge", "wfbp,single,mgwfbp",
+            "-o", str(prefix.parent), "--jobs", "1", "--no-progress"]
     assert cli.main(argv) == 0
     assert "wrote" in capsys.readouterr().out
     rows = read(f"{prefix}.csv")
