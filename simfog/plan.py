@@ -255,33 +255,25 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
     bar = progress_bar(desc="plan", unit="sim")  # on a terminal only; the count of simulations is not known ahead
-    for opt in catalogue.options:
-        # The option's links (and its network file, if any) replace the experiment's cluster, and with it any
-        # network file or network trace the experiment calibrated that cluster from.
-        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
-        for coll in opt.collectives or (exp.comm.collective,):
-            for m in opt.merges or (exp.comm.merge,):
-                if m == "threshold" and exp.comm.threshold_bytes is None:
-                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
-                                      "workload's experiment sets comm.threshold", source=catalogue.source)
+    for opt, base, coll, m in series(exp, catalogue):
 
-                def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
-                    bar.update(1)
-                    row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
-                    row["meets_target"] = bool(not row["error"] and row["samples_per_s"] >= target_samples_per_s)
-                    rows.append(row)
-                    return row["meets_target"]
+        def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
+            bar.update(1)
+            row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
+            row["meets_target"] = bool(not row["error"] and row["samples_per_s"] >= target_samples_per_s)
+            rows.append(row)
+            return row["meets_target"]
 
-                below = 0  # the largest count tried that does not meet the target
-                for gpus in opt.gpu_counts():
-                    if meets(gpus):
-                        # Doubling brackets the answer: the smallest count in the bracket that meets it is it
-                        # (`gpus` itself when none does).
-                        for n in opt.counts_between(below, gpus):
-                            if meets(n):
-                                break
+        below = 0  # the largest count tried that does not meet the target
+        for gpus in opt.gpu_counts():
+            if meets(gpus):
+                # Doubling brackets the answer: the smallest count in the bracket that meets it is it
+                # (`gpus` itself when none does).
+                for n in opt.counts_between(below, gpus):
+                    if meets(n):
                         break
-                    below = gpus
+                break
+            below = gpus
     bar.close()
     df = candidates_frame(rows, epoch_samples)
     title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) on {device(exp)}: target "
@@ -293,6 +285,21 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     if len(ok):
         return replace(result, best=ok.iloc[0].to_dict())
     raise _infeasible(result, catalogue)
+
+
+def series(exp: Experiment, catalogue: Catalogue):
+    """(option, experiment on the option's cluster, collective, merge) for every series a plan evaluates. The
+    option's links (and its network file, if any) replace the experiment's cluster, and with it any network file
+    or network trace the experiment calibrated that cluster from. Raises ConfigError for a "threshold" merge
+    without a threshold in the workload."""
+    for opt in catalogue.options:
+        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
+        for coll in opt.collectives or (exp.comm.collective,):
+            for m in opt.merges or (exp.comm.merge,):
+                if m == "threshold" and exp.comm.threshold_bytes is None:
+                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
+                                      "workload's experiment sets comm.threshold", source=catalogue.source)
+                yield opt, base, coll, m
 
 
 def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str, merge: str, gpus: int,

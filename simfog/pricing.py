@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS, Experiment
-from simfog.plan import Catalogue, ClusterOption, PlanResult, candidates_frame, evaluate_configuration
+from simfog.plan import Catalogue, ClusterOption, PlanResult, candidates_frame, evaluate_configuration, series
 from simfog.titles import device
 
 
@@ -64,22 +64,16 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
     bar = progress_bar(desc="plan", unit="sim")
-    for opt in catalogue.options:
-        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
-        for coll in opt.collectives or (exp.comm.collective,):
-            for m in opt.merges or (exp.comm.merge,):
-                if m == "threshold" and exp.comm.threshold_bytes is None:
-                    raise ConfigError(f"option ({opt.name}).merges", m, "a policy other than threshold, unless the "
-                                      "workload's experiment sets comm.threshold", source=catalogue.source)
-                for n in sorted(set(counts)):
-                    g = n if gpus is not None else n * opt.gpus_per_node
-                    why = _unusable(opt, g)
-                    if why:
-                        rows.append({"option": opt.name, "gpus": g, "nodes": -(-g // opt.gpus_per_node),
-                                     "collective": coll, "merge": m, "error": why})
-                        continue
-                    bar.update(1)
-                    rows.append(evaluate_configuration(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples))
+    for opt, base, coll, m in series(exp, catalogue):
+        for n in sorted(set(counts)):
+            g = n if gpus is not None else n * opt.gpus_per_node
+            why = _unusable(opt, g)
+            if why:
+                rows.append({"option": opt.name, "gpus": g, "nodes": -(-g // opt.gpus_per_node),
+                             "collective": coll, "merge": m, "error": why})
+                continue
+            bar.update(1)
+            rows.append(evaluate_configuration(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples))
     bar.close()
     df = candidates_frame(rows, epoch_samples).drop(columns=["meets_target"])
     df["error"] = df["error"].fillna("")

@@ -86,12 +86,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
 
     _check("points", points, 2)
     _check("refine", refine, 0)
-    tensors = merge.grad_tensors(exp.workload.trace)
-    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
-    if not sizes:
-        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
-                          source=exp.source)
-    smallest, total = float(min(sizes)), float(sum(sizes))
+    tensors, smallest, total = gradients(exp)
     lo = smallest if lo is None else float(lo)
     hi = total if hi is None else float(hi)
     if not (math.isfinite(lo) and lo > 0):
@@ -170,6 +165,17 @@ def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tupl
     # distances rounded: two points equally far from the middle in exact arithmetic must tie
     pick = min(range(a, b + 1), key=lambda i: (round(abs(logx[i] - middle), 9), ys[i], xs[i]))
     return a, b, pick
+
+
+def gradients(exp: Experiment) -> tuple[tuple[merge.GradTensor, ...], float, float]:
+    """The experiment's gradient tensors, the smallest non-empty one's bytes and the model's: the range a bucket
+    size search spans. Raises ConfigError for a trace without gradients."""
+    tensors = merge.grad_tensors(exp.workload.trace)
+    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
+    if not sizes:
+        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
+                          source=exp.source)
+    return tensors, float(min(sizes)), float(sum(sizes))
 
 
 def _logspace(a: float, b: float, n: int) -> list[float]:

@@ -30,7 +30,7 @@ from simfog import merge, units
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
-from simfog.tune import widest_plateau
+from simfog.tune import gradients, widest_plateau
 
 FRAMEWORKS = ("ddp", "horovod", "bagua")
 #: The tolerance when the caller states none: 1 % of the best iteration time.
@@ -165,12 +165,7 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
         raise ConfigError("--merge", framework, f"one of {', '.join(FRAMEWORKS)} for a framework's own knobs")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise ConfigError("tolerance", tolerance, "a fraction in [0, 1), e.g. 0.01 for 1 %")
-    tensors = merge.grad_tensors(exp.workload.trace)
-    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
-    if not sizes:
-        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
-                          source=exp.source)
-    smallest, total = float(min(sizes)), float(sum(sizes))
+    _, smallest, total = gradients(exp)
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     knobs = knobs_of(framework, smallest, total)

@@ -103,14 +103,15 @@ def format_counts_table(result, notes: list[str] | None = None) -> str:
         if r.error:
             lines.append(f"{what} {r.error}")
             continue
-        line = (f"{what} {r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
-                f"{_memory(r.memory_peak_B, r.memory_complete):>10} {r.cost_per_hour:>10,.2f}")
-        if epoch:
-            line += f" {duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
-        if notes and notes[i]:
-            line += f"  {notes[i]}"
-        lines.append(line)
+        lines.append(f"{what} {_numbers(r, epoch)}" + (f"  {notes[i]}" if notes and notes[i] else ""))
     return "\n".join(lines)
+
+
+def _numbers(r, epoch: bool) -> str:
+    """A configuration's throughput, efficiency, memory and costs, as both tables print them."""
+    line = (f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
+            f"{_memory(r.memory_peak_B, r.memory_complete):>10} {r.cost_per_hour:>10,.2f}")
+    return line + (f" {duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}" if epoch else "")
 
 
 def duration(seconds: float) -> str:
@@ -147,15 +148,8 @@ def format_table(result, top: int, notes: list[str] | None = None) -> str:
             f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     lines = [head]
     for i, r in enumerate(result.feasible().head(top).itertuples()):
-        line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
-                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
-                f"{_memory(r.memory_peak_B, r.memory_complete):>10} "
-                f"{r.cost_per_hour:>10,.2f}")
-        if epoch:
-            line += f" {duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
-        if notes and notes[i]:
-            line += f"  {notes[i]}"
-        lines.append(line)
+        line = f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} {_numbers(r, epoch)}"
+        lines.append(line + (f"  {notes[i]}" if notes and notes[i] else ""))
     return "\n".join(lines)
 
 
