@@ -519,7 +519,9 @@ def fam_options(rng, d):
         (["tune", e, "--refine", rng.choice(["-1", "1001", "1000000000"])], "--refine"),
         (["tune", e, "--lo", rng.choice(["x", "5", "-1MiB"])], "--lo"),
         (["tune", e, "--lo", "1GiB", "--hi", "1KiB"], "--hi"),
-        (["tune", e, "--merge", "ddp"], "--merge"),
+        (["tune", e, "--merge", rng.choice(["wfbp", "single", "bogus"])], "--merge"),  # no knob of its own
+        (["tune", e, "--merge", "ddp", "--tolerance", rng.choice(["-1", "100", "nan"])], "--tolerance"),
+        (["plan", e, (flag := rng.choice(["--gpus", "--nodes"])), rng.choice(["", "0", "a,b", "-4", "16,,x"])], flag),
         (["collective", rng.choice(["bogus", ""]), "--network", "x.toml", "--nodes", "1", "--gpus-per-node", "2"],
          "OP"),
         (["collective", "allreduce", "--network", "x.toml", "--nodes", rng.choice(["0", "-1"]),
@@ -566,19 +568,15 @@ def fam_outputs(rng, d):
         ["calibrate", net, "--model", "nccl", "-o", plain + (".toml" if out != "adir" else "")],
     ]
     argv = rng.choice(cases)
-    if argv[0] == "curve" and out == "adir":
-        argv[-1] = "adir/"  # PREFIX "adir/" -> "adir/.csv" is fine; make PREFIX.csv itself a directory instead
-        (d / "c.csv").mkdir()
-        argv[-1] = "c"
-    if argv[0] in ("tune", "plan") and out == "adir":
-        (d / "p.csv").mkdir()
-        argv[-1] = "p"
+    if argv[0] in ("curve", "tune", "plan") and out == "adir":
+        # -o names a folder for these: "adir" is a good one; make the CSV it would hold a directory instead
+        (d / "adir" / f"{argv[0]}.csv").mkdir()
     if argv[0] == "import":
         if out == "adir":
             (d / "o.json").mkdir()
             argv[-1] = "o.json"
         (d / "x.log").write_text("# OSU MPI Allreduce Latency Test\n# Size       Avg Latency(us)\n4 1.0\n8 2.0\n")
-    return Case("outputs", argv, ("afile", "adir", "c.csv", "p.csv", "o.json"))
+    return Case("outputs", argv, ("afile", "adir", "o.json"))
 
 
 def fam_catalogue(rng, d):

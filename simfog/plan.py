@@ -48,6 +48,7 @@ from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, c
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
+from simfog.titles import device
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
@@ -234,7 +235,8 @@ def workload_experiment(path: str | Path) -> Experiment:
 class PlanResult:
     """`candidates`: every configuration simulated (option, gpus, nodes, collective, merge, iteration_time_s,
     samples_per_s, scaling_efficiency, cost_per_hour and, with an epoch, epoch_time_s and cost_per_epoch, in
-    `currency`; meets_target; error). `best`: the cheapest row meeting the target, or None."""
+    `currency`; meets_target; error). `best`: the cheapest row meeting the target, or None. A plan at fixed counts
+    (simfog.pricing.plan_counts) has no target (NaN), no meets_target column and no best."""
 
     candidates: pd.DataFrame
     best: dict | None
@@ -263,7 +265,6 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     when no configuration reaches the target (its message names the best reachable; `.result` holds the
     PlanResult)."""
     from simfog.progress import bar as progress_bar
-    from simfog.sweeps import Point, run_point
 
     if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
         raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")
@@ -271,60 +272,28 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
     bar = progress_bar(desc="plan", unit="sim")  # on a terminal only; the count of simulations is not known ahead
-    for opt in catalogue.options:
-        # The option's links (and its network file, if any) replace the experiment's cluster, and with it any
-        # network file or network trace the experiment calibrated that cluster from.
-        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
-        for coll in opt.collectives or (exp.comm.collective,):
-            for m in opt.merges or (exp.comm.merge,):
-                try:  # the rules between merge, threshold and collective, checked where they are written
-                    override(base, merge=m, collective=coll)
-                except ConfigError as e:
-                    raise ConfigError(f"option ({opt.name})", f"{coll} / {m}", f"{e} (a collective and merge policy "
-                                      "the workload's experiment can run)", source=catalogue.source) from None
+    for opt, base, coll, m in series(exp, catalogue):
 
-                def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
-                    bar.update(1)
-                    r = run_point(base, Point(gpus, m, coll, exp.comm.threshold_bytes))
-                    row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node),
-                           "collective": coll, "merge": m, "error": r["error"]}
-                    if not r["error"]:
-                        sps = float(r["samples_per_s"])
-                        row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
-                                   scaling_efficiency=float(r["scaling_efficiency"]),
-                                   memory_peak_B=float(r["memory_peak_B"]) if r.get("memory_peak_B") != "" else
-                                   float("nan"),
-                                   # False: the trace has no activation bytes, the peak counts the rest only
-                                   memory_complete=r.get("memory_complete") in (True, "True"),
-                                   cost_per_hour=gpus * opt.price_per_gpu_hour)
-                        if epoch_samples:
-                            row["epoch_time_s"] = epoch_samples / sps
-                            row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600
-                        if opt.fabric is not None:
-                            row["fabric_cost"] = _fabric_cost(base, Point(gpus, m, coll, exp.comm.threshold_bytes),
-                                                              row["iteration_time_s"])
-                    row["meets_target"] = bool(not r["error"] and row["samples_per_s"] >= target_samples_per_s)
-                    rows.append(row)
-                    return row["meets_target"]
+        def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
+            bar.update(1)
+            row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
+            row["meets_target"] = bool(not row["error"] and row["samples_per_s"] >= target_samples_per_s)
+            rows.append(row)
+            return row["meets_target"]
 
-                below = 0  # the largest count tried that does not meet the target
-                for gpus in opt.gpu_counts():
-                    if meets(gpus):
-                        # Doubling brackets the answer: the smallest count in the bracket that meets it is it
-                        # (`gpus` itself when none does).
-                        for n in opt.counts_between(below, gpus):
-                            if meets(n):
-                                break
+        below = 0  # the largest count tried that does not meet the target
+        for gpus in opt.gpu_counts():
+            if meets(gpus):
+                # Doubling brackets the answer: the smallest count in the bracket that meets it is it
+                # (`gpus` itself when none does).
+                for n in opt.counts_between(below, gpus):
+                    if meets(n):
                         break
-                    below = gpus
+                break
+            below = gpus
     bar.close()
-    df = pd.DataFrame(rows)
-    cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
-            "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
-        ["epoch_time_s", "cost_per_epoch"] if epoch_samples else []) + (
-        ["fabric_cost"] if any(o.fabric is not None for o in catalogue.options) else [])
-    df = df.reindex(columns=cols + ["meets_target", "error"])
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU): target "
+    df = candidates_frame(rows, epoch_samples)
+    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) on {device(exp)}: target "
              f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"
              + (" [ESTIMATED inputs]" if exp.estimated else ""))
     result = PlanResult(df, None, float(target_samples_per_s), catalogue.currency, epoch_samples, title,
@@ -342,6 +311,56 @@ def _fabric_cost(base: Experiment, point, iteration_time_s: float) -> float:
 
     flat = run_point(replace(base, cluster=replace(base.cluster, fabric=None)), point)
     return iteration_time_s / float(flat["iteration_time_s"]) - 1.0 if not flat["error"] else float("nan")
+
+
+def series(exp: Experiment, catalogue: Catalogue):
+    """(option, experiment on the option's cluster, collective, merge) for every series a plan evaluates. The
+    option's links (and its network file, if any) replace the experiment's cluster, and with it any network file
+    or network trace the experiment calibrated that cluster from. Raises ConfigError for a "threshold" merge
+    without a threshold in the workload."""
+    for opt in catalogue.options:
+        base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
+        for coll in opt.collectives or (exp.comm.collective,):
+            for m in opt.merges or (exp.comm.merge,):
+                try:  # the rules between merge, threshold and collective, checked where they are written
+                    override(base, merge=m, collective=coll)
+                except ConfigError as e:
+                    raise ConfigError(f"option ({opt.name})", f"{coll} / {m}", f"{e} (a collective and merge policy "
+                                      "the workload's experiment can run)", source=catalogue.source) from None
+                yield opt, base, coll, m
+
+
+def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str, merge: str, gpus: int,
+              threshold_bytes: float | None, epoch_samples: float | None) -> dict:
+    """One configuration's row: its prediction (or error) and its cost."""
+    from simfog.sweeps import Point, run_point
+
+    r = run_point(base, Point(gpus, merge, collective, threshold_bytes))
+    row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node), "collective": collective,
+           "merge": merge, "error": r["error"]}
+    if not r["error"]:
+        sps = float(r["samples_per_s"])
+        row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
+                   scaling_efficiency=float(r["scaling_efficiency"]),
+                   memory_peak_B=float(r["memory_peak_B"]) if r.get("memory_peak_B") != "" else float("nan"),
+                   # False: the trace has no activation bytes, the peak counts the rest only
+                   memory_complete=r.get("memory_complete") in (True, "True"),
+                   cost_per_hour=gpus * opt.price_per_gpu_hour)
+        if epoch_samples:
+            row["epoch_time_s"] = epoch_samples / sps
+            row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600
+        if opt.fabric is not None:
+            row["fabric_cost"] = _fabric_cost(base, Point(gpus, merge, collective, threshold_bytes),
+                                              row["iteration_time_s"])
+    return row
+
+
+def candidates_frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFrame:
+    cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
+            "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
+        ["epoch_time_s", "cost_per_epoch"] if epoch_samples else []) + (
+        ["fabric_cost"] if any("fabric_cost" in r for r in rows) else [])
+    return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error"])
 
 
 def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:

@@ -46,6 +46,13 @@ def _bytes_axis(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _from_zero(ax) -> None:
+    """The y axis from zero to a little above the highest point: a 0.4 % difference looks like one."""
+    top = max((np.nanmax(np.asarray(line.get_ydata(), dtype=float)) for line in ax.get_lines()
+               if len(line.get_ydata())), default=1.0)
+    ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
+
+
 def _ranks_axis(ax, ranks) -> None:
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(r) for r in ranks))
@@ -82,6 +89,42 @@ def tune_figure(result) -> Figure:
     _bytes_axis(ax)
     ax.set_xlabel("merge threshold (bucket size), log scale")
     ax.set_ylabel("iteration time (ms)")
+    _from_zero(ax)
+    ax.set_title(result.title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def framework_tune_figure(result) -> Figure:
+    """Iteration time (ms, from zero) against a framework's first knob (log x) for a
+    `simfog.tune_framework.FrameworkTuneResult`: one line per value of its second knob (Horovod's cycle time), the
+    default a horizontal line with the tolerance band above the best, the chosen setting starred."""
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.add_subplot()
+    knob = result.knobs[0]
+    df = result.settings.dropna(subset=[k.name for k in result.knobs])
+    groups = df.groupby(result.knobs[1].name, sort=True) if len(result.knobs) > 1 else [(None, df)]
+    for value, part in groups:
+        part = part.sort_values(knob.name)
+        label = f"{result.knobs[1].name}={value:g}" if value is not None else knob.name
+        ax.plot(part[knob.name], _ms(part.iteration_time_s), "o-", ms=3, lw=1, label=label)
+    least = result.best["iteration_time_s"] * 1e3
+    ax.axhspan(least, least * (1 + result.tolerance), color="tab:green", alpha=0.2,
+               label=f"within {100 * result.tolerance:g} % of the best")
+    ax.axhline(result.default["iteration_time_s"] * 1e3, color="tab:orange", ls="--", lw=1.2,
+               label=f"default: {units.format_time(result.default['iteration_time_s'])}")
+    c = result.choice
+    if not result.keep_default:
+        ax.plot([c[knob.name]], [c["iteration_time_s"] * 1e3], "*", color="gold", mec="k", ms=16, zorder=4,
+                label=f"{result.setting}: {units.format_time(c['iteration_time_s'])}")
+    if knob.unit == "B":
+        _bytes_axis(ax)
+    else:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{knob.name}" + (f" ({knob.unit})" if knob.unit else "") + ", log scale")
+    ax.set_ylabel("iteration time (ms)")
+    _from_zero(ax)
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -119,6 +162,7 @@ def sharded_tune_figure(result) -> Figure:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: units.format_bytes(x)))
     ax.set_xlabel("peak memory per rank")
     ax.set_ylabel("iteration time (ms)")
+    _from_zero(ax)
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -140,7 +184,9 @@ def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
         part = part.sort_values("ranks")
         label = _series_label(part.iloc[0], vary)
         line, = ax_t.plot(part.ranks, part.samples_per_s, "o-", ms=4, label=label)
-        ax_e.plot(part.ranks, 100 * part.scaling_efficiency, "o-", ms=4, color=line.get_color(), label=label)
+        # clip_on False: points at 100 % sit on the axis' top edge, whole
+        ax_e.plot(part.ranks, 100 * part.scaling_efficiency, "o-", ms=4, color=line.get_color(), label=label,
+                  clip_on=False)
     if len(ok):
         # Ideal: ranks x the single-rank throughput (= samples_per_s / scaling_efficiency of any row).
         per_rank = float((ok.samples_per_s / ok.scaling_efficiency / ok.ranks).iloc[0])
@@ -153,7 +199,7 @@ def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
     ax_t.set_yscale("log")
     ax_t.set_ylabel("throughput (samples/s), log scale")
     ax_e.set_ylabel("scaling efficiency (%)")
-    ax_e.set_ylim(0, 105)
+    ax_e.set_ylim(0, 100)
     ax_t.legend(fontsize=8, title=" / ".join(vary) or None, title_fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
@@ -175,11 +221,13 @@ def plan_figure(result) -> Figure:
     cmap = {o: colors[i % len(colors)] for i, o in enumerate(df.option.unique())}
     styles = {}
     for (option, coll, merge), part in df.groupby(["option", "collective", "merge"], sort=False):
+        part = part.sort_values("samples_per_s", kind="stable")  # joined in the x axis' order, not evaluation's
         ls = styles.setdefault((coll, merge), ["-", "--", ":", "-."][len(styles) % 4])
         ax.plot(part.samples_per_s, part[y], marker="o", ms=3, ls=ls, color=cmap[option], lw=1,
                 label=f"{option}: {coll} / {merge}")
-    ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
-               label=f"target {result.target_samples_per_s:,.0f} samples/s")
+    if result.target_samples_per_s == result.target_samples_per_s:  # NaN: a plan at fixed counts, no target
+        ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
+                   label=f"target {result.target_samples_per_s:,.0f} samples/s")
     if result.best is not None:
         b = result.best
         ax.plot([b["samples_per_s"]], [b[y]], "o", ms=14, mfc="none", mec="k", mew=2,
@@ -191,6 +239,8 @@ def plan_figure(result) -> Figure:
     log_y = len(df) and df[y].max() > 20 * df[y].min() > 0
     if log_y:
         ax.set_yscale("log")
+    else:
+        _from_zero(ax)
     ax.set_xlabel("throughput (samples/s), log scale")
     what = "per epoch" if y == "cost_per_epoch" else "per hour"
     ax.set_ylabel(f"cost {what} ({result.currency})" + (", log scale" if log_y else ""))

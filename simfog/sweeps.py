@@ -156,7 +156,40 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
             f.flush()  # one whole row at a time: a killed sweep loses at most the points in flight
             bar.update(1)
     with open(out, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    ordered = sorted(rows, key=_axes_order(points))
+    if todo and ordered != rows:
+        # rows were appended as they finished (16, 256, 64): the file ends sorted by the sweep's axes, written
+        # whole and atomically, so a reader (or a resumed sweep) finds them in that order
+        from simfog.files import atomic_open
+
+        with atomic_open(out) as f:
+            writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS)
+            writer.writeheader()
+            writer.writerows(ordered)
+    return ordered
+
+
+def _axes_order(points: Iterable[Point]):
+    """A sort key for sweep rows: ranks as numbers, then merge and collective in the order the sweep gave them,
+    then the threshold as a number; rows of other points (an earlier sweep in the same file) after theirs."""
+    points = list(points)
+    merges = {m: i for i, m in enumerate(dict.fromkeys(p.merge for p in points))}
+    collectives = {c: i for i, c in enumerate(dict.fromkeys(p.collective for p in points))}
+
+    def key(row: dict) -> tuple:
+        t = row["threshold_bytes"]
+        return (int(row["ranks"]), merges.get(row["merge"], len(merges)), row["merge"],
+                collectives.get(row["collective"], len(collectives)), row["collective"],
+                -1.0 if t in ("", None) else float(t))
+    return key
+
+
+def reused_rows(exp: Experiment, points: Iterable[Point], out: str | os.PathLike) -> int:
+    """How many of `points` the sweep CSV `out` already holds: what a resumed sweep reuses rather than runs (0 when
+    there is no file). Raises ConfigError as run does for a file it would not resume."""
+    done = _done_keys(Path(out), record_of(exp)["experiment_sha256"])
+    return sum(p.key() in done for p in points)
 
 
 def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | None):

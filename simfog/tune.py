@@ -22,6 +22,7 @@ import pandas as pd
 from simfog import merge
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
+from simfog.titles import run_title
 
 #: Policies the best threshold is compared with, each with its own default sizes; "optimal" is the exact least
 #: iteration over every contiguous plan (simfog.merge.optimal_groups), so no threshold can beat it.
@@ -35,7 +36,9 @@ class TuneResult:
     """`curve`: one row per simulated threshold (threshold_bytes, buckets, iteration_time_s, stage "grid" or
     "refine"), sorted by threshold. `best_*`: the smallest threshold reaching the least iteration time (s), and its
     bucket count. `baselines`: policy -> iteration time (s) with that policy's defaults. `near_best_bytes`: the
-    smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples"."""
+    smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples".
+    `plateau_bytes`: the widest run of neighbouring thresholds within 1 % of the best (simfog.tune.widest_plateau),
+    `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -46,6 +49,9 @@ class TuneResult:
     compute: str
     title: str = ""
     info: dict = field(default_factory=dict)
+    plateau_bytes: tuple[float, float] = (math.nan, math.nan)
+    recommended_threshold_bytes: float = math.nan
+    recommended_iteration_time_s: float = math.nan
 
     def table(self) -> pd.DataFrame:
         """Best threshold and baselines: policy, threshold_bytes (NaN for baselines), iteration_time_s,
@@ -80,12 +86,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
 
     _check("points", points, 2)
     _check("refine", refine, 0)
-    tensors = merge.grad_tensors(exp.workload.trace)
-    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
-    if not sizes:
-        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
-                          source=exp.source)
-    smallest, total = float(min(sizes)), float(sum(sizes))
+    tensors, smallest, total = gradients(exp)
     lo = smallest if lo is None else float(lo)
     hi = total if hi is None else float(hi)
     if not (math.isfinite(lo) and lo > 0):
@@ -127,14 +128,54 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
         baselines[p] = simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
     bar.close()
     curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
-    c = exp.cluster
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {exp.ranks} ranks "
-             f"({c.nodes} x {c.ranks_per_node}), {exp.comm.collective}; {compute} layer times")
-    if exp.estimated:
-        title += " [ESTIMATED inputs]"
+    title = run_title(exp)
+    a, b, pick = widest_plateau(curve.threshold_bytes, curve.iteration_time_s, NEAR_BEST)
     return TuneResult(curve, best, t_best, rows[best]["buckets"], baselines, (min(near), max(near)), compute, title,
                       {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
-                       "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest})
+                       "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest},
+                      (float(curve.threshold_bytes.iloc[a]), float(curve.threshold_bytes.iloc[b])),
+                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]))
+
+
+def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tuple[int, int, int]:
+    """Of points (xs ascending, > 0; ys their times), the widest run of neighbours all within `tolerance` (a
+    fraction) of `least` (default: the least y), its width measured as log(x_last / x_first). Returns (first, last,
+    pick): indices of the run's ends and of its point nearest the run's middle in log scale (ties: the lower time,
+    then the smaller x). Ties between runs of equal width go to the run holding the least y."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(xs) == 0 or len(xs) != len(ys) or not np.all(xs > 0) or np.any(np.diff(xs) <= 0):
+        raise ConfigError("curve", list(xs), "positive values in ascending order, one time each")
+    least = min(ys.min(), least) if least is not None else ys.min()
+    inside = ys <= least * (1 + tolerance)
+    runs, start = [], None
+    for i, ok in enumerate([*inside, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    logx = np.log(xs)
+
+    def rank(run):
+        a, b = run
+        return (round(logx[b] - logx[a], 9), ys[a:b + 1].min() == ys.min())
+
+    a, b = max(runs, key=rank) if runs else (int(ys.argmin()),) * 2
+    middle = (logx[a] + logx[b]) / 2
+    # distances rounded: two points equally far from the middle in exact arithmetic must tie
+    pick = min(range(a, b + 1), key=lambda i: (round(abs(logx[i] - middle), 9), ys[i], xs[i]))
+    return a, b, pick
+
+
+def gradients(exp: Experiment) -> tuple[tuple[merge.GradTensor, ...], float, float]:
+    """The experiment's gradient tensors, the smallest non-empty one's bytes and the model's: the range a bucket
+    size search spans. Raises ConfigError for a trace without gradients."""
+    tensors = merge.grad_tensors(exp.workload.trace)
+    sizes = [t.nbytes for t in tensors if t.nbytes > 0]
+    if not sizes:
+        raise ConfigError("workload.trace", exp.workload.trace_path, "a model with gradient tensors",
+                          source=exp.source)
+    return tensors, float(min(sizes)), float(sum(sizes))
 
 
 def _logspace(a: float, b: float, n: int) -> list[float]:

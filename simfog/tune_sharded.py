@@ -38,6 +38,7 @@ import pandas as pd
 
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment
+from simfog.titles import run_title
 
 ALGORITHMS = ("fsdp", "hsdp", "zero3")
 #: [comm] key -> Comm field, for the knobs searched.
@@ -88,6 +89,64 @@ class ShardedTuneResult:
         df = pd.DataFrame(rows)[["setting", *self.knobs, "iteration_time_s", "memory_peak_B", "feasible"]]
         df["slower_than_best"] = df.iteration_time_s / self.best["iteration_time_s"] - 1
         return df
+
+
+    def recommend(self, tolerance: float = NEAR_BEST) -> tuple[dict, bool]:
+        """(setting, keep_default): the defaults when feasible and within `tolerance` (a fraction) of the best
+        time; else, of the feasible settings within it, the one changing the fewest knobs from the defaults, then
+        the fastest, then the least memory (a change the model cannot tell from the best is not worth making)."""
+        d = self.default
+        if d["feasible"] and d["iteration_time_s"] <= self.best["iteration_time_s"] * (1 + tolerance):
+            return d, True
+        ok = self.settings[self.settings.feasible]
+        near = ok[ok.iteration_time_s <= self.best["iteration_time_s"] * (1 + tolerance)]
+        changed = [len(self._changed(row)) for _, row in near.iterrows()]
+        order = near.assign(changed=changed).sort_values(["changed", "iteration_time_s", "memory_peak_B"],
+                                                         kind="stable")
+        return order.iloc[0].drop("changed").to_dict(), False
+
+    def _changed(self, row) -> list[str]:
+        """The knobs `row` sets otherwise than the defaults; prefetch only where it fetches another unit (a
+        prefetch beyond the last unit is the same plan as the deepest one there is)."""
+        d = self.default
+        out = []
+        for k in self.knobs:
+            a, b = row[k], d[k]
+            if k == "prefetch" and "units" in row:
+                a, b = min(a, row["units"] - 1), min(b, row["units"] - 1)
+            if not _same(a, b):
+                out.append(k)
+        return out
+
+    def spelling(self, row: dict) -> list[str]:
+        """What to change, in the framework's own words (FSDP2's fully_shard, DeepSpeed's config), one line per
+        knob that differs from the defaults."""
+        lines = []
+        changed = self._changed(row)
+        if self.algorithm == "zero3":
+            if changed:
+                body = ", ".join(f'"{k}": ' + (str(row[k]).lower() if isinstance(row[k], bool) else f"{row[k]:.3g}")
+                                 for k in changed)
+                lines.append(f'DeepSpeed config: "zero_optimization": {{"stage": 3, {body}}}')
+            return lines
+        for k in changed:
+            v = row[k]
+            if k == "fsdp_unit":
+                lines.append({"layer": "fully_shard(layer) on every layer, then fully_shard(model)",
+                              "model": "fully_shard(model) alone (one unit)"}.get(
+                    v, f"fully_shard on consecutive layers grouped as fsdp_unit = {v} "
+                       "(a size: layers until their parameters reach it), then fully_shard(model)"))
+            elif k == "reshard_after_forward":
+                lines.append(f"fully_shard(..., reshard_after_forward={v})")
+            elif k == "prefetch":
+                lines.append("prefetch 0: no prefetch (FSDP1: backward_prefetch=None, forward_prefetch=False)"
+                             if v == 0 else f"prefetch {v} units ahead: unit.set_modules_to_forward_prefetch(next "
+                             f"{v}) and set_modules_to_backward_prefetch(previous {v})")
+            elif k == "hsdp_group":
+                ranks = self.info["ranks"]
+                lines.append(f'mesh = init_device_mesh("cuda", ({ranks // int(v)}, {int(v)})); '
+                             "fully_shard(..., mesh=mesh)")
+        return lines
 
 
 def _same(a, b) -> bool:
@@ -258,11 +317,8 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
                                      for r, n in reasons.items()))
     best = _pick(ok)
     default_row = settings.iloc[0].to_dict()
-    c, trace = exp.cluster, exp.workload.trace
-    title = (f"{trace.model} (batch {trace.batch_size}/rank), {exp.ranks} ranks ({c.nodes} x {c.ranks_per_node}), "
-             f"{algorithm}, {exp.comm.collective}; {compute} layer times")
-    if exp.estimated:
-        title += " [ESTIMATED inputs]"
+    trace = exp.workload.trace
+    title = run_title(exp, extra=algorithm)
     info = {"model": trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
             "estimated": bool(exp.estimated), "gpu_memory_B": limit, "compute_mode": compute,
             "settings_simulated": len(settings)}

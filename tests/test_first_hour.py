@@ -126,7 +126,9 @@ def test_explicit_outputs_are_refused_when_they_exist_unless_forced(exp_file, tm
         (["calibrate", REPO / "traces" / "net-gloo-loopback.json.gz", "--model", "nccl", "-o"], "n.toml", "-o"),
     ]
     for argv, name, option in cases:
-        first = {"tu": "tu.png", "p": "p.csv", "c": "c.png"}.get(name, name)
+        # -o names a folder for tune, plan and curve (several files), a file elsewhere
+        first = {"tu": "tu/tune.png", "p": "p/plan.csv", "c": "c/curve.png"}.get(name, name)
+        (tmp_path / first).parent.mkdir(exist_ok=True)
         (tmp_path / first).write_text("keep me")
         out = run(*argv, tmp_path / name)
         assert out.returncode == 2, (argv, out.stdout, out.stderr)
@@ -137,7 +139,7 @@ def test_explicit_outputs_are_refused_when_they_exist_unless_forced(exp_file, tm
     # --force writes over it
     forced = run("tune", exp_file, "--points", "3", "--refine", "0", "-o", tmp_path / "tu", "--force")
     assert forced.returncode == 0, forced.stderr
-    assert (tmp_path / "tu.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "tu" / "tune.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_retarget_refuses_an_existing_output(tmp_path):
@@ -189,11 +191,12 @@ def test_a_failed_run_leaves_no_folder(tmp_path):
 
 
 def test_curve_resumes_an_existing_csv_and_redraws_its_plots(exp_file, tmp_path):
-    prefix = tmp_path / "c"
-    assert run("curve", exp_file, "--ranks", "2,4", "--jobs", "1", "-o", prefix).returncode == 0
-    again = run("curve", exp_file, "--ranks", "2,4,8", "--jobs", "1", "-o", prefix)  # no --force needed
+    folder = tmp_path / "c"
+    assert run("curve", exp_file, "--ranks", "2,4", "--jobs", "1", "-o", folder).returncode == 0
+    again = run("curve", exp_file, "--ranks", "2,4,8", "--jobs", "1", "-o", folder)  # no --force needed
     assert again.returncode == 0, again.stderr
-    assert len(list(csv.DictReader(open(f"{prefix}.csv")))) == 3
+    assert f"resuming {folder / 'curve.csv'}: 2 of 3 rows reused from it, 1 to run" in again.stderr
+    assert len(list(csv.DictReader(open(folder / "curve.csv")))) == 3
 
 
 # ---- --json on sweep, curve and plan ----
@@ -232,7 +235,7 @@ def test_plan_json_has_the_tables_rows_and_best(exp_file, tmp_path):
     assert data["target_samples_per_s"] == 150
     best = data["best"]
     assert best["samples_per_s"] >= 150 and isinstance(best["gpus"], int) and best["meets_target"] is True
-    assert f"{best['samples_per_s']:,.1f}" in table.stdout and data["csv"] == f"{tmp_path / 'pj'}.csv"
+    assert f"{best['samples_per_s']:,.1f}" in table.stdout and data["csv"] == str(tmp_path / 'pj' / 'plan.csv')
 
 
 # ---- ESTIMATED and self-describing CSVs ----

@@ -157,9 +157,9 @@ def test_gpu_counts():
 
 def test_cli_epoch_target_writes_table_csv_and_plot(files, tmp_path, capsys):
     trace, cat = files()
-    prefix = tmp_path / "p"
+    prefix = tmp_path / "p" / "plan"  # -o DIR writes DIR/plan.csv and DIR/plan.png
     argv = ["plan", str(trace), "--catalogue", str(cat), "--epoch-samples", str(640 * 3600 * 2), "--epoch-time",
-            "2h", "-o", str(prefix)]  # target 640 samples/s
+            "2h", "-o", str(prefix.parent)]  # target 640 samples/s
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "cheap" in out and "EUR/epoch" in out and "test prices" in out
@@ -174,7 +174,7 @@ def test_cli_unreachable_and_missing_target(files, tmp_path, capsys):
                      "-o", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "best reachable" in err[0]
-    assert (tmp_path / "p.csv").exists()  # what was tried is kept
+    assert (tmp_path / "p" / "plan.csv").exists()  # what was tried is kept
     assert cli.main(["plan", str(trace), "--catalogue", str(cat)]) == 2
     assert "--target-samples-per-s" in capsys.readouterr().err
 

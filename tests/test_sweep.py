@@ -192,3 +192,29 @@ def test_a_garbage_line_is_one_clean_error(tmp_path):
         f.write("garbage,\n")
     with pytest.raises(ConfigError, match=r"line 3"):
         sw.run(exp, sw.grid([2], ["wfbp", "ddp"], ["ring"]), out, progress=False)
+
+
+def test_rows_sorted_by_the_sweeps_axes_and_a_resume_announced(tmp_path, capsys):
+    """Rows came out in completion order (16, 256, 64); now the table, the JSON and the file follow the axes:
+    ranks as numbers, then merge and collective in the order given. A resumed sweep says how many rows it reused."""
+    import json
+
+    from simfog import cli
+
+    a = _exp_file(tmp_path, "a.toml", 1)
+    out = tmp_path / "s.csv"
+    argv = ["sweep", str(a), "--merge", "wfbp,single", "--collective", "ring", "-o", str(out), "--jobs", "2",
+            "--no-progress"]
+    assert cli.main([*argv, "--ranks", "16,2,8", "--json"]) == 0
+    captured = capsys.readouterr()
+    keys = [(r["ranks"], r["merge"]) for r in json.loads(captured.out)["rows"]]
+    assert keys == [(2, "wfbp"), (2, "single"), (8, "wfbp"), (8, "single"), (16, "wfbp"), (16, "single")]
+    assert "resuming" not in captured.err
+    assert [(r["ranks"], r["merge"]) for r in csv.DictReader(open(out))] == [(str(r), m) for r, m in keys]
+    # two more points, four reused
+    assert cli.main([*argv, "--ranks", "4,16,2"]) == 0
+    captured = capsys.readouterr()
+    assert f"resuming {out}: 4 of 6 rows reused from it, 2 to run" in captured.err
+    ranks = [line.split()[0] for line in captured.out.splitlines() if line.strip()[:1].isdigit()]
+    assert ranks == ["2", "2", "4", "4", "8", "8", "16", "16"]  # the earlier run's 8 kept, in its place
+    assert [r["ranks"] for r in csv.DictReader(open(out))] == ranks

@@ -132,8 +132,7 @@ beta = "1ns/B"
 def test_cli_end_to_end(tmp_path, capsys):
     TRACE.save(tmp_path / "t.json")
     (tmp_path / "e.toml").write_text(EXP)
-    prefix = tmp_path / "out" / "tune"
-    assert cli.main(["tune", str(tmp_path / "e.toml"), "--sizes", "3", "-o", str(prefix)]) == 0
+    assert cli.main(["tune", str(tmp_path / "e.toml"), "--sizes", "3", "-o", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "FSDP2 defaults: fsdp_unit = layer, prefetch = 1, reshard_after_forward = true" in out
     assert "skipped as infeasible" in out and "over cluster.gpu_memory" in out

@@ -1,7 +1,7 @@
-"""`simfog curve FILE.toml --ranks 4,8,...,2048 --merge ddp,wfbp,mgwfbp -o PREFIX`: throughput and scaling
-efficiency against ranks for several merge policies or collectives: PREFIX.png, PREFIX.svg and PREFIX.csv.
+"""`simfog curve FILE.toml --ranks 4,8,...,2048 --merge ddp,wfbp,mgwfbp -o DIR`: throughput and scaling
+efficiency against ranks for several merge policies or collectives: DIR/curve.png, DIR/curve.svg and DIR/curve.csv.
 
-The runs go through simfog.sweeps, so PREFIX.csv is a sweep CSV: an interrupted curve resumes where it stopped.
+The runs go through simfog.sweeps, so DIR/curve.csv is a sweep CSV: an interrupted curve resumes where it stopped.
 Each row records the experiment, trace (path and content hash), compute mode and seed it came from. Without -o
 every run gets a new folder simfog-out/curve-<UTC time>/.
 """
@@ -65,16 +65,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compute", choices=("mean", "samples"),
                         help="layer times: means (fast symmetric path for thousands of ranks) or samples "
                              "(default: the file's)")
-    parser.add_argument("-o", "--output", default=None,
-                        help="writes PREFIX.png, PREFIX.svg, PREFIX.csv; an existing PREFIX.csv is resumed and "
-                        "its plots redrawn (default: a new folder simfog-out/curve-<UTC time>/ holding curve.*)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.png or PREFIX.svg "
-                        "that has no PREFIX.csv beside it")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None,
+                        help="a folder (made if missing): writes DIR/curve.png, DIR/curve.svg, DIR/curve.csv; an "
+                        "existing DIR/curve.csv is resumed and its plots redrawn (default: a new folder "
+                        "simfog-out/curve-<UTC time>/)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing DIR/curve.png or DIR/curve.svg "
+                        "that has no DIR/curve.csv beside it")
     parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} (the table's rows, full "
                         "precision, typed) instead of the table")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from simfog.commands.sweep import add_cost_arguments
+
+    add_cost_arguments(parser)
 
 
 def curve_frame(rows: list[dict], points) -> pd.DataFrame:
@@ -94,15 +98,20 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 def run(args) -> int:
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
-    from simfog.commands.sweep import report
+    from simfog.commands.outputs import folder_prefix
+    from simfog.commands.sweep import pricing_from_args, report, with_costs
     from simfog.files import check_output, new_run_dir, refuse_existing
     from simfog.sweeps import check_jobs, checked_grid
+
+    if args.output is not None:
+        args.output = folder_prefix(args.output, "curve")  # -o DIR: DIR/curve.* from here on
 
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
     ranks = parse_ranks(args.ranks)
     check_jobs(args.jobs)
+    pricing = pricing_from_args(args)
     for suffix in ("csv", "png", "svg") if args.output is not None else ():
         check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
@@ -119,22 +128,25 @@ def run(args) -> int:
     written = f"wrote {prefix}.png, {prefix}.svg, {prefix}.csv"
     errors = df[df.error != ""]
     note = [f"{len(errors)} point(s) could not run and are not plotted (see the error column)"] if len(errors) else []
-    report(rows, args.json, {"csv": f"{prefix}.csv", "png": f"{prefix}.png", "svg": f"{prefix}.svg"},
-           note + [written])
+    report(with_costs(rows, pricing), args.json, {"csv": f"{prefix}.csv", "png": f"{prefix}.png",
+                                                  "svg": f"{prefix}.svg"}, note + [written],
+           currency=pricing[2] if pricing else None)
     return 0
 
 
 def _run(exp, points, args, prefix) -> pd.DataFrame:
-    """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg; the curve's rows."""
+    """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg (PREFIX: DIR/curve); the
+    curve's rows."""
     from simfog import plot, sweeps
+    from simfog.commands.sweep import announce_resume
 
+    announce_resume(exp, points, f"{prefix}.csv")
     rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress)
     df = curve_frame(rows, points)
-    c = exp.cluster
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/rank), {c.ranks_per_node} per node, "
-             f"NIC {c.nic.bandwidth_Bps * 8 / 1e9:g} Gbit/s; {exp.workload.compute} layer times"
-             + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    from simfog.titles import run_title
+
+    title = run_title(exp, collective=", ".join(dict.fromkeys(p.collective for p in points)), ranks=False)
     fig = plot.curve_figure(df, title)
     for suffix in ("png", "svg"):
         plot.save(fig, f"{prefix}.{suffix}")

@@ -1,5 +1,6 @@
 """`simfog plan WORKLOAD --target-samples-per-s X` (or `--epoch-samples N --epoch-time 2h`): the cheapest
-configurations of a catalogue of clusters that reach the target."""
+configurations of a catalogue of clusters that reach the target; `--gpus 16,64,256` (or `--nodes 2,8`): every
+option priced and predicted at those counts, without a target."""
 
 from __future__ import annotations
 
@@ -18,13 +19,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target-samples-per-s", type=float, help="throughput to reach (samples/s)")
     parser.add_argument("--epoch-samples", type=float, help="samples in one epoch (reports time and cost per epoch)")
     parser.add_argument("--epoch-time", help='time one epoch may take, e.g. "2h" (target = samples / time)')
+    parser.add_argument("--gpus", help="GPU counts to price and predict, e.g. 16,64,256 (no target; above one node "
+                        "whole nodes of each option)")
+    parser.add_argument("--nodes", help="node counts to price and predict, e.g. 2,8,32 (no target)")
     parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
-    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.csv (every candidate) and PREFIX.png "
-                        "(default: a new folder simfog-out/plan-<UTC time>/ holding plan.csv and plan.png)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.csv or PREFIX.png")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None, help="a folder (made if missing): writes "
+                        "DIR/plan.csv (every candidate) and DIR/plan.png (default: a new folder "
+                        "simfog-out/plan-<UTC time>/)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing DIR/plan.csv or DIR/plan.png")
     parser.add_argument("--top", type=int, default=10, help="configurations printed (cheapest first)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the table's rows as \"rows\", "
                         "full precision, and the best as \"best\") instead of the table")
+
+
+def epoch_from_args(args) -> float | None:
+    """--epoch-samples, checked (None when not given)."""
+    from simfog.errors import ConfigError
+    from simfog.trace import MAX_COUNT
+
+    epoch = args.epoch_samples
+    if epoch is not None and not 0 < epoch <= MAX_COUNT:  # inf made an "inf h" epoch and a plot that failed
+        raise ConfigError("--epoch-samples", epoch, f"a number of samples > 0 and at most {MAX_COUNT:.4g} (2**53)")
+    return epoch
 
 
 def target_from_args(args) -> tuple[float, float | None]:
@@ -32,11 +48,8 @@ def target_from_args(args) -> tuple[float, float | None]:
     import math
 
     from simfog.errors import ConfigError
-    from simfog.trace import MAX_COUNT
 
-    epoch = args.epoch_samples
-    if epoch is not None and not 0 < epoch <= MAX_COUNT:  # inf made an "inf h" epoch and a plot that failed
-        raise ConfigError("--epoch-samples", epoch, f"a number of samples > 0 and at most {MAX_COUNT:.4g} (2**53)")
+    epoch = epoch_from_args(args)
     if args.epoch_time is not None:
         if epoch is None:
             raise ConfigError("--epoch-time", args.epoch_time, "used with --epoch-samples N")
@@ -55,7 +68,53 @@ def target_from_args(args) -> tuple[float, float | None]:
     return args.target_samples_per_s, epoch
 
 
-def _duration(seconds: float) -> str:
+def counts_from_args(args) -> dict | None:
+    """{"gpus": [...]} or {"nodes": [...]} from --gpus / --nodes, or None when neither is given. Raises ConfigError
+    for both, for a target beside them, or for anything but comma-separated positive integers."""
+    from simfog.errors import ConfigError
+
+    given = {k: getattr(args, k) for k in ("gpus", "nodes") if getattr(args, k) is not None}
+    if not given:
+        return None
+    if len(given) == 2:
+        raise ConfigError("--nodes", args.nodes, "either --gpus or --nodes, not both")
+    (name, text), = given.items()
+    for flag, value in (("--target-samples-per-s", args.target_samples_per_s), ("--epoch-time", args.epoch_time)):
+        if value is not None:
+            raise ConfigError(flag, value, f"not used with --{name} (a plan at fixed counts has no target)")
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(n < 1 for n in counts):
+        raise ConfigError(f"--{name}", text, "comma-separated integers >= 1, e.g. 16,64,256")
+    return {name: counts}
+
+
+def format_counts_table(result, notes: list[str] | None = None) -> str:
+    """Every configuration of a plan at fixed counts, by GPUs then cost; rows that cannot run say why."""
+    cur = result.currency
+    epoch = result.epoch_samples is not None
+    head = (f"  {'GPUs':>5} {'nodes':>5} {'option':<12} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
+            f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+    lines = [head]
+    for i, r in enumerate(result.candidates.itertuples()):
+        what = f"  {r.gpus:>5} {r.nodes:>5} {r.option:<12} {r.collective + ' / ' + r.merge:<22}"
+        if r.error:
+            lines.append(f"{what} {r.error}")
+            continue
+        lines.append(f"{what} {_numbers(r, epoch)}" + (f"  {notes[i]}" if notes and notes[i] else ""))
+    return "\n".join(lines)
+
+
+def _numbers(r, epoch: bool) -> str:
+    """A configuration's throughput, efficiency, memory and costs, as both tables print them."""
+    line = (f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
+            f"{_memory(r.memory_peak_B, r.memory_complete):>10} {r.cost_per_hour:>10,.2f}")
+    return line + (f" {duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}" if epoch else "")
+
+
+def duration(seconds: float) -> str:
     """'2.03 h', '28.2 min' or units.format_time below a minute (epochs are long)."""
     if seconds >= 3600:
         return f"{seconds / 3600:.3g} h"
@@ -91,17 +150,10 @@ def format_table(result, top: int, notes: list[str] | None = None) -> str:
     head += f" {'fabric':>8}" if fabric else ""
     lines = [head]
     for i, r in enumerate(result.feasible().head(top).itertuples()):
-        line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
-                f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
-                f"{_memory(r.memory_peak_B, r.memory_complete):>10} "
-                f"{r.cost_per_hour:>10,.2f}")
-        if epoch:
-            line += f" {_duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}"
+        line = f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} {_numbers(r, epoch)}"
         if fabric:  # what the option's fabric and placement add to the iteration time ("": a flat option)
             line += f" {'' if r.fabric_cost != r.fabric_cost else f'{100 * r.fabric_cost:+.1f}%':>8}"
-        if notes and notes[i]:
-            line += f"  {notes[i]}"
-        lines.append(line)
+        lines.append(line + (f"  {notes[i]}" if notes and notes[i] else ""))
     return "\n".join(lines)
 
 
@@ -128,7 +180,7 @@ def _write(result, prefix: str) -> tuple[str, str]:
 
 
 def _write_where_asked(result, args) -> tuple[str, str]:
-    """PREFIX.csv and PREFIX.png for -o PREFIX, else in a new run folder."""
+    """DIR/plan.csv and DIR/plan.png for -o DIR (args.output is then DIR/plan), else in a new run folder."""
     from simfog.files import new_run_dir
 
     if args.output is not None:
@@ -149,11 +201,19 @@ def run(args) -> int:
     import sys
 
     from simfog.cli import DEFAULT_EXPERIMENT, print_json
+    from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError, Infeasible
     from simfog.files import check_output, refuse_existing
     from simfog.plan import load_catalogue, plan, workload_experiment
 
-    target, epoch = target_from_args(args)
+    if args.output is not None:
+        args.output = folder_prefix(args.output, "plan")  # -o DIR: DIR/plan.* from here on
+
+    counts = counts_from_args(args)
+    if counts is None:
+        target, epoch = target_from_args(args)
+    else:
+        target, epoch = None, epoch_from_args(args)
     if args.top < 1:
         raise ConfigError("--top", args.top, "an integer >= 1")
     if args.output is not None:
@@ -162,6 +222,8 @@ def run(args) -> int:
         refuse_existing([f"{args.output}.csv", f"{args.output}.png"], force=args.force)
     exp = workload_experiment(args.workload or DEFAULT_EXPERIMENT)
     catalogue = load_catalogue(args.catalogue or DEFAULT_CATALOGUE)
+    if counts is not None:
+        return _run_counts(args, exp, catalogue, counts, epoch)
     try:
         result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples)
     except Infeasible as e:
@@ -183,5 +245,30 @@ def run(args) -> int:
     note = f" ({catalogue.note})" if catalogue.note else ""
     print(f"prices from {catalogue.source}{note}; cheapest first, by cost per {'epoch' if epoch else 'hour'}:")
     print(format_table(result, args.top, notes))
+    print(f"wrote {csv}, {png}")
+    return 0
+
+
+def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None) -> int:
+    """`plan --gpus` / `--nodes`: every configuration at those counts, priced and predicted."""
+    import sys
+
+    from simfog.cli import print_json
+    from simfog.pricing import plan_counts
+
+    result = plan_counts(exp, catalogue, epoch_samples=epoch, samples=args.samples, **counts)
+    csv, png = _write_where_asked(result, args)
+    rows = result.candidates
+    notes = extrapolations(catalogue, rows)
+    if args.json:
+        records = [{**r, "extrapolated": n} for r, n in zip(json_records(rows), notes, strict=True)]
+        print_json({"title": result.title, "epoch_samples": epoch, "currency": result.currency, **counts,
+                    **result.info, "rows": records, "csv": csv, "png": png})
+        print(f"wrote {csv}, {png}", file=sys.stderr)
+        return 0
+    print(result.title)
+    note = f" ({catalogue.note})" if catalogue.note else ""
+    print(f"prices from {catalogue.source}{note}; by GPUs, then cost per {'epoch' if epoch else 'hour'}:")
+    print(format_counts_table(result, notes))
     print(f"wrote {csv}, {png}")
     return 0

@@ -16,14 +16,50 @@ def add_arguments(parser) -> None:
     parser.add_argument("--merge", default=None, help="comma-separated merge policies (default: the file's)")
     parser.add_argument("--collective", default=None, help="comma-separated collectives (default: the file's)")
     parser.add_argument("--threshold", default=None, help='comma-separated thresholds, e.g. "1MiB,25MiB"')
-    parser.add_argument("-o", "--output", default=None,
-                        help="CSV to append to; an existing one is resumed (its finished points are not rerun) "
-                        "(default: a new folder simfog-out/sweep-<UTC time>/ holding sweep.csv)")
+    parser.add_argument("-o", "--output", metavar="FILE", default=None,
+                        help="the one file sweep writes: a CSV to append to; an existing one is resumed (its "
+                        "finished points are not rerun, and a line says how many) (default: a new folder "
+                        "simfog-out/sweep-<UTC time>/ holding sweep.csv)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")
     parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} (the table's rows, full "
                         "precision, typed) instead of the table")
+    add_cost_arguments(parser)
+
+
+def add_cost_arguments(parser) -> None:
+    """--catalogue, --option, --epoch-samples: cost columns in the table and JSON (shared with curve)."""
+    parser.add_argument("--catalogue", default=None, help="a price catalogue (as simfog plan reads): adds "
+                        "cost_per_hour (ranks x the option's price per GPU-hour) to the table and JSON; the "
+                        "experiment's own cluster is simulated, priced as the option")
+    parser.add_argument("--option", default=None, help="the catalogue's option whose price applies (default: its "
+                        "only option)")
+    parser.add_argument("--epoch-samples", type=float, default=None,
+                        help="with --catalogue: also epoch_time_s and cost_per_epoch for an epoch of N samples")
+
+
+def pricing_from_args(args):
+    """(option, epoch samples) from --catalogue/--option/--epoch-samples, or None without --catalogue. Raises
+    ConfigError for --option or --epoch-samples without a catalogue, or a bad one."""
+    from simfog.commands.plan import epoch_from_args
+    from simfog.plan import load_catalogue
+    from simfog.pricing import option_named
+
+    if args.catalogue is None:
+        for flag, value in (("--option", args.option), ("--epoch-samples", args.epoch_samples)):
+            if value is not None:
+                raise ConfigError(flag, value, "used with --catalogue FILE (the prices)")
+        return None
+    catalogue = load_catalogue(args.catalogue)
+    return option_named(catalogue, args.option), epoch_from_args(args), catalogue.currency
+
+
+def with_costs(rows: list[dict], pricing) -> list[dict]:
+    """`rows` with cost columns when `pricing` (from pricing_from_args) is given."""
+    from simfog.pricing import priced
+
+    return rows if pricing is None else priced(rows, pricing[0], pricing[1])
 
 
 def run(args) -> int:
@@ -33,6 +69,7 @@ def run(args) -> int:
     if args.output is not None:
         check_output(args.output)
     check_jobs(args.jobs)
+    pricing = pricing_from_args(args)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
     try:
         ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
@@ -42,8 +79,10 @@ def run(args) -> int:
                    for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
-    run_sweep = lambda csv: sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler,
-                                      progress=not args.no_progress)
+    def run_sweep(csv):
+        announce_resume(exp, points, csv)
+        return sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+
     if args.output is not None:
         csv = args.output
         rows = run_sweep(csv)
@@ -51,31 +90,45 @@ def run(args) -> int:
         with new_run_dir("sweep") as out:
             rows = run_sweep(out.path / "sweep.csv")
         csv = out.final / "sweep.csv"
-    report(rows, args.json, {"csv": str(csv)}, [f"wrote {csv}"])
+    report(with_costs(rows, pricing), args.json, {"csv": str(csv)}, [f"wrote {csv}"],
+           currency=pricing[2] if pricing else None)
     return 0
 
 
-def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str]) -> None:
+def announce_resume(exp, points, csv) -> None:
+    """One line on stderr when `csv` already holds some of the points: the sweep resumes, reusing them."""
+    import sys
+
+    from simfog.sweeps import reused_rows
+
+    reused = reused_rows(exp, points, csv)
+    if reused:
+        print(f"resuming {csv}: {reused} of {len(points)} rows reused from it, {len(points) - reused} to run",
+              file=sys.stderr)
+
+
+def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str], currency: str | None = None) -> None:
     """The table (and the files written) on stdout, or with --json one object {"rows": [...], **files} on stdout
-    and the files written on stderr, so that stdout parses as JSON."""
+    and the files written on stderr, so that stdout parses as JSON. `currency`: the rows carry cost columns."""
     import sys
 
     from simfog.cli import print_json
 
     if as_json:
         print_json({"rows": [typed_row(r) for r in rows], "estimated": any(_true(r.get("estimated")) for r in rows),
-                    **files})
+                    **({"currency": currency} if currency else {}), **files})
         for line in wrote:
             print(line, file=sys.stderr)
         return
-    print(format_table(rows))
+    print(format_table(rows, currency))
     for line in wrote:
         print(line)
 
 
 INT_COLUMNS = ("ranks", "buckets", "seed")
 FLOAT_COLUMNS = ("threshold_bytes", "iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
-                 "comm_exposed_s", "idle_s", "overlap_fraction", "memory_peak_B")
+                 "comm_exposed_s", "idle_s", "overlap_fraction", "memory_peak_B", "price_per_gpu_hour",
+                 "cost_per_hour", "epoch_time_s", "cost_per_epoch")
 
 
 def typed_row(row: dict) -> dict:
@@ -99,8 +152,14 @@ def _true(v) -> bool:
     return v is True or v == "True"
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], currency: str | None = None) -> str:
+    """The rows as a table; with `currency`, their cost columns too (simfog.plan.priced)."""
+    from simfog.commands.plan import duration
+
+    epoch = currency is not None and any("cost_per_epoch" in r for r in rows)
     head = f"{'ranks':>6} {'merge':<10} {'collective':<12} {'iter time':>10} {'samples/s':>11} {'efficiency':>10}"
+    if currency:
+        head += f" {currency + '/h':>10}" + (f" {'epoch':>10} {currency + '/epoch':>12}" if epoch else "")
     lines = [head]
     if any(_true(r.get("estimated")) for r in rows):
         # The table is often all a reader sees: say so before the numbers, as simulate's summary does.
@@ -109,7 +168,12 @@ def format_table(rows: list[dict]) -> str:
         if r.get("error"):
             lines.append(f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} error: {r['error']}")
             continue
-        lines.append(f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} "
-                     f"{units.format_time(float(r['iteration_time_s'])):>10} {float(r['samples_per_s']):>11.1f} "
-                     f"{100 * float(r['scaling_efficiency']):>9.1f}%")
+        line = (f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} "
+                f"{units.format_time(float(r['iteration_time_s'])):>10} {float(r['samples_per_s']):>11.1f} "
+                f"{100 * float(r['scaling_efficiency']):>9.1f}%")
+        if currency:
+            line += f" {float(r['cost_per_hour']):>10,.2f}"
+            if epoch:
+                line += f" {duration(float(r['epoch_time_s'])):>10} {float(r['cost_per_epoch']):>12,.2f}"
+        lines.append(line)
     return "\n".join(lines)

@@ -1,5 +1,7 @@
-"""`simfog tune FILE.toml`: the merge threshold with the least iteration time, against the frameworks' defaults; for
-fsdp, hsdp and zero3 experiments the sharded knobs instead (simfog.tune_sharded)."""
+"""`simfog tune FILE.toml`: the merge threshold with the least iteration time, against the frameworks' defaults;
+`--merge ddp|horovod|bagua` a framework's own knobs (simfog.tune_framework); for fsdp, hsdp and zero3 (experiments
+or `--merge`) the sharded knobs (simfog.tune_sharded). Framework and sharded searches end with the setting to
+write, in the framework's spelling, or "keep the default"."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ from simfog.commands.simulate import add_overrides, load_with_overrides
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded example)")
     add_overrides(parser)
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="percent of the best iteration time within which the default is kept and a plateau "
+                             "counted (default: 1; a stated margin, not the model's uncertainty)")
     parser.add_argument("--lo", help='smallest threshold searched, e.g. "64KiB" (default: the smallest gradient)')
     parser.add_argument("--hi", help='largest threshold searched, e.g. "1GiB" (default: the whole model)')
     parser.add_argument("--points", type=int, default=None, help="log-spaced thresholds in the first pass "
@@ -23,9 +28,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--samples", action="store_true",
                         help="use the trace's sampled layer times (default: means, so the search does not chase "
                              "the noise of a few random draws)")
-    parser.add_argument("-o", "--output", default=None, help="writes PREFIX.png (plot) and PREFIX.csv (curve) "
-                        "(default: a new folder simfog-out/tune-<UTC time>/ holding tune.png and tune.csv)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing PREFIX.png or PREFIX.csv")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None, help="a folder (made if missing): writes "
+                        "DIR/tune.png (plot) and DIR/tune.csv (every setting simulated) (default: a new folder "
+                        "simfog-out/tune-<UTC time>/)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing DIR/tune.png or DIR/tune.csv")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -35,10 +41,16 @@ def format_result(r) -> str:
              f"  best threshold {units.format_bytes(r.best_threshold_bytes)}: {r.best_buckets} buckets, iteration "
              f"{units.format_time(r.best_iteration_time_s)} (within 1 % from {units.format_bytes(lo)} to "
              f"{units.format_bytes(hi)})",
+             f"  widest range within 1 %: {units.format_bytes(r.plateau_bytes[0])} to "
+             f"{units.format_bytes(r.plateau_bytes[1])}; its middle, "
+             f"{units.format_bytes(r.recommended_threshold_bytes)}, iteration "
+             f"{units.format_time(r.recommended_iteration_time_s)}, is the answer robust to a flat curve",
              f"  {'policy':<18} {'iteration':>10} {'vs best':>9}"]
     for row in r.table().itertuples():
         lines.append(f"  {row.policy:<18} {units.format_time(row.iteration_time_s):>10} "
                      f"{100 * row.slower_than_best:>+8.1f}%")
+    lines.append("  a framework's own setting (bucket_cap_mb, HOROVOD_FUSION_THRESHOLD, ...): "
+                 "--merge ddp|horovod|bagua")
     return "\n".join(lines)
 
 
@@ -78,21 +90,44 @@ def format_sharded(r) -> str:
 def run(args) -> int:
     from simfog import plot
     from simfog.cli import print_json
+    from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError
     from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
     from simfog.tune import tune
+    from simfog.tune_framework import FRAMEWORKS, tune_framework
     from simfog.tune_sharded import ALGORITHMS, tune_sharded
 
-    for name in ("merge", "threshold"):
-        if getattr(args, name) is not None:
-            raise ConfigError(f"--{name}", getattr(args, name),
-                              "not used by tune: it searches merge = threshold and compares fixed baselines")
+    if args.output is not None:
+        args.output = folder_prefix(args.output, "tune")  # -o DIR: DIR/tune.* from here on
+
+    if args.threshold is not None:
+        raise ConfigError("--threshold", args.threshold, "not used by tune: it searches the threshold")
+    target = args.merge
+    if target is not None and target not in ("threshold", *FRAMEWORKS, *ALGORITHMS):
+        raise ConfigError("--merge", target, f"a framework whose knobs tune searches: {', '.join(FRAMEWORKS)}; "
+                          f"{', '.join(ALGORITHMS)} (sharded); or threshold (the generic search)")
+    if args.tolerance is not None and not 0 <= args.tolerance < 100:
+        raise ConfigError("--tolerance", args.tolerance, "a percent in [0, 100), e.g. 1")
+    tolerance = 0.01 if args.tolerance is None else args.tolerance / 100
     if args.output is not None:
         check_output(f"{args.output}.png")
         check_output(f"{args.output}.csv")
         refuse_existing([f"{args.output}.png", f"{args.output}.csv"], force=args.force)
+    args.merge = None  # tune's --merge names what to search, not the experiment's comm.merge
     exp = load_with_overrides(args)
+    if target in ALGORITHMS:
+        exp = exp.with_comm(algorithm=target)
+    elif target in FRAMEWORKS and exp.comm.algorithm in ALGORITHMS:
+        raise ConfigError("--merge", target, f"a sharded framework ({', '.join(ALGORITHMS)}) for this experiment's "
+                          f"algorithm = {exp.comm.algorithm}, or an allreduce experiment")
     sharded = exp.comm.algorithm in ALGORITHMS
+    framework = target if target in FRAMEWORKS else None
+    if framework:
+        for name in ("lo", "hi", "points", "refine", "sizes", "max_prefetch"):
+            if getattr(args, name) is not None:
+                raise ConfigError("--" + name.replace("_", "-"), getattr(args, name),
+                                  f"not used when tuning {framework}'s own knobs (it searches the values a user "
+                                  "would write)")
     own, other = (("sizes", "max_prefetch"), ("lo", "hi", "points", "refine")) if sharded else \
         (("lo", "hi", "points", "refine"), ("sizes", "max_prefetch"))
     for name in other:
@@ -101,7 +136,10 @@ def run(args) -> int:
             raise ConfigError(flag, getattr(args, name), f"not used when tuning algorithm = {exp.comm.algorithm} "
                               f"(use {', '.join('--' + n.replace('_', '-') for n in own)})")
     try:
-        if sharded:
+        if framework:
+            result = tune_framework(exp, framework, tolerance=tolerance, samples=args.samples,
+                                    tolerance_source="--tolerance" if args.tolerance is not None else "default")
+        elif sharded:
             searched = {k: getattr(args, k) for k in own if getattr(args, k) is not None}
             result = tune_sharded(exp, samples=args.samples, **searched)
         else:
@@ -116,8 +154,10 @@ def run(args) -> int:
 
     def write(prefix) -> None:
         with atomic_open(f"{prefix}.csv") as f:
-            (result.settings if sharded else result.curve).to_csv(f, index=False)
-        plot.save(plot.sharded_tune_figure(result) if sharded else plot.tune_figure(result), f"{prefix}.png")
+            (result.settings if sharded or framework else result.curve).to_csv(f, index=False)
+        figure = (plot.framework_tune_figure if framework else plot.sharded_tune_figure if sharded
+                  else plot.tune_figure)(result)
+        plot.save(figure, f"{prefix}.png")
 
     if args.output is not None:
         prefix = args.output
@@ -127,13 +167,29 @@ def run(args) -> int:
             write(out.path / "tune")
         prefix = out.final / "tune"
     png, csv = f"{prefix}.png", f"{prefix}.csv"
+    if framework:
+        if args.json:
+            print_json({"framework": framework, "knobs": [k.name for k in result.knobs], "setting": result.setting,
+                        "keep_default": result.keep_default, "gain": result.gain, "choice": _plain(result.choice),
+                        "best": _plain(result.best), "defaults": _plain(result.default),
+                        "tolerance": result.tolerance, "tolerance_source": result.tolerance_source,
+                        "plateau": {k: list(v) for k, v in result.plateau.items()}, "notes": list(result.notes),
+                        **result.info, "plot": png, "csv": csv})
+        else:
+            print(format_framework(result))
+            print(f"wrote {png}, {csv}")
+        return 0
     if sharded:
+        choice, keep = result.recommend(tolerance)
         if args.json:
             print_json({"algorithm": result.algorithm, "knobs": list(result.knobs), "best": _plain(result.best),
                         "defaults": _plain(result.default), "infeasible": result.infeasible,
-                        "infeasible_reasons": result.reasons, **result.info, "plot": png, "csv": csv})
+                        "infeasible_reasons": result.reasons, "choice": _plain(choice), "keep_default": keep,
+                        "setting": result.spelling(choice), "tolerance": tolerance, **result.info, "plot": png,
+                        "csv": csv})
         else:
             print(format_sharded(result))
+            print(_sharded_answer(result, choice, keep, tolerance, args.tolerance is not None))
             print(f"wrote {png}, {csv}")
         return 0
     if args.json:
@@ -145,6 +201,57 @@ def run(args) -> int:
         print(format_result(result))
         print(f"wrote {png}, {csv}")
     return 0
+
+
+def _tolerance_line(tolerance: float, stated: bool) -> str:
+    return (f"  tolerance {100 * tolerance:g} % of the best iteration time ("
+            + ("--tolerance" if stated else "default; --tolerance sets it")
+            + "): a stated margin, not yet the model's uncertainty")
+
+
+def format_framework(r) -> str:
+    """A framework's knob search as text, ending with the setting to write or "keep the default"."""
+    def describe(row) -> str:
+        return ", ".join(f"{k.name}={k.show(row[k.name])}" for k in r.knobs)
+
+    d, b, c = r.default, r.best, r.choice
+    lines = [r.title,
+             f"  searched {len(r.settings)} settings of " + ", ".join(
+                 f"{k.name} ({k.show(min(k.values))} .. {k.show(max(k.values))})" for k in r.knobs),
+             f"  default ({describe(d)}): iteration {units.format_time(d['iteration_time_s'])}, {d['buckets']:.0f} "
+             f"buckets",
+             f"  fastest ({describe(b)}): iteration {units.format_time(b['iteration_time_s'])} "
+             f"({100 * (1 - b['iteration_time_s'] / d['iteration_time_s']):.2f} % faster than the default)",
+             "  widest range within the tolerance: " + "; ".join(
+                 f"{k.name} {k.show(r.plateau[k.name][0])} .. {k.show(r.plateau[k.name][1])}"
+                 for k in r.knobs if k.name in r.plateau),
+             _tolerance_line(r.tolerance, r.tolerance_source == "--tolerance")]
+    lines += [f"  note: {n}" for n in r.notes]
+    if r.keep_default:
+        lines.append(f"answer: keep the default, {r.setting}: within {100 * r.tolerance:g} % of the fastest "
+                     f"({100 * (d['iteration_time_s'] / b['iteration_time_s'] - 1):.2f} % slower)")
+    else:
+        lines.append(f"answer: {r.setting}   # iteration {units.format_time(d['iteration_time_s'])} -> "
+                     f"{units.format_time(c['iteration_time_s'])}, {100 * r.gain:.1f} % faster "
+                     f"({c['samples_per_s'] - d['samples_per_s']:+,.0f} samples/s)")
+    return "\n".join(lines)
+
+
+def _sharded_answer(r, choice: dict, keep: bool, tolerance: float, stated: bool) -> str:
+    name = "FSDP2" if r.algorithm != "zero3" else "DeepSpeed"
+    d = r.default
+    lines = [_tolerance_line(tolerance, stated)]
+    if keep:
+        lines.append(f"answer: keep {name}'s defaults: within {100 * tolerance:g} % of the best "
+                     f"({100 * (d['iteration_time_s'] / r.best['iteration_time_s'] - 1):.2f} % slower)")
+        return "\n".join(lines)
+    gain = (f"iteration {units.format_time(d['iteration_time_s'])} -> "
+            f"{units.format_time(choice['iteration_time_s'])}, "
+            f"{100 * (1 - choice['iteration_time_s'] / d['iteration_time_s']):.1f} % faster" if d["feasible"]
+            else f"the defaults do not fit; iteration {units.format_time(choice['iteration_time_s'])}")
+    lines.append(f"answer ({gain}):")
+    lines += [f"  {line}" for line in r.spelling(choice)]
+    return "\n".join(lines)
 
 
 def _plain(row: dict) -> dict:

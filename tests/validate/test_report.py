@@ -107,3 +107,23 @@ def test_page_names_the_host_and_marks_host_limited_rows(tmp_path):
     assert text.count("HOST-LIMITED") == 1 + 1  # the legend, and toy-again (CPUs 97 % busy); toy-wfbp is not
     assert "1.3%" in text  # steal
     assert "steal: the share of CPU time a hypervisor took" in text
+
+
+def test_page_stays_small_timelines_only_for_the_worst(tmp_path):
+    # 14 configurations: timelines for the 10 with the largest |error| only, host-limited ones said so
+    g = _group()
+    base = g.validations[0]
+    g.validations = []
+    for i in range(14):
+        row = {**base.row, "id": f"c{i}", "rel_error": (-1) ** i * i / 100,
+               "host_cpu_busy": 0.97 if i == 13 else 0.4}
+        g.validations.append(SimpleNamespace(id=f"c{i}", experiment=base.experiment, measured=base.measured,
+                                             predicted=base.predicted, row=row))
+    g.rows = [v.row for v in g.validations]
+    text = write_report(tmp_path / "r.html", [g]).read_text()
+    captions = re.findall(r"<figcaption>(c\d+): error", text)
+    assert captions == [f"c{i}" for i in range(13, 3, -1)]  # |error| 13 % .. 4 %
+    assert "c13: error -13.0% (host-limited" in text
+    assert "The 10 configurations with the largest |error| of 14." in text
+    # text drawn as text, not glyph outlines (svg.fonttype none): the ids are readable in the SVG
+    assert re.search(r"<text[^>]*>c13 \(host-limited\)</text>", text)

@@ -8,6 +8,8 @@ What it shows, per validation (a single experiment or the bench's groups):
 - measured against predicted with error bars (one standard deviation of the measured steady-state iterations);
 - for up to MAX_TIMELINES configurations (the largest |error| first) the two timelines side by side: one steady
   iteration, a lane per rank (compute above, communication below), buckets named on the communication lanes;
+  only those: the page stays small enough to mail (a timeline's intervals are drawn one path per lane and kind,
+  text as text rather than glyph outlines);
 - the calibration of each emulated cluster: fitted latency and bandwidth per link class and every
   microbenchmark's residual.
 
@@ -30,7 +32,7 @@ import numpy as np
 from simfog import units
 from validate.comparison.compare import _finite
 
-MAX_TIMELINES = 12
+MAX_TIMELINES = 10
 MAX_LANES = 8  # ranks drawn per timeline (the first ones)
 KIND_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#8172b2", "comm": "#dd8452",
                "wait": "#c44e52", "pack": "#937860", "unpack": "#937860", "overhead": "#8c8c8c"}
@@ -146,8 +148,12 @@ def _hosts(rows) -> str:
 
 
 def _svg(fig) -> str:
+    import matplotlib
+
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # text as <text>, not one path per glyph: a third of the page's size went to letters drawn as outlines
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
     return text[text.index("<svg"):]  # inline: no XML declaration or DOCTYPE inside HTML
 
@@ -159,6 +165,8 @@ def _figure(svg: str, caption: str) -> str:
 def _error_figure(rows) -> str:
     from matplotlib.figure import Figure
 
+    from validate.comparison.compare import host_limited
+
     ok = [r for r in rows if _finite(r.get("measured_iteration_s")) and _finite(r.get("predicted_iteration_s"))]
     fig = Figure(figsize=(8, 0.6 + 0.28 * max(len(ok), 1)))
     ax = fig.add_subplot()
@@ -169,7 +177,7 @@ def _error_figure(rows) -> str:
         p = np.array([r["predicted_iteration_s"] for r in ok]) * 1e3
         ax.errorbar(m, y, xerr=sd, fmt="o", color="#222", ms=4, capsize=3, label="measured ± std")
         ax.plot(p, y, "D", color="#dd8452", ms=5, ls="none", label="predicted")
-        ax.set_yticks(y, [str(r["id"]) for r in ok], fontsize=7)
+        ax.set_yticks(y, [str(r["id"]) + (" (host-limited)" if host_limited(r) else "") for r in ok], fontsize=7)
         ax.legend(fontsize=8, loc="lower right")
     ax.set_xlabel("iteration time (ms)")
     ax.grid(True, axis="x", alpha=0.3)
@@ -190,19 +198,36 @@ def _timeline_axes(ax, result, title: str) -> None:
     ranks = sorted(set(df["rank"]))
     for lane, rank in enumerate(ranks):
         base = (len(ranks) - 1 - lane) * 2.2
+        bars: dict[tuple[str, float], list] = {}  # one path per lane and kind, not one per interval
         for row in df[df["rank"] == rank].itertuples():
             comm = row.kind in ("comm", "wait", "pack", "unpack", "overhead")
             y = base + (0.0 if comm else 1.05)
             s, w = (row.start_s - t0) * 1e3, (row.end_s - row.start_s) * 1e3
-            ax.broken_barh([(s, max(w, 1e-6))], (y, 0.95), color=KIND_COLORS.get(row.kind, "#999"),
-                           edgecolor="white", linewidth=0.3)
+            bars.setdefault((row.kind, y), []).append((s, max(w, 1e-6)))
             if comm and w > 0.06 * span:  # name the buckets that are wide enough to read
                 ax.text(s + w / 2, y + 0.47, str(row.name), ha="center", va="center", fontsize=5, clip_on=True)
+        for (kind, y), spans in bars.items():
+            ax.add_patch(_rectangles(spans, y, 0.95, KIND_COLORS.get(kind, "#999")))
     ax.set_yticks([(len(ranks) - 1 - i) * 2.2 + 1.0 for i in range(len(ranks))], [f"rank {r}" for r in ranks],
                   fontsize=7)
+    ax.set_xlim(0, span * 1.01)  # patches added by hand do not move the limits
+    ax.set_ylim(-0.15, (len(ranks) - 1) * 2.2 + 2.15)
     ax.set_xlabel(f"ms from the start of iteration {it}")
     ax.set_title(title, fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
+
+
+def _rectangles(spans, y: float, height: float, color: str):
+    """One patch (one SVG path) of the rectangles (start, width) x (y, height): a path per rectangle made the
+    timelines most of the page's bytes."""
+    from matplotlib.patches import PathPatch
+    from matplotlib.path import Path as MplPath
+
+    verts, codes = [], []
+    for s, w in spans:
+        verts += [(s, y), (s + w, y), (s + w, y + height), (s, y + height), (s, y)]
+        codes += [MplPath.MOVETO, MplPath.LINETO, MplPath.LINETO, MplPath.LINETO, MplPath.CLOSEPOLY]
+    return PathPatch(MplPath(verts, codes), facecolor=color, edgecolor="white", linewidth=0.3)
 
 
 def _timeline_figure(v) -> str:
@@ -220,6 +245,8 @@ def _timeline_figure(v) -> str:
 
 
 def _timelines(validations) -> list[str]:
+    from validate.comparison.compare import host_limited
+
     both = [v for v in validations if v.measured is not None and v.predicted is not None]
     both.sort(key=lambda v: -abs(v.row.get("rel_error") or 0.0) if _finite(v.row.get("rel_error")) else 0.0)
     if not both:
@@ -231,7 +258,10 @@ def _timelines(validations) -> list[str]:
               MAX_TIMELINES else "") + "</p>"]
     for v in both[:MAX_TIMELINES]:
         err = v.row.get("rel_error")
-        out.append(_figure(_timeline_figure(v), f"{v.id}: error {err:+.1%}" if _finite(err) else v.id))
+        caption = f"{v.id}: error {err:+.1%}" if _finite(err) else str(v.id)
+        if host_limited(v.row):
+            caption += " (host-limited: the CPUs, not the emulated network, limited the run)"
+        out.append(_figure(_timeline_figure(v), caption))
     return out
 
 

@@ -1,0 +1,78 @@
+"""Figures a reader trusts, read from the figure objects (no image goldens): lines join points in the x axis'
+order, axes start at zero (iteration time, cost) or say they do not (a log scale in the label), efficiency spans
+0-100 %, and titles name the model, the device, the network (file) and the collective."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simfog import experiment, nccl, network_file, plot
+from simfog.plan import PlanResult
+from simfog.titles import run_title
+from simfog.tune import tune
+from simfog.tune_framework import tune_framework
+
+from .conftest import make_experiment, make_trace
+
+TRACE = make_trace([0.001] * 4, [0.001] * 4, [250_000] * 4)
+
+
+def test_tune_plots_start_at_zero_so_small_differences_look_small():
+    # the y axis from zero: differences of a fraction of a percent look as small as they are
+    exp = make_experiment(TRACE, alpha=1e-4, beta=1e-11)
+    ax = plot.tune_figure(tune(exp, points=5, refine=0)).axes[0]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "iteration time (ms)"
+    ax = plot.framework_tune_figure(tune_framework(exp, "ddp")).axes[0]
+    assert ax.get_ylim()[0] == 0
+    top = max(np.max(line.get_ydata()) for line in ax.get_lines())
+    assert ax.get_ylim()[1] >= top
+
+
+def _plan_result(target=np.nan):
+    # evaluation order 8, 16, 1, 2, 4 GPUs (the doubling search, then the counts between): the line must not zig-zag
+    gpus = [8, 16, 1, 2, 4]
+    df = pd.DataFrame({"option": "a", "gpus": gpus, "nodes": [1, 2, 1, 1, 1], "collective": "ring", "merge": "ddp",
+                       "samples_per_s": [80.0 * g for g in gpus], "cost_per_hour": [1.48 + g / 1000 for g in gpus],
+                       "error": ""})
+    return PlanResult(df, None, target, "USD", None, "toy plan")
+
+
+def test_plan_lines_join_points_in_axis_order_on_a_cost_axis_from_zero():
+    ax = plot.plan_figure(_plan_result()).axes[0]
+    line = next(line for line in ax.get_lines() if line.get_label().startswith("a:"))
+    xs = np.asarray(line.get_xdata())
+    assert list(xs) == sorted(xs) == [80, 160, 320, 640, 1280]
+    # costs from 1.481 to 1.496 USD: a linear axis from zero, not 1.480-1.496 magnified
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    assert "log" not in ax.get_ylabel()
+    # no target, no target line; with one, a vertical line at it
+    assert not any(line.get_label().startswith("target") for line in ax.get_lines())
+    ax = plot.plan_figure(_plan_result(target=500.0)).axes[0]
+    assert any(line.get_label().startswith("target 500") for line in ax.get_lines())
+
+
+def test_curve_efficiency_is_0_to_100_and_throughput_says_log():
+    df = pd.DataFrame({"ranks": [4, 8, 2], "merge": "ddp", "collective": "ring",
+                       "samples_per_s": [300.0, 500.0, 160.0], "scaling_efficiency": [0.9375, 0.78125, 1.0],
+                       "error": ""})
+    fig = plot.curve_figure(df.sort_values("ranks"), "t")
+    ax_t, ax_e = fig.axes
+    assert ax_e.get_ylim() == (0, 100) and ax_e.get_ylabel() == "scaling efficiency (%)"
+    assert ax_t.get_yscale() == "log" and "log scale" in ax_t.get_ylabel()
+    line = ax_t.get_lines()[0]
+    assert list(line.get_xdata()) == [2, 4, 8]
+
+
+def test_titles_name_model_device_network_file_and_collective(tmp_path):
+    make_trace([0.02, 0.03], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    # a fitted inter-node bus bandwidth of 129.5 GB/s: the title names the file, not "NIC 1036 Gbit/s"
+    network_file.save(tmp_path / "a100-ib.toml", nccl.NcclNetwork(230e9, 129.5e9, version="2.21.5"))
+    (tmp_path / "e.toml").write_text('[workload]\ntrace = "t.json"\n[cluster]\nnodes = 2\ngpus_per_node = 8\n'
+                                     'network = "a100-ib.toml"\n[comm]\ncollective = "nccl"\n')
+    title = run_title(experiment.load(tmp_path / "e.toml"))
+    assert title.startswith("toy (batch 8/rank) on ")
+    assert "network a100-ib.toml" in title and "Gbit/s" not in title and "nccl" in title
+    assert "16 ranks (2 x 8)" in title
+    own = run_title(make_experiment(TRACE, collective="ring"), ranks=False)
+    assert "NIC 10 Gbit/s" in own and "ring" in own and "2 per node" in own
