@@ -134,6 +134,10 @@ def run(args) -> int:
         return 1 if any(r.get("error") for rows in all_rows for r in rows) else 0
     if not args.file:
         raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
+    from simfog import jobs
+
+    if jobs.is_jobs_file(args.file):
+        return _validate_jobs(args, options, log)
     exp = experiment.load(args.file)
     if args.iterations is not None:
         if args.iterations < 1:
@@ -163,6 +167,37 @@ def run(args) -> int:
     if args.report:
         _report(args.report, [group], f"simfog validate {args.file}", log)
     return 1 if any(r.get("error") for r in group.rows) else 0
+
+
+def _validate_jobs(args, options, log) -> int:
+    """A jobs file: every job alone and all together on one emulated fabric (validate.jobs)."""
+    from simfog import jobs
+    from simfog.errors import ConfigError
+    from simfog.files import new_run_dir
+    from validate.comparison import compare
+    from validate.jobs import format_slowdowns, validate_jobs
+
+    for flag, value in (("--merge", args.merge), ("--timeline-dir", args.timeline_dir), ("--report", args.report)):
+        if value:
+            raise ConfigError(flag, value, f"left out for a jobs file ({args.file}: each job's [comm] says its "
+                              "merge; timelines and reports are of single experiments)")
+    loaded = jobs.load(args.file)
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise ConfigError("--iterations", args.iterations, "an integer >= 1")
+        loaded = [replace(j, experiment=replace(j.experiment, iterations=args.iterations)) for j in loaded]
+    run = validate_jobs(loaded, options, source=args.file, log=log)
+    print(compare.format_table(run.rows))
+    print(format_slowdowns(run.rows))
+    if args.csv:
+        csv_path = Path(args.csv)
+        compare.write_csv(run.rows, csv_path)
+    else:
+        with new_run_dir("validate") as out:
+            compare.write_csv(run.rows, out.path / "validation.csv")
+        csv_path = out.final / "validation.csv"
+    log(f"wrote {csv_path}")
+    return 1 if any(r.get("error") for r in run.rows) else 0
 
 
 def _report(path, groups, title: str, log) -> None:
