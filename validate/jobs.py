@@ -87,10 +87,10 @@ def stretched(jobs: Sequence[simfog_jobs.Job]) -> list[simfog_jobs.Job]:
 
 
 def validate_jobs(jobs: Sequence[simfog_jobs.Job], options: Options | None = None, *, source: str | None = None,
-                  log: Callable[[str], None] = lambda s: None) -> JobsRun:
-    """Validate the jobs of a jobs file on one emulated fabric (module docstring). Raises ConfigError for what
-    cannot be run (`check_jobs`), NetemuError when the emulated network cannot be built; a failed launch gives
-    rows with `error` set."""
+                  cache: dict | None = None, log: Callable[[str], None] = lambda s: None) -> JobsRun:
+    """Validate the jobs of a jobs file on one emulated fabric (module docstring); `cache`: calibrations kept
+    across runs (validate.run.run_group's). Raises ConfigError for what cannot be run (`check_jobs`), NetemuError
+    when the emulated network cannot be built; a failed launch gives rows with `error` set."""
     options = options or Options()
     check_jobs(jobs, options, source)
     if options.emulate is False:
@@ -101,7 +101,7 @@ def validate_jobs(jobs: Sequence[simfog_jobs.Job], options: Options | None = Non
         raise netemu.NetemuError(f"{source or 'jobs'}: several jobs need the emulated network: {why}")
     jobs = stretched(jobs)
     fabric = jobs[0].experiment.cluster.fabric.fabric
-    cache: dict = {}
+    cache = {} if cache is None else cache
     with workspace() as tmp, TieredCluster.for_fabric(fabric, jobs=[j.nodes for j in jobs]) as tiered:
         work = Path(options.workdir) if options.workdir else tmp
         alone = []
@@ -135,8 +135,14 @@ def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work:
         folder = work / f"together-{k}"
         folder.mkdir(parents=True, exist_ok=True)
         gate = {"dir": str(gate_dir), "ranks": total, "job": k, "timeout_s": STARTUP_S}
-        results[k] = _run_ranks(tiered.job(k), prepared[k].experiment.cluster, [prepared[k]], options, folder, log,
-                                gate)
+        results[k] = _run_ranks(tiered.job(k), prepared[k].experiment.cluster, [prepared[k]], options, folder,
+                                said, gate)
+
+    lock = threading.Lock()
+
+    def said(line: str) -> None:  # one line at a time from the jobs' threads
+        with lock:
+            log(line)
 
     log(f"running {len(jobs)} jobs together ({total} ranks)")
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
