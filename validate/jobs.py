@@ -189,10 +189,10 @@ def _together_rows(jobs, alone: list[GroupRun], results, predicted, host, drops)
 
 def format_slowdowns(rows_: Sequence[dict]) -> str:
     """Per job: measured and predicted slowdown together, and the slowdown's relative error."""
-    lines = [f"{'job':16} {'slowdown measured':>17} {'predicted':>9} {'error':>7} {'overlap':>7}"]
+    lines = [f"{'job':24} {'slowdown measured':>17} {'predicted':>9} {'error':>7} {'overlap':>7}"]
     for r in rows_:
         if not r.get("id", "").endswith("-together") or r.get("error"):
             continue
-        lines.append(f"{r['job'][:16]:16} {r['measured_slowdown']:17.3f} {r['predicted_slowdown']:9.3f} "
+        lines.append(f"{r['job'][:24]:24} {r['measured_slowdown']:17.3f} {r['predicted_slowdown']:9.3f} "
                      f"{r['slowdown_rel_error']:+7.1%} {r['overlap']:7.0%}")
     return "\n".join(lines)

@@ -45,6 +45,7 @@ from validate.calibration import (
     calibration_of,
     flow_link,
     host_overheads,
+    host_probes,
     measure_network,
     nic_capacity,
     simulated_experiment,
@@ -299,7 +300,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         rig = Rig(cluster, first, options, work, cache, log)
         # gloo's in-step host work per collective (NCCL's GPUs: not probed); a single rank runs no collective
         with lifted():
-            host = host_calibration.measure(rig, _probes(families, experiments, fits), fits) \
+            host = host_calibration.measure(rig, host_probes(families, experiments, fits), fits) \
                 if options.backend == "gloo" and first.ranks > 1 else {}
         prepared = [_prepare(vid, exp, fits[fam.calibration_collective], options, work, capacity,
                              host)
@@ -327,20 +328,6 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         row = {**compare.compare(keys, measured, p.predicted), **rows.unprobed_keys(measured, p.unprobed)}
         validations.append(Validation(vid, exp, p.experiment, p.predicted, measured, row))
     return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations], prepared)
-
-
-def _probes(families, experiments: Sequence[Experiment], fits: Mapping) -> dict:
-    """The group's host probes: probe id -> (family, fit key, probe experiment), each family's over its rows, sized
-    with the family's calibrated collective costs."""
-    mine: dict = {}
-    for fam, exp in zip(families, experiments, strict=True):
-        mine.setdefault(fam.algorithm, (fam, []))[1].append(exp)
-    out = {}
-    for fam, exps in mine.values():
-        model = simulated_experiment(exps[0], fits[fam.calibration_collective]).cost_model()
-        probes = fam.host_probes(exps, lambda op, nbytes, model=model: model.time(op, nbytes, None))
-        out.update({pid: (fam, key, probe) for pid, (key, probe) in probes.items()})
-    return out
 
 
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path,
