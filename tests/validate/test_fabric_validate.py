@@ -190,3 +190,20 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
         assert float(r["overlap"]) > 0.5
     printed = capsys.readouterr().out
     assert "slowdown measured" in printed and "a-together" in printed
+
+
+def test_the_bench_s_fabric_jobs_are_placed_as_its_docstring_says(tmp_path):
+    """Contiguous: a leaf each, nothing shared (simfog.jobs: slowdown exactly 1); scattered: each job on both
+    leaves, both rings on both uplinks (a slowdown > 1); --quick keeps the scattered pair."""
+    from pathlib import Path
+
+    from validate.bench import fabric_jobs
+
+    trace = Path(__file__).resolve().parents[2] / "traces" / "mlp-cpu-b1024.json.gz"
+    placed = {label: js for label, js in fabric_jobs(trace)}
+    assert [j.nodes for j in placed["contiguous"]] == [(0, 1), (2, 3)]
+    assert [j.nodes for j in placed["scattered"]] == [(1, 2), (0, 3)]
+    assert [t.slowdown for t in jobs.run(placed["contiguous"]).jobs] == [1.0, 1.0]
+    assert all(t.slowdown > 1.2 for t in jobs.run(placed["scattered"]).jobs)
+    assert [label for label, _ in fabric_jobs(trace, quick=True)] == ["scattered"]
+    assert all(j.name.startswith("fabric-") for _, js in fabric_jobs(trace) for j in js)  # bench/fabric.py's rows
