@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -121,8 +122,8 @@ def validate_jobs(jobs: Sequence[simfog_jobs.Job], options: Options | None = Non
 
 
 def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work: Path, log):
-    """Every job's configuration in one launch per job, all at once behind the start gate: (per job the per-rank
-    records or None, per job the error, the predicted Results together, the host sampler, dropped packets)."""
+    """Every job's configuration in one launch per job, all at once behind the start gate: (per job (per-rank
+    records or None, error), the predicted Results together, the host sampler, dropped packets, load average)."""
     calibrated = [replace(job, experiment=p.experiment) for job, p in zip(jobs, prepared, strict=True)]
     fixed_point = simfog_jobs.run(calibrated)
     predicted = [new_simulation(simfog_jobs.together(k, calibrated, fixed_point)).run() for k in range(len(jobs))]
@@ -146,14 +147,14 @@ def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work:
 
     log(f"running {len(jobs)} jobs together ({total} ranks)")
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
-    drops = dropped_packets(tiered)
+    drops, load = dropped_packets(tiered), os.getloadavg()[0]
     with slice_, HostSampler() as host:
         threads = [threading.Thread(target=one, args=(k,)) for k in range(len(jobs))]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    return results, predicted, host, dropped_packets(tiered) - drops
+    return results, predicted, host, dropped_packets(tiered) - drops, load
 
 
 def _window(per_rank) -> tuple[float, float]:
@@ -161,11 +162,13 @@ def _window(per_rank) -> tuple[float, float]:
     return min(it["start"] for it in its), max(it["end"] for it in its)
 
 
-def _together_rows(jobs, alone: list[GroupRun], results, predicted, host, drops) -> list[dict]:
+def _together_rows(jobs, alone: list[GroupRun], results, predicted, host, drops, load) -> list[dict]:
     windows = [None if ranks is None else _window([r["configs"][0] for r in ranks]) for ranks, _ in results]
     out = []
     for k, (job, group) in enumerate(zip(jobs, alone, strict=True)):
-        base = {**group.rows[0], "id": f"{job.name}-together", "job": job.name, "dropped_packets": drops}
+        # the alone row's keys, less what was of the alone run: its load and its prediction without the host probe
+        base = {**group.rows[0], "id": f"{job.name}-together", "job": job.name, "dropped_packets": drops,
+                "load_average": load, "predicted_without_probe_s": "", "rel_error_without_probe": ""}
         ranks, error = results[k]
         if ranks is None:
             out.append(compare.failed_row(base, error))
