@@ -183,14 +183,20 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
         if runs is not None:
             runs.append(run)
         compare.write_csv(rows, csv_path)
+    from validate.cluster.netemu import available
     from validate.jobs import format_slowdowns, validate_jobs
 
-    for label, jobs_ in fabric_jobs(traces["mlp"], quick=quick):
+    tiers = (False, "--loopback") if options.emulate is False else available()
+    for label, jobs_ in fabric_jobs(traces["mlp"], quick=quick) if tiers[0] else ():
         log(f"[fabric] two jobs placed {label} on 2 leaves at 2:1 ({time.monotonic() - started:.0f} s so far)")
         done = validate_jobs(jobs_, options, cache=cache, log=log)
         rows += done.rows
+        if runs is not None:
+            runs += done.alone
         log(format_slowdowns(done.rows))
         compare.write_csv(rows, csv_path)
+    if not tiers[0]:
+        log(f"[fabric] no fabric rows: switch tiers need the emulated network ({tiers[1]})")
     log(compare.format_table(rows))
     log(verdict(rows))
     log(f"bench: {len(rows)} configurations in {time.monotonic() - started:.0f} s on {fingerprint().describe()}; "
