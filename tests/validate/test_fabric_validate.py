@@ -188,8 +188,9 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
         assert p > 1.05 and m > 0
         assert float(r["slowdown_rel_error"]) == pytest.approx((p - m) / m)
         assert float(r["overlap"]) > 0.5
-    printed = capsys.readouterr().out
-    assert "slowdown measured" in printed and "a-together" in printed
+    printed = capsys.readouterr().out.splitlines()
+    table = printed[next(i for i, line in enumerate(printed) if "slowdown measured" in line) + 1:]
+    assert [line.split()[0] for line in table] == ["a", "b"]  # one line per job
 
 
 def test_the_bench_s_fabric_jobs_are_placed_as_its_docstring_says(tmp_path):
