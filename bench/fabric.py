@@ -15,7 +15,9 @@ the last validate bench.
    network file). Timed: loading the jobs, each alone and the fixed point together, wall seconds in this process.
 4. The fabric rows (id starting "fabric-") of the validate bench CSV (`simfog validate --bench` writes
    bench-validation/bench-validation.csv by default; --csv picks another): their count and the median and worst
-   |relative error|. The validate bench has no fabric rows yet (phase B of the issue adds them): rows=0 and nan.
+   |relative error| of the iteration time (validate.jobs: two jobs on 2 leaves at 2:1, placed contiguous and
+   scattered, each alone and together), and each together row's measured and predicted slowdown; rows=0 and nan
+   without any.
 
 Last line: cases=<n> exact=<n> rows=<n> median=<pct> worst=<pct> seconds_8192=<worst 8,192-rank row of 2 and 3, s>
 
@@ -128,12 +130,18 @@ def two_jobs(ranks: int):
 
 
 def fabric_rows(path: Path) -> tuple[int, float, float]:
-    """(rows, median, worst |relative error|) of the fabric rows of a validate bench CSV; (0, nan, nan) without."""
+    """(rows, median, worst |relative error|) of the fabric rows of a validate bench CSV; (0, nan, nan) without.
+    Prints each together row's slowdowns."""
     if not path.is_file():
         return 0, math.nan, math.nan
     with path.open(newline="") as f:
-        errors = [abs(float(r["rel_error"])) for r in csv.DictReader(f)
-                  if r.get("id", "").startswith("fabric-") and not r.get("error") and r.get("rel_error")]
+        rows = [r for r in csv.DictReader(f) if r.get("id", "").startswith("fabric-") and not r.get("error")]
+    for r in rows:
+        if r.get("slowdown_rel_error"):
+            print(f"    {r['id']:28} slowdown measured {float(r['measured_slowdown']):.3f} predicted "
+                  f"{float(r['predicted_slowdown']):.3f} ({float(r['slowdown_rel_error']):+.1%}); iteration "
+                  f"{float(r['rel_error']):+.1%}")
+    errors = [abs(float(r["rel_error"])) for r in rows if r.get("rel_error")]
     errors = [e for e in errors if math.isfinite(e)]
     if not errors:
         return 0, math.nan, math.nan

@@ -213,6 +213,11 @@ def run(jobs: list[Job]) -> JobsResult:
     return JobsResult(rows, rounds, converged)
 
 
+def together(j: int, jobs: list[Job], result: JobsResult) -> Experiment:
+    """Job j's experiment beside the others at `result`'s fixed point: what its together time is the time of."""
+    return _beside(j, jobs, [(t.together_s, t.duty_together) for t in result.jobs])
+
+
 def _measure(exp: Experiment) -> tuple[float, float]:
     s = simulate(exp).summary()
     t = s["iteration_time_s"]

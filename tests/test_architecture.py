@@ -252,10 +252,10 @@ def test_the_simulator_never_imports_the_validator_or_torch():
 
 
 def test_validate_is_split_into_its_parts():
-    """The validator's top level holds only the orchestration, the bench and the fits run.py makes from its own
-    microbenchmarks (the calibrated cluster, NCCL's model, the in-training host costs); every other module sits in the
-    subpackage that names its part (the algorithm families' adapters in families)."""
+    """The validator's top level holds only the orchestration (run; jobs: several at once), the bench and the fits
+    run.py makes from its own microbenchmarks (the calibrated cluster, NCCL's model, the in-training host costs);
+    every other module sits in the subpackage that names its part (the algorithm families' adapters in families)."""
     top = {p.stem for p in (REPO / "validate").glob("*.py")} - {"__init__"}
-    assert top <= {"run", "bench", "calibration", "nccl_calibration", "host_calibration"}, top
+    assert top <= {"run", "jobs", "bench", "calibration", "nccl_calibration", "host_calibration"}, top
     parts = {p.name for p in (REPO / "validate").iterdir() if (p / "__init__.py").is_file()}
     assert parts == {"cluster", "launch", "ranks", "collect", "comparison", "families"}

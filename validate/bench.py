@@ -29,6 +29,12 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2
   allreduce of the whole buffer (simfog.collectives gloo_ring). Rows also compare the measured memory peak with
   simfog's (measured_memory_B, predicted_memory_B).
 
+- fabric (validate.jobs): two MLP wfbp jobs of 2 nodes each, 200 Mbit/s, on 2 leaves of 2 nodes whose uplinks are
+  2:1 oversubscribed (one NIC's rate), each job alone and both together: placed contiguous (each job on a leaf
+  of its own: nothing crosses an uplink) and scattered (seeded: each job on both leaves, so both rings share both
+  uplinks), 8 rows ("fabric-..."; `--quick`: the scattered 4), with the measured and predicted slowdowns; python
+  bench/fabric.py summarises them.
+
 At 200 Mbit/s a 1 MB allreduce takes ~45 ms on 2 ranks and ~80 ms on 8, comparable to ResNet-20's backward; at
 1 Gbit/s it is ~5x shorter. One group (ranks, layout, bandwidth) is one emulated cluster, one calibration (NIC and
 intra measurements are reused across groups with the same process count and rate), one launch of the host probes
@@ -72,6 +78,11 @@ FSDP = tuple((f"fsdp-{unit_label}-{'reshard' if reshard else 'keep'}",
 # (a few ms) moves the mean by little; the MLP's iterations last 15-130 ms (ResNet-20's 150-600 ms)
 ITERATIONS = {"resnet20": 10, "mlp": 30}
 WARMUP, SEED = 3, 1
+# fabric rows: placement label -> the [[job]] placement keys of jobs a and b (2 nodes each of 4 on 2 leaves)
+FABRIC_PLACEMENTS = {"contiguous": ({"placement": "contiguous"}, {"placement": "contiguous"}),
+                     "scattered": ({"placement": "scattered", "placement_seed": 1},  # nodes 1 2, then 0 3
+                                   {"placement": "scattered", "placement_seed": 0})}
+FABRIC = {"kind": "fat_tree", "nodes_per_leaf": 2, "leaves": 2, "leaf_oversubscription": 2}
 TARGETS = ((0.05, 0.15), (0.03, 0.08))  # (median, worst) |relative error|, first and second goal
 REPO = Path(__file__).resolve().parents[1]
 UNUSED_INTRA = Link(0.0, 1e9)  # replaced by the calibration wherever two ranks share a node
@@ -131,6 +142,22 @@ def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple,
     return out
 
 
+def fabric_jobs(trace: Path, *, quick: bool = False) -> list[tuple[str, list]]:
+    """The fabric rows' jobs (module docstring): [(placement label, simfog.jobs.Job list)]."""
+    from simfog import jobs
+
+    out = []
+    for label, placements in FABRIC_PLACEMENTS.items():
+        if quick and label != "scattered":
+            continue
+        table = {"seed": SEED, "iterations": ITERATIONS["mlp"], "fabric": FABRIC,
+                 "cluster": {"nodes": 4, "gpus_per_node": 1, "nic_bandwidth": NIC_BANDWIDTHS[0]},
+                 "job": [{"name": f"fabric-{label}-{name}", "workload": {"trace": str(trace), "compute": "samples"},
+                          "ranks": 2, "merge": "wfbp", **where} for name, where in zip("ab", placements)]}
+        out.append((label, jobs.from_table(table)))
+    return out
+
+
 def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Options | None = None,
               log: Callable[[str], None] = print, csv_path: str | os.PathLike | None = None,
               runs: list | None = None) -> list[dict]:
@@ -156,6 +183,20 @@ def run_bench(out_dir: str | os.PathLike, *, quick: bool = False, options: Optio
         if runs is not None:
             runs.append(run)
         compare.write_csv(rows, csv_path)
+    from validate.cluster.netemu import available
+    from validate.jobs import format_slowdowns, validate_jobs
+
+    tiers = (False, "--loopback") if options.emulate is False else available()
+    for label, jobs_ in fabric_jobs(traces["mlp"], quick=quick) if tiers[0] else ():
+        log(f"[fabric] two jobs placed {label} on 2 leaves at 2:1 ({time.monotonic() - started:.0f} s so far)")
+        done = validate_jobs(jobs_, options, cache=cache, log=log)
+        rows += done.rows
+        if runs is not None:
+            runs += done.alone
+        log(format_slowdowns(done.rows))
+        compare.write_csv(rows, csv_path)
+    if not tiers[0]:
+        log(f"[fabric] no fabric rows: switch tiers need the emulated network ({tiers[1]})")
     log(compare.format_table(rows))
     log(verdict(rows))
     log(f"bench: {len(rows)} configurations in {time.monotonic() - started:.0f} s on {fingerprint().describe()}; "

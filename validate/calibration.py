@@ -8,7 +8,9 @@ the wire, and the experiment as simulated with all of them.
 2. `calibration_of`: fitted by `simfog.calibrate.fit` with ring coefficients (gloo), or NCCL's model
    (validate.nccl_calibration) on GPUs.
 3. `host_overheads`: this host's bucket copy bandwidth (simfog.overheads' inputs), measured by the validator.
-4. `simulated_experiment`: the experiment with the calibrated links, collective "gloo_ring" (gloo's segmented ring)
+4. `host_probes`: the group's probes of what its families' rank programs cost the host (validate.host_calibration),
+   sized with the calibrated collective costs.
+5. `simulated_experiment`: the experiment with the calibrated links, collective "gloo_ring" (gloo's segmented ring)
    and what its family's rank program runs (validate.families: e.g. neighbour averaging without negotiation).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import platform
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,6 +117,20 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     if exp.comm.algorithm in FAMILIES:
         comm = FAMILIES[exp.comm.algorithm].simulated_comm(comm)
     return replace(exp, cluster=cluster, comm=comm)
+
+
+def host_probes(families, experiments: Sequence[Experiment], fits: Mapping) -> dict:
+    """The group's host probes: probe id -> (family, fit key, probe experiment), each family's over its rows, sized
+    with the family's calibrated collective costs."""
+    mine: dict = {}
+    for fam, exp in zip(families, experiments, strict=True):
+        mine.setdefault(fam.algorithm, (fam, []))[1].append(exp)
+    out = {}
+    for fam, exps in mine.values():
+        model = simulated_experiment(exps[0], fits[fam.calibration_collective]).cost_model()
+        probes = fam.host_probes(exps, lambda op, nbytes, model=model: model.time(op, nbytes, None))
+        out.update({pid: (fam, key, probe) for pid, (key, probe) in probes.items()})
+    return out
 
 
 def flow_link(fitted: Link, capacity_Bps: float) -> Link:

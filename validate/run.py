@@ -8,7 +8,8 @@ For a group of experiments that share one cluster shape (nodes, ranks per node, 
    gloo allreduce, or sendrecv for the point-to-point families, on the run's layout and on one node, fitted with
    ring coefficients), then measure what each family's rank program costs the host inside a training step beyond
    the same collectives bare (validate.host_calibration: one probe launch, `Family.host_probes`), which the
-   prediction then pays (`Family.with_host_costs`);
+   prediction then pays (`Family.with_host_costs`); on switch tiers (a two-tier fat tree [fabric]:
+   validate.cluster.fabric_emu) both measure the NICs with the uplinks lifted, and simfog.fabric predicts the rest;
 3. simulate each experiment with the calibrated cluster and collective "gloo_ring" (gloo's segmented ring); the
    plan both sides name comes from the simulation that predicts (`Family.plan`), and the compute draws from that
    very `Simulation`, so both sides replay the same recorded iterations;
@@ -16,8 +17,8 @@ For a group of experiments that share one cluster shape (nodes, ranks per node, 
 
 What differs between algorithms (what the rank program can run, which microbenchmark calibrates it, the plan, the
 worker's fields, the row's keys) is its family's adapter, validate.families; this module calls their hooks. Not
-emulated, hence refused for every family: degraded NICs, oversubscription, and (in model mode) compute slowdown
-factors.
+emulated, hence refused for every family: degraded NICs, a global oversubscription factor (a [fabric]'s tiers
+are emulated instead), fabrics other than a two-tier fat tree, and (in model mode) compute slowdown factors.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from validate.calibration import (
     calibration_of,
     flow_link,
     host_overheads,
+    host_probes,
     measure_network,
     nic_capacity,
     simulated_experiment,
 )
+from validate.cluster.fabric_emu import check_fabric, fabric_keys
 from validate.cluster.fingerprint import fingerprint
 from validate.cluster.hostload import HostSampler
 from validate.cluster.nodes import check_gpus, dropped_packets, open_nodes, workspace
@@ -156,6 +159,7 @@ class GroupRun:
     emulated: bool
     note: str = ""
     rows: list[dict] = field(default_factory=list)
+    prepared: list = field(default_factory=list)  # each row's Prepared (validate.jobs runs them again, together)
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,8 @@ def check_experiment(exp: Experiment, mode: str, backend: str = "gloo", launcher
         raise ConfigError("cluster.nodes", exp.cluster.nodes, "1 with --backend nccl and the local launcher (one "
                           "machine's GPUs; several nodes run through --launcher torchrun or slurm)", source=src)
     family_of(exp).check(exp, mode, backend)
+    if exp.cluster.fabric is not None:  # switch tiers: validate.cluster.fabric_emu
+        check_fabric(exp.cluster, launcher=launcher, backend=backend, source=src)
     if exp.cluster.oversubscription != 1.0:
         raise ConfigError("cluster.oversubscription", exp.cluster.oversubscription,
                           "1 (the emulated switch is not oversubscribed)", source=src)
@@ -237,9 +243,10 @@ class Rig:
 
 
 def run_group(experiments: Sequence[Experiment], options: Options = Options(), *, ids: Sequence[str] | None = None,
-              cache: dict | None = None, log: Callable[[str], None] = lambda s: None) -> GroupRun:
+              cache: dict | None = None, log: Callable[[str], None] = lambda s: None, nodes=None) -> GroupRun:
     """Validate experiments that share nodes, ranks per node and NIC bandwidth, in one emulated cluster and one
-    launch. Returns a GroupRun; a failed calibration or launch gives rows with `error` set (and no measured
+    launch; `nodes`: an open cluster to run on instead (validate.jobs: one job's view of a shared fabric).
+    Returns a GroupRun; a failed calibration or launch gives rows with `error` set (and no measured
     Result) rather than raising. Raises ConfigError for experiments that differ in shape or that cannot be
     emulated (`check_experiment`), NetemuError when `options.emulate` is True and no emulated network can be
     built."""
@@ -249,19 +256,22 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         return GroupRun([], None, None, False)
     machine = fingerprint()  # measured before any rank runs (once per process)
     first = experiments[0].cluster
-    shape = (first.nodes, first.ranks_per_node, first.nic.bandwidth_Bps)
+    shape = (first.nodes, first.ranks_per_node, first.nic.bandwidth_Bps, first.fabric)
     for exp in experiments:
         check_experiment(exp, options.mode, options.backend, options.launcher)
-        if (exp.cluster.nodes, exp.cluster.ranks_per_node, exp.cluster.nic.bandwidth_Bps) != shape:
-            raise ConfigError("cluster", exp.source or "experiment", "the same nodes, gpus_per_node and "
-                              "nic_bandwidth for every experiment of one group")
+        if (exp.cluster.nodes, exp.cluster.ranks_per_node, exp.cluster.nic.bandwidth_Bps, exp.cluster.fabric) != shape:
+            raise ConfigError("cluster", exp.source or "experiment", "the same nodes, gpus_per_node, "
+                              "nic_bandwidth and [fabric] (placement included) for every experiment of one group")
+    if first.fabric is not None and options.emulate is False:
+        raise ConfigError("--loopback", True, "left out for an experiment with a [fabric] (plain loopback has no "
+                          "switch tiers to share)", source=experiments[0].source)
     if options.backend == "nccl" and options.launcher == "local":
         check_gpus(first.ranks_per_node)
     ids = list(ids) if ids is not None else [f"c{i}" for i in range(len(experiments))]
     families = [family_of(e) for e in experiments]
     slice_ = rr_time_slice() if options.scheduling == "rt" else contextlib.nullcontext(False)
     with workspace() as tmp, \
-            open_nodes(first, options) as cluster, \
+            (contextlib.nullcontext(nodes) if nodes is not None else open_nodes(first, options)) as cluster, \
             slice_ as short_slice:
         work = Path(options.workdir) if options.workdir else tmp
         work.mkdir(parents=True, exist_ok=True)
@@ -275,8 +285,10 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
             f"Mbit/s, {'emulated' if emulated else 'LOOPBACK'}, scheduling {options.scheduling}"
             f"{f' ({RR_TIME_SLICE_MS} ms round-robin slice)' if short_slice else ''}: calibrating")
         collectives = tuple(dict.fromkeys(f.calibration_collective for f in families))
+        lifted = getattr(cluster, "uplinks_lifted", contextlib.nullcontext)  # the NICs alone (fabric_emu)
         try:
-            net = measure_network(cluster, first.ranks_per_node, options, work, cache, collectives)
+            with lifted():
+                net = measure_network(cluster, first.ranks_per_node, options, work, cache, collectives)
         except LaunchError as e:
             failed = [Validation(vid, exp, exp, None, None, compare.failed_row(
                 rows.row_keys(vid, exp, options, emulated, None), f"calibration failed: {e}"))
@@ -287,8 +299,9 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         capacity = nic_capacity(first, emulated) if options.backend == "gloo" else None
         rig = Rig(cluster, first, options, work, cache, log)
         # gloo's in-step host work per collective (NCCL's GPUs: not probed); a single rank runs no collective
-        host = host_calibration.measure(rig, _probes(families, experiments, fits), fits) \
-            if options.backend == "gloo" and first.ranks > 1 else {}
+        with lifted():
+            host = host_calibration.measure(rig, host_probes(families, experiments, fits), fits) \
+                if options.backend == "gloo" and first.ranks > 1 else {}
         prepared = [_prepare(vid, exp, fits[fam.calibration_collective], options, work, capacity,
                              host)
                     for vid, exp, fam in zip(ids, experiments, families, strict=True)]
@@ -301,7 +314,8 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
     for k, (vid, exp, fam) in enumerate(zip(ids, experiments, families, strict=True)):
         p = prepared[k]
         keys = {**rows.row_keys(vid, exp, options, emulated, fits[fam.calibration_collective]), "load_average": load,
-                "dropped_packets": drops, **rows.overhead_keys(p.experiment, p.host_fit, p.host_note), **machine.row()}
+                "dropped_packets": drops, **rows.overhead_keys(p.experiment, p.host_fit, p.host_note), **machine.row(),
+                **fabric_keys(exp.cluster)}
         if p.experiment.cluster.nic.flow_bandwidth_Bps is not None:  # the flow-level model's NIC (flow_link)
             keys["nic_capacity_Bps"] = p.experiment.cluster.nic.bandwidth_Bps
         if ranks is None:
@@ -313,21 +327,7 @@ def run_group(experiments: Sequence[Experiment], options: Options = Options(), *
         keys.update(fam.measured_keys(p.experiment, p.config, per_rank, p.plan, options.mode))
         row = {**compare.compare(keys, measured, p.predicted), **rows.unprobed_keys(measured, p.unprobed)}
         validations.append(Validation(vid, exp, p.experiment, p.predicted, measured, row))
-    return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations])
-
-
-def _probes(families, experiments: Sequence[Experiment], fits: Mapping) -> dict:
-    """The group's host probes: probe id -> (family, fit key, probe experiment), each family's over its rows, sized
-    with the family's calibrated collective costs."""
-    mine: dict = {}
-    for fam, exp in zip(families, experiments, strict=True):
-        mine.setdefault(fam.algorithm, (fam, []))[1].append(exp)
-    out = {}
-    for fam, exps in mine.values():
-        model = simulated_experiment(exps[0], fits[fam.calibration_collective]).cost_model()
-        probes = fam.host_probes(exps, lambda op, nbytes, model=model: model.time(op, nbytes, None))
-        out.update({pid: (fam, key, probe) for pid, (key, probe) in probes.items()})
-    return out
+    return GroupRun(validations, calibration, net, emulated, note, [v.row for v in validations], prepared)
 
 
 def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options: Options, work: Path,
@@ -359,8 +359,9 @@ def _prepare(vid: str, exp: Experiment, calibration: Calibration | None, options
 
 
 def _run_ranks(cluster, shape: Cluster, prepared: Sequence[Prepared], options: Options, work: Path,
-               log) -> tuple[list | None, str]:
-    """Launch validate.ranks.worker on every rank for all configurations: (per-rank records, "") or (None, error)."""
+               log, gate: dict | None = None) -> tuple[list | None, str]:
+    """Launch validate.ranks.worker on every rank for all configurations: (per-rank records, "") or (None, error).
+    `gate`: the worker's start gate, for several jobs started at once (validate.jobs)."""
     from validate.launch.launcher import LaunchError, python_rank_argv
     from validate.launch.torchrun import launch_ranks
 
@@ -368,7 +369,8 @@ def _run_ranks(cluster, shape: Cluster, prepared: Sequence[Prepared], options: O
                              * (3 * p.predicted.summary()["iteration_time_s"] + 1.0) for p in prepared)
     spec = work / "spec.json"
     spec.write_text(json.dumps({"configs": [p.config for p in prepared], "threads": 1, "timeout_s": budget,
-                                "priority": options.scheduling, "backend": options.backend}))
+                                "priority": options.scheduling, "backend": options.backend,
+                                **({"gate": gate} if gate else {})}))
     out = work / "ranks"
     out.mkdir(exist_ok=True)
     log(f"running {len(prepared)} configuration(s) on {shape.ranks} rank(s), time bound {budget:.0f} s")

@@ -79,7 +79,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from simfog import experiment
     from simfog.errors import ConfigError
-    from simfog.files import new_run_dir, refuse_existing
+    from simfog.files import refuse_existing
     from validate.comparison import compare
     from validate.run import Options, export_timelines, validate_experiment
 
@@ -134,10 +134,14 @@ def run(args) -> int:
         return 1 if any(r.get("error") for rows in all_rows for r in rows) else 0
     if not args.file:
         raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
+    if args.iterations is not None and args.iterations < 1:
+        raise ConfigError("--iterations", args.iterations, "an integer >= 1")
+    from simfog import jobs
+
+    if jobs.is_jobs_file(args.file):
+        return _validate_jobs(args, options, log)
     exp = experiment.load(args.file)
     if args.iterations is not None:
-        if args.iterations < 1:
-            raise ConfigError("--iterations", args.iterations, "an integer >= 1")
         exp = replace(exp, iterations=args.iterations)
     if exp.comm.algorithm == "allreduce" and exp.comm.collective not in ("ring", "gloo_ring"):
         log(f"note: comm.collective = {exp.comm.collective!r} is simulated as 'gloo_ring' here (what gloo runs)")
@@ -148,14 +152,7 @@ def run(args) -> int:
     if args.show_calibration and group.calibration is not None:
         print(group.calibration.report())
     print(compare.format_table(group.rows))
-    if args.csv:
-        csv_path = Path(args.csv)
-        compare.write_csv(group.rows, csv_path)
-    else:
-        with new_run_dir("validate") as out:
-            compare.write_csv(group.rows, out.path / "validation.csv")
-        csv_path = out.final / "validation.csv"
-    log(f"wrote {csv_path}")
+    _write_rows(group.rows, args.csv, log)
     if args.timeline_dir:
         for v in group.validations:
             for p in export_timelines(v, args.timeline_dir):
@@ -163,6 +160,42 @@ def run(args) -> int:
     if args.report:
         _report(args.report, [group], f"simfog validate {args.file}", log)
     return 1 if any(r.get("error") for r in group.rows) else 0
+
+
+def _validate_jobs(args, options, log) -> int:
+    """A jobs file: every job alone and all together on one emulated fabric (validate.jobs)."""
+    from simfog import jobs
+    from simfog.errors import ConfigError
+    from validate.comparison import compare
+    from validate.jobs import format_slowdowns, validate_jobs
+
+    for flag, value in (("--merge", args.merge), ("--timeline-dir", args.timeline_dir), ("--report", args.report)):
+        if value:
+            raise ConfigError(flag, value, f"left out for a jobs file ({args.file}: each job's [comm] says its "
+                              "merge; timelines and reports are of single experiments)")
+    loaded = jobs.load(args.file)
+    if args.iterations is not None:
+        loaded = [replace(j, experiment=replace(j.experiment, iterations=args.iterations)) for j in loaded]
+    run = validate_jobs(loaded, options, source=args.file, log=log)
+    print(compare.format_table(run.rows))
+    print(format_slowdowns(run.rows))
+    _write_rows(run.rows, args.csv, log)
+    return 1 if any(r.get("error") for r in run.rows) else 0
+
+
+def _write_rows(rows, csv: str | None, log) -> None:
+    """The comparison to `csv`, or to validation.csv in a new folder simfog-out/validate-<UTC time>/."""
+    from simfog.files import new_run_dir
+    from validate.comparison import compare
+
+    if csv:
+        path = Path(csv)
+        compare.write_csv(rows, path)
+    else:
+        with new_run_dir("validate") as out:
+            compare.write_csv(rows, out.path / "validation.csv")
+        path = out.final / "validation.csv"
+    log(f"wrote {path}")
 
 
 def _report(path, groups, title: str, log) -> None:

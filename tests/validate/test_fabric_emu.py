@@ -230,3 +230,23 @@ def test_built_for_a_two_tier_fat_tree_and_nothing_else():
     with pytest.raises(ConfigError, match="nics_per_node"):
         TieredCluster.for_fabric(FatTree(nic_Bps=1e6, nics_per_node=2, nodes_per_leaf=2, leaves=2, leaf_uplinks=1,
                                          leaf_uplink_Bps=1e6))
+
+
+@root
+def test_lifted_uplinks_carry_what_the_nics_send_and_are_shaped_again_after():
+    """Calibration measures the NICs with the uplinks lifted (validate.run). Two leaves of two nodes, NICs and uplinks
+    80 Mbit/s (2:1): flows 0 -> 2 and 1 -> 3 both cross leaf 0's uplink. Lifted, each gets its NIC (the two together
+    twice what the uplink carries when shaped; at least 1.5 times it is asked, as host stalls hit both alike); after
+    the block the uplink is shaped again and the two share it (at most 1.05 times its rate)."""
+    with TieredCluster(2, 2, NIC, UPLINK, prefix=PREFIX) as c:
+        with c.job(0).uplinks_lifted():
+            shown = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", "sfft-u0"], capture_output=True,
+                                   text=True, check=True).stdout
+            assert "tbf" not in shown
+            lifted = concurrent_goodputs(c, [(0, 2), (1, 3)], 24_000_000)
+        shown = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", "sfft-u0"], capture_output=True,
+                               text=True, check=True).stdout
+        assert "tbf" in shown and "rate 80Mbit" in shown
+        shaped = concurrent_goodputs(c, [(0, 2), (1, 3)], 24_000_000)
+    assert sum(lifted) >= 1.5 * UPLINK * TCP_GOODPUT, [x / 1e6 for x in lifted]
+    assert sum(shaped) <= 1.05 * UPLINK, [x / 1e6 for x in shaped]

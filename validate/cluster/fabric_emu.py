@@ -19,12 +19,18 @@ leaves nothing) and cleanup_leftovers remove a tiered cluster whole.
 Jobs: `jobs` splits the nodes into disjoint groups; `job(k)` is a view of job k's nodes, numbered 0.. in the job's
 order, that the launchers take as a cluster (nodes, run_in, shaped, nic_bandwidth_Bps, shaper_stats), so two jobs
 start their ranks on one emulated fabric at once.
+
+Calibration (validate.calibration) measures the NICs, and simfog.fabric predicts what the uplinks do on top: so the
+microbenchmarks run with the uplinks lifted (`uplinks_lifted`: their tbf removed, the NICs still shaped), else a
+placement whose ring crosses a leaf twice would be counted twice, once in the fitted NIC rate and once by the fabric.
+`open_job` opens the tiered cluster of an experiment on a two-tier fat tree and yields its job's view.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from simfog.errors import ConfigError
 from simfog.fabric import FatTree
@@ -116,6 +122,22 @@ class TieredCluster(netemu.EmulatedCluster):
                     raise netemu.NetemuError(f"no tbf qdisc on uplink {dev} in namespace {self.switch}")
         super()._verify()
 
+    @contextlib.contextmanager
+    def uplinks_lifted(self) -> Iterator[None]:
+        """For the block, the uplinks carry whatever the NICs send (their tbf removed; module docstring); shaped
+        again on leaving it, whatever happens inside."""
+        devs = [dev for leaf in range(self.leaves) for dev in self._names(leaf)[1:]]
+        try:
+            for dev in devs:
+                _sh("tc", "-n", self.switch, "qdisc", "del", "dev", dev, "root")
+            yield
+        finally:
+            if not self._torn_down:
+                for dev in devs:
+                    _sh("tc", "-n", self.switch, "qdisc", "del", "dev", dev, "root", check=False)
+                    self._shape(self.switch, dev, self.uplink_bandwidth_Bps, self.uplink_burst_bytes,
+                                self.uplink_limit_bytes)
+
     def uplink_stats(self) -> list[dict]:
         """Per leaf: bytes sent and packets dropped by its uplink's up and down shapers."""
         def one(dev):
@@ -144,6 +166,61 @@ class JobView:
     def shaper_stats(self) -> list[dict]:
         stats = self.cluster.shaper_stats()
         return [{**stats[i], "node": k} for k, i in enumerate(self.members)]
+
+    def uplinks_lifted(self):
+        return self.cluster.uplinks_lifted()
+
+
+def check_fabric(shape, *, launcher: str = "local", backend: str = "gloo", source: str | None = None) -> None:
+    """Raise ConfigError naming `source` unless the emulated tiers can run `shape`'s fabric: a two-tier fat tree with
+    one NIC per node, at most MOST_LEAVES leaves, ranks started here (local launcher) on gloo."""
+    fabric = shape.fabric.fabric
+    kind = type(fabric).__name__
+    if not isinstance(fabric, FatTree) or fabric.tiers != 2:
+        tiers = f" of {fabric.tiers} tiers" if isinstance(fabric, FatTree) else ""
+        raise ConfigError("fabric.kind", f"{kind}{tiers}", "a two-tier fat_tree for simfog validate (the emulated "
+                          "cluster has leaf switches and one spine)", source=source)
+    if fabric.nics_per_node != 1:
+        raise ConfigError("fabric", f"{fabric.nics_per_node} NICs per node", "one NIC per node for simfog validate "
+                          "(one emulated NIC per namespace)", source=source)
+    if not 2 <= fabric.leaves <= MOST_LEAVES or fabric.nodes > netemu.MOST_NODES:
+        raise ConfigError("fabric.leaves", fabric.leaves, f"2 to {MOST_LEAVES} leaves of at most "
+                          f"{netemu.MOST_NODES} nodes in all for the emulated tiers", source=source)
+    if launcher != "local" or backend != "gloo":
+        raise ConfigError("fabric", kind, "--launcher local and --backend gloo (the emulated switch tiers are "
+                          "namespaces on this machine)", source=source)
+
+
+def fabric_keys(shape) -> dict:
+    """A row's `fabric` and `placement`: the tiers as emulated and the job's nodes in rank order ("" for none)."""
+    if shape.fabric is None:
+        return {}
+    fabric, nodes = fabric_nodes(shape)
+    view = shape.fabric
+    rule = view.placement if isinstance(view.placement, str) else "given"
+    seed = f" seed {view.placement_seed}" if rule == "scattered" else ""
+    over = fabric.nodes_per_leaf * fabric.nic_Bps / (fabric.leaf_uplinks * fabric.leaf_uplink_Bps)
+    return {"fabric": f"fat_tree {fabric.leaves} leaves x {fabric.nodes_per_leaf} nodes, uplink "
+                      f"{fabric.leaf_uplinks * fabric.leaf_uplink_Bps * 8 / 1e6:g} Mbit/s ({over:g}:1)",
+            "placement": f"{rule}{seed}: nodes {' '.join(map(str, nodes))}"}
+
+
+def fabric_nodes(shape) -> tuple[FatTree, tuple[int, ...]]:
+    """(fabric, the job's fabric nodes in rank order) of a simfog.cluster.Cluster on a non-flat fabric."""
+    return shape.fabric.fabric, shape.fabric.nodes(shape.nodes).nodes
+
+
+@contextlib.contextmanager
+def open_job(shape, *, prefix: str = "sf") -> Iterator[JobView]:
+    """The TieredCluster of `shape`'s fabric (a simfog.cluster.Cluster whose `fabric` is a two-tier fat tree), its
+    job's nodes placed as the experiment places them, and yields the job's view. A fabric needs the emulated
+    network (validate.run refuses --loopback with one): NetemuError when it cannot be built here."""
+    ok, why = netemu.available()
+    if not ok:
+        raise netemu.NetemuError(f"a [fabric] needs the emulated network: {why}")
+    fabric, nodes = fabric_nodes(shape)
+    with TieredCluster.for_fabric(fabric, jobs=[nodes], prefix=prefix) as cluster:
+        yield cluster.job(0)
 
 
 def _check_jobs(jobs: Sequence[Sequence[int]] | None, nodes: int) -> tuple[tuple[int, ...], ...]:

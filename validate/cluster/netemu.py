@@ -50,6 +50,7 @@ SUBNET = "10.213.0"  # a private /24 that only ever exists inside this module's 
 NODE_IFNAME = "{prefix}-nic"  # node side of the veth, inside the node namespace
 PORT_IFNAME = "{prefix}-p{index}"  # switch side, inside the switch namespace
 BRIDGE_IFNAME = "{prefix}-br"
+MOST_NODES = 250  # addresses of SUBNET
 NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace under its name
 MTU = 1500  # what a real Ethernet NIC uses; the 1448/1514 payload share is then part of what is measured
 # Payload bytes per byte tbf counts at MTU 1500: a 1514 B frame (14 B Ethernet header, counted by tbf) carries
@@ -279,8 +280,8 @@ class EmulatedCluster:
     def __init__(self, nodes: int, nic_bandwidth_Bps: float, *, prefix: str = "sf", burst_bytes: int | None = None,
                  limit_bytes: int | None = None, verify: bool = True,
                  tcp_congestion_control: str = TCP_CONGESTION_CONTROL):
-        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 250:
-            raise ConfigError("cluster.nodes", nodes, "an integer from 1 to 250 for an emulated cluster")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MOST_NODES:
+            raise ConfigError("cluster.nodes", nodes, f"an integer from 1 to {MOST_NODES} for an emulated cluster")
         if not nic_bandwidth_Bps > 0:
             raise ConfigError("cluster.nic_bandwidth", nic_bandwidth_Bps, "a bandwidth > 0")
         _check_prefix(prefix)

@@ -26,7 +26,8 @@ _WORKSPACE = re.compile(rf"{re.escape(WORKSPACE_PREFIX)}(?P<pid>\d+)-[a-z0-9_]{{
 
 def open_nodes(shape: Cluster, options):
     """The nodes to run on under `options` (validate.run.Options): an emulated (or loopback) cluster of
-    shape.nodes, or a Slurm allocation's nodes, or the node agents of `options.hosts`."""
+    shape.nodes, the job's nodes on emulated switch tiers for a shape on a fabric, or a Slurm allocation's nodes,
+    or the node agents of `options.hosts`."""
     from validate.cluster.netemu import open_cluster
     from validate.launch.shared_dir import AgentNodes
     from validate.launch.torchrun import RealNodes
@@ -40,6 +41,10 @@ def open_nodes(shape: Cluster, options):
                               "first hosting the rendezvous")
         return AgentNodes(list(options.hosts), shape.nic.bandwidth_Bps, options.workdir, port=options.rdzv_port,
                           secret_file=options.secret_file)
+    if shape.fabric is not None:  # switch tiers (validate.cluster.fabric_emu): the job's nodes on them
+        from validate.cluster.fabric_emu import open_job
+
+        return open_job(shape)
     # NCCL's GPUs talk over NVLink / PCIe, not through an emulated NIC: one machine's GPUs are one node
     emulate = False if options.backend == "nccl" else options.emulate
     return open_cluster(shape.nodes, shape.nic.bandwidth_Bps, emulate=emulate)

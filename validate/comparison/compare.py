@@ -44,6 +44,9 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "host_steal", "host_cpu_model", "host_cores", "host_kernel", "host_microbenchmark_s",
            "dropped_packets", "measured_memory_B", "predicted_memory_B", "memory_rel_error", "calibration", "trace",
            "note", "error"]
+# switch tiers and several jobs on them (validate.jobs): where the job ran, and its slowdown beside the others
+COLUMNS[-2:-2] = ["fabric", "placement", "job", "measured_alone_s", "predicted_alone_s", "measured_slowdown",
+                  "predicted_slowdown", "slowdown_rel_error", "overlap"]
 
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",

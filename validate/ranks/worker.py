@@ -330,6 +330,19 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _wait_at_gate(gate: dict, rank: int) -> None:
+    """Several jobs on one fabric (validate.jobs) start together: each rank, once its process group is up, marks
+    itself ready in the folder `gate["dir"]` and waits until all `gate["ranks"]` ranks of every job have."""
+    folder = Path(gate["dir"])
+    (folder / f"{gate['job']}-rank{rank}").touch()
+    deadline = time.monotonic() + float(gate["timeout_s"])
+    while len(os.listdir(folder)) < int(gate["ranks"]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"start gate {folder}: {len(os.listdir(folder))} of {gate['ranks']} ranks ready "
+                               f"after {gate['timeout_s']} s")
+        time.sleep(0.002)
+
+
 def main(argv: list[str] | None = None) -> int:
     end_with_launcher()  # a rank never outlives the process that launched it
     p = argparse.ArgumentParser(description="one rank of a simfog validation run (started by validate.run)")
@@ -350,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, device = _init(float(spec.get("timeout_s", 600)), backend)
     clock = clock_for(device)
     applied = raise_priority(spec.get("priority", "none"))
+    if spec.get("gate"):
+        _wait_at_gate(spec["gate"], rank)
     started = time.perf_counter()
     results = []
     try:
