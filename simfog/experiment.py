@@ -22,7 +22,6 @@ from simfog.algorithms.dynamic.settings import DynamicSettings
 from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
-from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -425,8 +424,11 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     comm = comm_settings(Comm(collective="nccl" if network else "ring"), m, source=source)
     check_against_workload(comm, trace, cluster, source=source)
     cluster = _with_flow_caps(cluster, c, source)
-    cluster = attach_fabric(cluster, d.get("fabric"), source=source,
-                            nics_per_node=network.nccl.nics_per_node or 1 if network else 1)
+    if d.get("fabric") is not None:  # imported here: an experiment without one never loads simfog.fabric
+        from simfog.fabric.job import attach as attach_fabric
+
+        cluster = attach_fabric(cluster, d["fabric"], source=source,
+                                nics_per_node=network.nccl.nics_per_node or 1 if network else 1)
     hetero, degraded = _heterogeneity(_section(d, "heterogeneity", _HETERO, source, required=False), cluster,
                                       source)
     if degraded:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from simfog.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_LEVEL = 0.9
 LEVEL_ALLOWED = "a level between 0 and 1 exclusive, e.g. 0.9 (90 %)"
@@ -42,6 +44,8 @@ def check_level(level: object, field: str = "level") -> float:
 
 def log_scores(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> np.ndarray:
     """|ln(measured / predicted)| per point (both > 0)."""
+    import numpy as np  # here: reading a network file (which imports this module) needs no numpy
+
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     return np.abs(np.log(m / p))
 
@@ -55,6 +59,8 @@ def conformal_rank(n: int, level: float) -> int:
 def conformal_quantile(scores: Sequence[float] | np.ndarray, level: float) -> float | None:
     """The conformal half-width of `scores` at `level` (module docstring); None when there are too few scores
     (k > n) to bound a new point at that level."""
+    import numpy as np
+
     s = np.sort(np.asarray(scores, dtype=float))
     k = conformal_rank(len(s), check_level(level))
     return float(s[k - 1]) if k <= len(s) else None

@@ -13,7 +13,6 @@ from dataclasses import replace
 from functools import lru_cache
 
 from simfog.cluster import Group
-from simfog.fabric.job import inter_slowdown
 
 
 @lru_cache(maxsize=1 << 10)
@@ -22,6 +21,8 @@ def on_fabric(model, op: str, group: Group):
     slowed and delayed as the fabric makes it (module docstring), the fabric then dropped; a calibrated NCCL
     network's inter-node bus bandwidth and latency alike. Raises Infeasible for a collective without a step
     pattern on a fabric."""
+    from simfog.fabric.job import inter_slowdown  # here: a run without a fabric never loads simfog.fabric
+
     c = model.cluster
     slow = inter_slowdown(c.fabric, model.algorithm, op, c.nodes, group.nodes, group.per_node)
     nic = replace(c.nic, latency_s=c.nic.latency_s + slow.extra_latency_s,
