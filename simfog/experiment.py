@@ -272,6 +272,8 @@ def _fsdp_unit(value, field, source):
             return units.parse(value, "bytes", field=field, source=source)
         except ConfigError:
             raise ConfigError(field, value, FSDP_UNIT_ALLOWED, source=source) from None
+    if isinstance(value, int | float) and not isinstance(value, bool):  # a bare number: bytes? layers? refused
+        raise ConfigError(field, value, FSDP_UNIT_ALLOWED + ' (a size needs its unit, e.g. "50MB")', source=source)
     return value
 
 

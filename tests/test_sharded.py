@@ -273,6 +273,7 @@ BASE = {"workload": {"trace": "t.json", "compute": "mean"}, "cluster": {"nodes":
 @pytest.mark.parametrize("comm, field", [
     ({"algorithm": "fsdp", "fsdp_unit": "block"}, "comm.fsdp_unit"),
     ({"algorithm": "fsdp", "fsdp_unit": [2, 0]}, "comm.fsdp_unit"),
+    ({"algorithm": "hsdp", "fsdp_unit": 5}, "comm.fsdp_unit"),  # a size without its unit (found by bench/fuzz.py)
     ({"algorithm": "fsdp", "fsdp_unit": [1, 2]}, "comm.fsdp_unit"),  # the trace has 2 layers
     ({"algorithm": "fsdp", "prefetch": -1}, "comm.prefetch"),
     ({"algorithm": "fsdp", "reshard_after_forward": "yes"}, "comm.reshard_after_forward"),
