@@ -48,7 +48,7 @@ from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, c
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
-from simfog.titles import device
+from simfog.titles import plan_title
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
@@ -293,9 +293,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
             below = gpus
     bar.close()
     df = candidates_frame(rows, epoch_samples)
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) on {device(exp)}: target "
-             f"{target_samples_per_s:,.1f} samples/s; {compute} layer times"
-             + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    title = plan_title(exp, catalogue, f"for a target of {target_samples_per_s:,.1f} samples/s")
     result = PlanResult(df, None, float(target_samples_per_s), catalogue.currency, epoch_samples, title,
                         {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
     ok = result.feasible()

@@ -10,7 +10,7 @@ from dataclasses import replace
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS, Experiment
 from simfog.plan import Catalogue, ClusterOption, PlanResult, candidates_frame, evaluate_configuration, series
-from simfog.titles import device
+from simfog.titles import plan_title
 
 
 def option_named(catalogue: Catalogue, name: str | None) -> ClusterOption:
@@ -81,8 +81,7 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
     df = df.sort_values(["gpus", cost, "option"], kind="stable", na_position="last").reset_index(drop=True)
     what = ("GPUs " + ", ".join(map(str, sorted(set(counts))))) if gpus is not None else \
         ("nodes " + ", ".join(map(str, sorted(set(counts)))))
-    title = (f"{exp.workload.trace.model} (batch {exp.workload.trace.batch_size}/GPU) on {device(exp)} at {what}; "
-             f"{compute} layer times" + (" [ESTIMATED inputs]" if exp.estimated else ""))
+    title = plan_title(exp, catalogue, f"at {what}")
     return PlanResult(df, None, math.nan, catalogue.currency, epoch_samples, title,
                       {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
 

@@ -23,8 +23,14 @@ SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "c
                    "estimated", "error"]
 # What produced a row, the same in every row of one run, so a CSV read on its own says where its numbers came
 # from: the experiment file, the trace (path, and a hash of its content so an edited trace shows), the
-# layer-time mode and the seed.
-RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "experiment_sha256"]
+# layer-time mode, the seed, and the network file or network trace the links came from (NO_NETWORK_FILE where the
+# experiment writes its links itself: a stated value rather than an empty cell, which reads as a lost one).
+RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "experiment_sha256", "network_file",
+                  "network_trace"]
+COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
+# The columns of sweep CSVs written before network_file and network_trace were recorded: such a file still resumes.
+OLD_COLUMNS = COLUMNS[:-2]
+NO_NETWORK_FILE = "none"  # paths in these columns are absolute, so no file is named this
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,9 @@ def record_of(exp: Experiment) -> dict:
     content = json.dumps(exp.workload.trace.to_dict(), sort_keys=True, separators=(",", ":")).encode()
     trace_sha = hashlib.sha256(content).hexdigest()
     return {"experiment": exp.source or "", "trace": exp.workload.trace_path, "trace_sha256": trace_sha,
-            "compute": exp.workload.compute, "seed": exp.seed, "experiment_sha256": experiment_sha256(exp, trace_sha)}
+            "compute": exp.workload.compute, "seed": exp.seed, "experiment_sha256": experiment_sha256(exp, trace_sha),
+            "network_file": exp.network.path if exp.network is not None else NO_NETWORK_FILE,
+            "network_trace": exp.network_trace or NO_NETWORK_FILE}
 
 
 def experiment_sha256(exp: Experiment, trace_sha256: str) -> str:
@@ -88,13 +96,13 @@ def experiment_sha256(exp: Experiment, trace_sha256: str) -> str:
 
 
 def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
-    """The keys of the rows `path` already holds. Raises ConfigError when it is not a sweep CSV, holds a malformed
-    line, or holds rows of another experiment (their experiment_sha256 differs): those are never reused."""
+    """The keys of the rows `path` already holds. Raises ConfigError when it is not a sweep CSV (COLUMNS, or an
+    older one's OLD_COLUMNS), holds a malformed line, or holds rows of another experiment (their experiment_sha256
+    differs): those are never reused."""
     if not path.exists() or path.stat().st_size == 0:
         return set()
     import io
 
-    columns = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
     done = set()
     # Bytes, not read_text: its universal newlines made a row torn between "\r" and "\n" end in "\n", counted done
     # and then cut by _drop_partial_last_line, lost.
@@ -102,7 +110,8 @@ def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
     text = text[:text.rfind("\n") + 1]  # a torn last line (a killed write) is no row: that point runs again
     with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != columns:
+        columns = reader.fieldnames
+        if columns not in (COLUMNS, OLD_COLUMNS):
             raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
         for row in reader:
             if None in row or any(row[c] is None for c in columns) or not row["ranks"].isdigit():
@@ -115,6 +124,26 @@ def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
                                   "choose another -o, or delete the file to start over")
             done.add(tuple(row[k] for k in KEY_COLUMNS))
     return done
+
+
+def _upgrade_old_columns(path: Path, record: dict) -> None:
+    """Rewrite a sweep CSV of OLD_COLUMNS (written before the network columns) with COLUMNS, atomically, its rows
+    given this run's network_file and network_trace. Only after _done_keys found every row of this experiment: its
+    experiment_sha256 covers the network file (path and content) and the links calibrated from a network trace."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != OLD_COLUMNS:
+            return
+        rows = list(reader)
+    from simfog.files import atomic_open
+
+    network = {c: record[c] for c in COLUMNS if c not in OLD_COLUMNS}
+    with atomic_open(path) as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({**row, **network} for row in rows)
 
 
 def _drop_partial_last_line(path: Path) -> None:
@@ -143,11 +172,12 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     # the file is known to be this experiment's.
     done = _done_keys(out, record["experiment_sha256"])
     _drop_partial_last_line(out)
+    _upgrade_old_columns(out, record)
     todo = [p for p in points if p.key() not in done]
     new_file = not out.exists() or out.stat().st_size == 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a", newline="") as f, progress_bar(total=len(todo), enabled=progress, unit="exp") as bar:
-        writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
         if new_file:
             writer.writeheader()
             f.flush()
@@ -164,7 +194,7 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
         from simfog.files import atomic_open
 
         with atomic_open(out) as f:
-            writer = csv.DictWriter(f, fieldnames=KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows(ordered)
     return ordered

@@ -1,6 +1,7 @@
 """Titles of figures and result headers: what a number is of, in one line. A reader of a figure alone must see the
-model, the device its compute times come from, the network (the network file or measurement the links came from,
-else the links as written) and the collective, so they are built here once for every command."""
+model and the trace file it was measured in, the device its compute times come from, the network (the network file
+or measurement the links came from, else the links as written) and the collective, so they are built here once for
+every command."""
 
 from __future__ import annotations
 
@@ -34,5 +35,23 @@ def run_title(exp: Experiment, *, collective: str | None = None, ranks: bool = T
     where = f"{exp.ranks} ranks ({c.nodes} x {c.ranks_per_node})" if ranks else f"{c.ranks_per_node} per node"
     what = ", ".join(x for x in (extra, collective or exp.comm.collective) if x)
     title = (f"{t.model} (batch {t.batch_size}/rank) on {device(exp)}, {where}, {network(exp)}, {what}; "
-             f"{exp.workload.compute} layer times")
+             f"{exp.workload.compute} layer times of {trace(exp)}")
+    return title + (" [ESTIMATED inputs]" if exp.estimated else "")
+
+
+def trace(exp: Experiment) -> str:
+    """The trace file the layer times come from: 'trace resnet50-v100.json.gz'."""
+    return f"trace {Path(exp.workload.trace_path).name}"
+
+
+def plan_title(exp: Experiment, catalogue, what: str) -> str:
+    """'resnet50 (batch 32/GPU) on v100 at GPUs 16, 64; mean layer times of trace r50.json; catalogue
+    prices.toml (network files a100-ib.toml)': a plan's networks are its options', named by the catalogue (and the
+    network files its options use); `what` says what was asked (a target, fixed counts)."""
+    t = exp.workload.trace
+    files = sorted({Path(o.network.path).name for o in catalogue.options if o.network is not None})
+    where = f"catalogue {Path(catalogue.source).name}" if catalogue.source else "catalogue"
+    where += f" (network files {', '.join(files)})" if files else ""
+    title = (f"{t.model} (batch {t.batch_size}/GPU) on {device(exp)} {what}; {exp.workload.compute} layer times of "
+             f"{trace(exp)}; {where}")
     return title + (" [ESTIMATED inputs]" if exp.estimated else "")

@@ -73,6 +73,33 @@ def test_titles_name_model_device_network_file_and_collective(tmp_path):
     title = run_title(experiment.load(tmp_path / "e.toml"))
     assert title.startswith("toy (batch 8/rank) on ")
     assert "network a100-ib.toml" in title and "Gbit/s" not in title and "nccl" in title
+    assert title.endswith("; samples layer times of trace t.json")
     assert "16 ranks (2 x 8)" in title
     own = run_title(make_experiment(TRACE, collective="ring"), ranks=False)
     assert "NIC 10 Gbit/s" in own and "ring" in own and "2 per node" in own
+
+
+def test_plan_and_curve_figures_name_the_trace_and_network_files(tmp_path):
+    """A plan's networks are its options': its figure names the trace, the catalogue and the network files the
+    options use; a curve's names the trace and the network file of its experiment."""
+    from simfog.plan import load_catalogue
+    from simfog.pricing import plan_counts
+
+    make_trace([0.02, 0.03], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    network_file.save(tmp_path / "a100-ib.toml", nccl.NcclNetwork(230e9, 129.5e9, version="2.21.5"))
+    (tmp_path / "prices.toml").write_text(
+        'currency = "EUR"\n[[option]]\nname = "ib"\ngpus_per_node = 8\nmax_nodes = 4\nprice_per_gpu_hour = 1.0\n'
+        'network = "a100-ib.toml"\n[[option]]\nname = "eth"\ngpus_per_node = 8\nmax_nodes = 4\n'
+        'price_per_gpu_hour = 0.5\nintra_bandwidth = "100GB/s"\nnic_bandwidth = "25Gbit/s"\nnic_latency = "10us"\n')
+    (tmp_path / "e.toml").write_text('[workload]\ntrace = "t.json"\n[cluster]\nnodes = 2\ngpus_per_node = 8\n'
+                                     'network = "a100-ib.toml"\n[comm]\ncollective = "nccl"\n')
+    exp = experiment.load(tmp_path / "e.toml")
+    result = plan_counts(exp, load_catalogue(tmp_path / "prices.toml"), gpus=[8, 16])
+    title = plot.plan_figure(result).axes[0].get_title()
+    assert title == result.title
+    assert title.startswith("toy (batch 8/GPU) on ") and " at GPUs 8, 16; mean layer times of trace t.json" in title
+    assert title.endswith("; catalogue prices.toml (network files a100-ib.toml)")
+    df = pd.DataFrame({"ranks": [8, 16], "merge": "ddp", "collective": "nccl", "samples_per_s": [300.0, 500.0],
+                       "scaling_efficiency": [1.0, 0.9], "error": ""})
+    title = plot.curve_figure(df, run_title(exp, collective="nccl", ranks=False))._suptitle.get_text()
+    assert "of trace t.json" in title and "network a100-ib.toml" in title

@@ -218,3 +218,53 @@ def test_rows_sorted_by_the_sweeps_axes_and_a_resume_announced(tmp_path, capsys)
     ranks = [line.split()[0] for line in captured.out.splitlines() if line.strip()[:1].isdigit()]
     assert ranks == ["2", "2", "4", "4", "8", "8", "16", "16"]  # the earlier run's 8 kept, in its place
     assert [r["ranks"] for r in csv.DictReader(open(out))] == ranks
+
+
+def test_every_row_names_its_trace_and_network_file(tmp_path):
+    """A sweep CSV read on its own says which trace and network file its numbers came from; "none" (not an empty
+    cell, which reads as a lost value) where the experiment writes its links itself."""
+    from simfog import cli, nccl, network_file
+
+    make_trace([0.02, 0.03], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    network_file.save(tmp_path / "a100-ib.toml", nccl.NcclNetwork(230e9, 129.5e9, version="2.21.5"))
+    (tmp_path / "e.toml").write_text('[workload]\ntrace = "t.json"\n[cluster]\nnodes = 2\ngpus_per_node = 2\n'
+                                     'network = "a100-ib.toml"\n[comm]\ncollective = "nccl"\n')
+    out = tmp_path / "s.csv"
+    assert cli.main(["sweep", str(tmp_path / "e.toml"), "--ranks", "2,4", "-o", str(out), "--no-progress"]) == 0
+    rows = list(csv.DictReader(open(out, newline="")))
+    assert len(rows) == 2
+    for r in rows:
+        assert r["trace"] == str((tmp_path / "t.json").resolve())
+        assert r["network_file"] == str((tmp_path / "a100-ib.toml").resolve())
+        assert r["network_trace"] == "none"
+    plain = tmp_path / "plain.csv"
+    assert cli.main(["sweep", str(_exp_file(tmp_path, "a.toml", 1)), "--ranks", "2", "-o", str(plain),
+                     "--no-progress"]) == 0
+    (row,) = csv.DictReader(open(plain, newline=""))
+    assert row["network_file"] == row["network_trace"] == "none"
+
+
+def test_a_csv_written_before_the_network_columns_resumes(tmp_path, capsys):
+    """A sweep CSV of the columns sweeps wrote before network_file and network_trace (OLD_COLUMNS) still resumes:
+    its rows are reused, not rerun, and the file comes out with every column, its old rows given the network of
+    this same experiment (their experiment_sha256 says it is the same)."""
+    from simfog import cli
+
+    a = _exp_file(tmp_path, "a.toml", 1)
+    argv = ["sweep", str(a), "--merge", "wfbp", "--collective", "ring", "--no-progress"]
+    whole = tmp_path / "whole.csv"
+    assert cli.main([*argv, "--ranks", "2,4", "-o", str(whole)]) == 0
+    expected = list(csv.DictReader(open(whole, newline="")))
+    old = tmp_path / "old.csv"
+    with open(old, "w", newline="") as f:  # as an older simfog wrote it: the 2-rank row only, no network columns
+        writer = csv.DictWriter(f, fieldnames=sweep.OLD_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerow(expected[0])
+    assert "network_file" not in old.read_text()
+    capsys.readouterr()
+    assert cli.main([*argv, "--ranks", "2,4", "-o", str(old)]) == 0
+    assert f"resuming {old}: 1 of 2 rows reused from it, 1 to run" in capsys.readouterr().err
+    with open(old, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == sweep.COLUMNS
+        assert list(reader) == expected  # the reused row's numbers as written, the network columns filled

@@ -7,14 +7,15 @@ algorithms "neighbor" and "wagma", replay mode only: from gloo sendrecv microben
 Sharded algorithms, replay mode only: "fsdp" runs FSDP2 itself per unit (validate.ranks.fsdp), "zero2" a hand-written
 DeepSpeed stage 2 (validate.ranks.zero); fsdp rows also compare the measured memory peak with simfog's.
 Prints measured and predicted iteration time and the relative error per configuration, writes a CSV, optionally
-both timelines. torch is imported only when the command runs.
+both timelines and an HTML report: all in the folder -o DIR (output_paths; the older --csv, --out, --report and
+--timeline-dir name each path themselves). torch is imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -36,14 +37,24 @@ def add_arguments(parser) -> None:
                                         "(default: the file's comm.merge)")
     parser.add_argument("--iterations", type=int, help="override the measured iteration count")
     parser.add_argument("--warmup", type=int, default=2, help="iterations run first and dropped (default 2)")
-    parser.add_argument("--csv", metavar="CSV", help="where to write the comparison (default: a new folder "
+    parser.add_argument("-o", "--output", metavar="DIR",
+                        help="a folder (made if missing) for the files validate writes: DIR/validation.csv (with "
+                        "--bench: DIR/bench-validation.csv and the collected traces), and DIR/validation.html and "
+                        "DIR/timelines/ when --report or --timeline-dir is given without a path. The older options "
+                        "--csv, --out, --report FILE and --timeline-dir DIR still name each path (and win over -o). "
+                        "Default: a new folder simfog-out/validate-<UTC time>/ holding validation.csv (with --bench: "
+                        "bench-validation/)")
+    parser.add_argument("--csv", metavar="CSV", help="where to write the comparison (a file: the older spelling, "
+                        "kept for scripts; default DIR/validation.csv of -o, else a new folder "
                         "simfog-out/validate-<UTC time>/ holding validation.csv, or OUT/bench-validation.csv)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
-    parser.add_argument("--out", metavar="DIR", default="bench-validation",
-                        help="with --bench: directory for the CSV and collected traces (default bench-validation)")
-    parser.add_argument("--timeline-dir", metavar="DIR",
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --csv file (or -o's "
+                        "DIR/validation.csv)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="with --bench: directory for the CSV and collected traces (the older spelling of -o, "
+                        "kept for scripts; default bench-validation)")
+    parser.add_argument("--timeline-dir", metavar="DIR", nargs="?", const="",
                         help="write measured and predicted intervals (CSV, Result.intervals() schema) and Chrome "
-                             "traces per configuration")
+                             "traces per configuration, into DIR (without DIR: -o's DIR/timelines/)")
     net = parser.add_mutually_exclusive_group()
     net.add_argument("--loopback", action="store_true", help="plain loopback, no emulated network")
     net.add_argument("--emulate", action="store_true", help="fail unless the emulated network can be built")
@@ -71,9 +82,46 @@ def add_arguments(parser) -> None:
                              "read, the same on every host; make one with `python -m validate.launch.shared_dir "
                              "--new-secret FILE`): every request is signed with it")
     parser.add_argument("--show-calibration", action="store_true", help="print the calibration fit and residuals")
-    parser.add_argument("--report", metavar="OUT.html",
+    parser.add_argument("--report", metavar="OUT.html", nargs="?", const="",
                         help="also write one self-contained HTML page: the table, measured vs predicted with error "
-                             "bars, both timelines side by side and the calibration residuals")
+                             "bars, both timelines side by side and the calibration residuals (without OUT.html: "
+                             "-o's DIR/validation.html, with --bench OUT/validation.html)")
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where validate writes: the comparison CSV (None: a new folder simfog-out/validate-<UTC time>/, or with
+    --bench OUT/bench-validation.csv), the bench's folder, the HTML report and the timelines' folder (None: not
+    written)."""
+
+    csv: str | None
+    bench_dir: str
+    report: str | None
+    timelines: str | None
+
+
+def output_paths(args) -> OutputPaths:
+    """The paths -o DIR and the older --csv, --out, --report and --timeline-dir name (simfog.commands.outputs'
+    convention: -o is a folder, since validate writes several files; each older option still names its own path
+    and wins over -o). Raises ConfigError for -o naming a file, or --report / --timeline-dir without a path and no
+    folder to put them in."""
+    from simfog.commands.outputs import folder_prefix
+    from simfog.errors import ConfigError
+
+    prefix = folder_prefix(args.output, "validation") if args.output is not None else None
+    bench_dir = args.out or args.output or "bench-validation"
+    folder = args.output if args.output is not None else (bench_dir if args.bench else None)
+    csv = args.csv or (f"{prefix}.csv" if prefix is not None and not args.bench else None)
+
+    def in_folder(option: str, value: str | None, name: str) -> str | None:
+        if value is None or value != "":
+            return value
+        if folder is None:
+            raise ConfigError(option, "(no path)", f"a path, or -o DIR to write DIR/{name}")
+        return str(Path(folder) / name)
+
+    return OutputPaths(csv, bench_dir, in_folder("--report", args.report, "validation.html"),
+                       in_folder("--timeline-dir", args.timeline_dir, "timelines"))
 
 
 def run(args) -> int:
@@ -83,7 +131,8 @@ def run(args) -> int:
     from validate.comparison import compare
     from validate.run import Options, export_timelines, validate_experiment
 
-    refuse_existing([args.csv], force=args.force, option="--csv")  # before the real runs, not after
+    paths = output_paths(args)
+    refuse_existing([paths.csv], force=args.force, option="--csv" if args.csv else "-o")  # before the real runs
     emulate = False if args.loopback else (True if args.emulate else None)
     if args.warmup is None or args.warmup < 1:
         raise ConfigError("--warmup", args.warmup, "an integer >= 1")
@@ -118,19 +167,19 @@ def run(args) -> int:
             raise ConfigError("--repeat", args.repeat, "an integer >= 1")
         from validate.bench import repeat_summary
 
-        runs: list | None = [] if args.report else None
+        runs: list | None = [] if paths.report else None
         all_rows = []
         for k in range(args.repeat):
-            csv_path = args.csv if args.repeat == 1 else str(Path(args.csv or Path(args.out) /
-                                                                  "bench-validation.csv").with_suffix(f".run{k + 1}.csv"))
+            whole = Path(paths.csv or Path(paths.bench_dir) / "bench-validation.csv")
+            csv_path = paths.csv if args.repeat == 1 else str(whole.with_suffix(f".run{k + 1}.csv"))
             if args.repeat > 1:
                 print(f"== bench run {k + 1} of {args.repeat}")
-            all_rows.append(run_bench(args.out, quick=args.quick, options=options, log=print, csv_path=csv_path,
-                                      runs=runs))
+            all_rows.append(run_bench(paths.bench_dir, quick=args.quick, options=options, log=print,
+                                      csv_path=csv_path, runs=runs))
         if args.repeat > 1:
             print(repeat_summary(all_rows))
-        if args.report:
-            _report(args.report, runs, "simfog validate --bench" + (" --quick" if args.quick else ""), log)
+        if paths.report:
+            _report(paths.report, runs, "simfog validate --bench" + (" --quick" if args.quick else ""), log)
         return 1 if any(r.get("error") for rows in all_rows for r in rows) else 0
     if not args.file:
         raise ConfigError("file", "(missing)", "an experiment TOML file, or --bench")
@@ -139,7 +188,7 @@ def run(args) -> int:
     from simfog import jobs
 
     if jobs.is_jobs_file(args.file):
-        return _validate_jobs(args, options, log)
+        return _validate_jobs(args, paths, options, log)
     exp = experiment.load(args.file)
     if args.iterations is not None:
         exp = replace(exp, iterations=args.iterations)
@@ -152,24 +201,24 @@ def run(args) -> int:
     if args.show_calibration and group.calibration is not None:
         print(group.calibration.report())
     print(compare.format_table(group.rows))
-    _write_rows(group.rows, args.csv, log)
-    if args.timeline_dir:
+    _write_rows(group.rows, paths.csv, log)
+    if paths.timelines:
         for v in group.validations:
-            for p in export_timelines(v, args.timeline_dir):
+            for p in export_timelines(v, paths.timelines):
                 log(f"wrote {p}")
-    if args.report:
-        _report(args.report, [group], f"simfog validate {args.file}", log)
+    if paths.report:
+        _report(paths.report, [group], f"simfog validate {args.file}", log)
     return 1 if any(r.get("error") for r in group.rows) else 0
 
 
-def _validate_jobs(args, options, log) -> int:
+def _validate_jobs(args, paths: OutputPaths, options, log) -> int:
     """A jobs file: every job alone and all together on one emulated fabric (validate.jobs)."""
     from simfog import jobs
     from simfog.errors import ConfigError
     from validate.comparison import compare
     from validate.jobs import format_slowdowns, validate_jobs
 
-    for flag, value in (("--merge", args.merge), ("--timeline-dir", args.timeline_dir), ("--report", args.report)):
+    for flag, value in (("--merge", args.merge), ("--timeline-dir", paths.timelines), ("--report", paths.report)):
         if value:
             raise ConfigError(flag, value, f"left out for a jobs file ({args.file}: each job's [comm] says its "
                               "merge; timelines and reports are of single experiments)")
@@ -179,7 +228,7 @@ def _validate_jobs(args, options, log) -> int:
     run = validate_jobs(loaded, options, source=args.file, log=log)
     print(compare.format_table(run.rows))
     print(format_slowdowns(run.rows))
-    _write_rows(run.rows, args.csv, log)
+    _write_rows(run.rows, paths.csv, log)
     return 1 if any(r.get("error") for r in run.rows) else 0
 
 
