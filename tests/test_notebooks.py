@@ -29,7 +29,8 @@ REF = ROOT / ".." / "shared" / "ref" / "mgwfbp-googlenet"
 CELL_TIMEOUT_S = 120
 TOL = 1e-9  # relative: the same plan simulated two ways may differ by float rounding only
 ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-bagua-algorithms.ipynb",
-       "04-tune-threshold.ipynb", "05-capacity-plan.ipynb", "06-sharded-data-parallel.ipynb"]
+       "04-tune-threshold.ipynb", "05-capacity-plan.ipynb", "06-sharded-data-parallel.ipynb",
+       "07-shared-fabric-jobs.ipynb"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
@@ -212,6 +213,43 @@ def test_sharded_data_parallel(run_small):
     _figure(figures, "sharded-gpt2-a100.png")
     _figure(figures, "sharded-bertbase-a100.png")
     _figure(figures, "sharded-tune-gpt2-a100.png")
+
+
+def test_shared_fabric_jobs(run_small):
+    results, figures = run_notebook("07-shared-fabric-jobs.ipynb", run_small)
+    runs = _of(results, "jobs-placement")
+    assert {(r["pair"], r["placement"]) for r in runs} == {(p, q) for p in ("two DDP", "DDP + FSDP")
+                                                           for q in ("contiguous", "scattered")}
+    for r in runs:
+        assert r["estimated"] is False and r["converged"] and r["oversubscription"] == 4  # measured H200 traces
+        nodes = [set(j["nodes"]) for j in r["jobs"]]
+        assert len(nodes) == 2 and not nodes[0] & nodes[1] and all(len(n) == 8 for n in nodes)
+        for j in r["jobs"]:
+            assert j["slowdown"] == pytest.approx(j["together_s"] / j["alone_s"], rel=1e-12)
+            # another job's traffic only takes bandwidth away: never faster, never less time on the network
+            assert j["together_s"] >= j["alone_s"] * (1 - TOL) and j["duty_together"] >= j["duty_alone"] * (1 - TOL)
+        if r["placement"] == "contiguous":  # 8 nodes each on 8-node leaves: one leaf each, no shared link
+            assert [sorted(n) for n in nodes] == [list(range(8)), list(range(8, 16))]
+            assert all(j["slowdown"] == 1.0 for j in r["jobs"]) and r["rounds"] == 1
+    scattered = {r["pair"]: r for r in runs if r["placement"] == "scattered"}
+    # the README's worked example (examples/jobs/two-ddp.toml): both DDP jobs slowed by their shared 4:1 uplinks
+    assert all(j["slowdown"] > 1.1 for j in scattered["two DDP"]["jobs"])
+    # a job's time alone depends on its own experiment and nodes only, not on the job beside it
+    for placement in ("contiguous", "scattered"):
+        bert = [j["alone_s"] for r in runs if r["placement"] == placement for j in r["jobs"] if j["job"] == "bert-ddp"]
+        assert len(bert) == 2 and bert[0] == bert[1]
+    sweeps = _of(results, "jobs-oversubscription")
+    assert len(sweeps) == 4
+    for s in sweeps:
+        assert s["oversubscription"] == [1, 2, 4] and s["draws"] == 2 and s["converged"]
+        assert s["slowdown_min"][0] == s["slowdown_max"][0] == 1.0  # a non-blocking fat tree: jobs never meet
+        for lo, mid, hi in zip(s["slowdown_min"], s["slowdown_median"], s["slowdown_max"], strict=True):
+            assert 1.0 <= lo <= mid <= hi
+        assert s["slowdown_median"] == sorted(s["slowdown_median"])  # fewer uplinks never help
+    example = scattered["two DDP"]["jobs"]
+    worst = {s["job"]: s["slowdown_max"][-1] for s in sweeps if s["pair"] == "two DDP"}
+    assert all(worst[j["job"]] >= j["slowdown"] for j in example)  # the example's seeds are draw 0
+    _figure(figures, "jobs-slowdown-oversubscription.png")
 
 
 @pytest.mark.parametrize("name", ALL)
