@@ -210,7 +210,8 @@ def summary_fields(result, iv: Interval, eff: Interval) -> dict:
     s = result.summary()
     rate = iv.reciprocal(s["samples_per_s"] * iv.value)
     return {**iv.to_dict("iteration_time", "_s"), "samples_per_s_lo": rate.lo, "samples_per_s_hi": rate.hi,
-            "scaling_efficiency_lo": eff.lo, "scaling_efficiency_hi": eff.hi, "interval_level": iv.level,
+            # parts combined in log space can pass 1, which no run reaches (single-rank time / iteration time)
+            "scaling_efficiency_lo": eff.lo, "scaling_efficiency_hi": min(eff.hi, 1.0), "interval_level": iv.level,
             "interval_parts": {p.name: {"share": iv.shares[p.name], "below": p.below, "above": p.above,
                                         "source": p.source, "measured": p.measured} for p in iv.parts},
             "interval_unmeasured": list(iv.unmeasured)}

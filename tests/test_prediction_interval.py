@@ -82,6 +82,10 @@ def test_simulate_prints_and_json_carries_the_interval(capsys):
                                                   / s["iteration_time_lo_s"])
     assert sum(p["share"] for p in s["interval_parts"].values()) == pytest.approx(1.0)
     assert s["interval_unmeasured"] == ["network"]
+    # an efficiency is a single rank's time over the iteration's: never above 1, whatever the parts' spread
+    assert s["scaling_efficiency_lo"] <= s["scaling_efficiency"] <= s["scaling_efficiency_hi"] <= 1.0
+    assert main(["simulate", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scaling_efficiency_hi"] == 1.0  # 48.6 % with a ×/2 network part
     # the API's summary: the same keys and numbers
     api = simfog.simulate(simfog.load(), level=0.8).summary()
     for key in ("iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo", "samples_per_s_hi",
