@@ -11,9 +11,9 @@ Result.
 from __future__ import annotations
 
 import time
+from functools import cached_property
 
 import numpy as np
-import simpy
 
 from simfog import algorithms
 from simfog.engine.compute import ComputeModel
@@ -41,7 +41,6 @@ class Simulation:
         self.experiment = exp = experiment
         self.algorithm_class = algorithm
         self.path_requested = path
-        self.env = simpy.Environment()
         self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
         self.cost = exp.cost_model()
         allowed = self.symmetric_allowed()
@@ -63,6 +62,13 @@ class Simulation:
         slowed = self.algorithm.backward_s
         self.backward_s = self.compute.backward_s if slowed is None else slowed
         self.memory = self._memory()
+
+    @cached_property
+    def env(self):
+        """The event engine's clock, made on first use: a run its closed form solves never imports SimPy."""
+        import simpy
+
+        return simpy.Environment()
 
     def _memory(self):
         """Memory per rank (the algorithm's `memory()`). Raises Infeasible when it exceeds the cluster's

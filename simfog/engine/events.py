@@ -4,9 +4,12 @@ links (processor sharing). SimPy only; they know nothing of algorithms, traces o
 
 from __future__ import annotations
 
-import simpy
+from typing import TYPE_CHECKING
 
 from simfog.engine.sharing import INF, SharedResource
+
+if TYPE_CHECKING:  # SimPy is imported only when a run takes the event engine (start-up of every command)
+    import simpy
 
 
 class Collective:

@@ -11,10 +11,12 @@ networks or traces; durations come as numbers.
 from __future__ import annotations
 
 import gc
-
-import simpy
+from typing import TYPE_CHECKING
 
 from simfog.progress import bar
+
+if TYPE_CHECKING:  # SimPy is imported only when a run takes the event engine (start-up of every command)
+    import simpy
 
 
 def rank_program(env: simpy.Environment, algorithm, rank: int, iterations: int, draws, times, record, finished,
