@@ -37,6 +37,10 @@ SWEEP_DTYPES = {
     "compute_s": "float64", "comm_s": "float64", "comm_exposed_s": "float64", "idle_s": "float64",
     "overlap_fraction": "float64", "buckets": "Int64", "memory_peak_B": "float64", "memory_complete": "boolean",
     "estimated": "boolean", "error": "str",
+    # with a level (simfog.sweeps.INTERVAL_COLUMNS); interval_level NaN and the bounds NaN without
+    "interval_level": "float64", "iteration_time_lo_s": "float64", "iteration_time_hi_s": "float64",
+    "samples_per_s_lo": "float64", "samples_per_s_hi": "float64", "scaling_efficiency_lo": "float64",
+    "scaling_efficiency_hi": "float64", "interval_unmeasured": "str",
 }
 
 
@@ -84,7 +88,8 @@ def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None 
 def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int] | None = None,
           merge: str | Iterable[str] | None = None, collective: str | Iterable[str] | None = None,
           threshold: str | float | Iterable[str | float] | None = None, *, jobs: int = 1,
-          output: str | os.PathLike | None = None, progress: bool = False) -> pd.DataFrame:
+          output: str | os.PathLike | None = None, progress: bool = False,
+          level: float | None = None) -> pd.DataFrame:
     """Simulate every combination of `ranks` × `merge` × `collective` × `threshold` (each one value or a list;
     None: the experiment's own). Returns one row per point, in grid order, with the columns of the
     `simfog sweep` CSV typed (SWEEP_DTYPES): ranks int64, seconds and rates float64, buckets Int64, estimated
@@ -92,7 +97,8 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
     rhd on 6 ranks, has the reason there and no numbers). Thresholds are sizes ("25MiB") or numbers of bytes.
 
     `jobs` runs points in that many processes. `output` names a CSV to append to and resume from, exactly as
-    `simfog sweep -o`; by default nothing is written.
+    `simfog sweep -o`; by default nothing is written. `level` (e.g. 0.9) adds each row's prediction interval, as
+    `simfog sweep --level` (iteration_time_lo_s ... interval_unmeasured; 5 simulations a row instead of 1).
 
         >>> df = simfog.sweep(exp, ranks=[8, 64], merge=["ddp", "mgwfbp"], collective="ring")
         >>> df.pivot(index="ranks", columns="merge", values="scaling_efficiency")
@@ -117,11 +123,15 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
                           for t in thresholds]
         points = sweeps.checked_points(exp, _values(ranks, "ranks"), _values(merge, "merge"),
                                        _values(collective, "collective"), thresholds)
+    if level is not None:
+        from simfog.uncertainty import check_level
+
+        level = check_level(level, "level")
     if output is None:
         with tempfile.TemporaryDirectory(prefix="simfog-sweep-") as tmp:
-            rows = sweeps.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress)
+            rows = sweeps.run(exp, points, Path(tmp) / "sweep.csv", jobs=jobs, progress=progress, level=level)
     else:
-        rows = sweeps.run(exp, points, output, jobs=jobs, progress=progress)
+        rows = sweeps.run(exp, points, output, jobs=jobs, progress=progress, level=level)
     return sweep_frame(rows, points)
 
 
@@ -142,8 +152,8 @@ def sweep_frame(rows: list[dict], points) -> pd.DataFrame:
             df[col] = df[col].fillna("").astype(str)
         elif dtype == "boolean":  # the CSV holds "True", "False" or "" (no result)
             df[col] = df[col].map({"True": True, "False": False}).astype("boolean")
-        else:  # "" (no result) becomes NaN / <NA>
-            df[col] = pd.to_numeric(df[col].mask(df[col] == "")).astype(dtype)
+        else:  # "" (no result) and "none" (no interval asked for) become NaN / <NA>
+            df[col] = pd.to_numeric(df[col].mask(df[col].isin(("", "none")))).astype(dtype)
     return df
 
 

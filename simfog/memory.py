@@ -129,8 +129,8 @@ def buffer_bytes(merge: str, buckets, model_B: float) -> tuple[float, str]:
 
 def estimate(experiment, buckets=()) -> Memory:
     """Memory per rank of `experiment` (see the module docstring); `buckets`: the buckets the algorithm ran
-    (Result.buckets: dicts with "bytes" and "tensors"), for the buffers. Sharded algorithms provide their own (`memory(experiment)` on the
-    algorithm class), which this does not cover."""
+    (Result.buckets: dicts with "bytes" and "tensors"), for the buffers. Sharded algorithms provide their own
+    (`memory(experiment)` on the algorithm class), which this does not cover."""
     trace = experiment.workload.trace
     params = float(trace.nbytes)
     optimizer = getattr(experiment.workload, "optimizer", DEFAULT_OPTIMIZER)

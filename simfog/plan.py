@@ -257,17 +257,32 @@ class PlanResult:
         return ok.sort_values([self.cost_column, "gpus"], kind="stable").reset_index(drop=True)
 
 
+def interval_level(confidence: float | None) -> float | None:
+    """The two-sided interval level whose lower bound holds with one-sided `confidence` (0.9 -> 0.8: 5 % of
+    outcomes lie below the 90 % interval, 10 % below the 80 % one). Raises ConfigError unless 0.5 < confidence <
+    1."""
+    if confidence is None:
+        return None
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 < confidence < 1:
+        raise ConfigError("--confidence", confidence, "a probability in (0.5, 1), e.g. 0.9: the throughput is "
+                          "reached with that confidence")
+    return 2 * confidence - 1
+
+
 def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, epoch_samples: float | None = None,
-         samples: bool = False) -> PlanResult:
+         samples: bool = False, confidence: float | None = None) -> PlanResult:
     """The cheapest configurations of `catalogue` reaching `target_samples_per_s` for the workload of `exp`.
-    `epoch_samples`: also report the time and cost of one epoch, and rank by cost per epoch. Returns a PlanResult.
-    Raises ConfigError for a target <= 0 or a "threshold" merge without a threshold in the workload; Infeasible
-    when no configuration reaches the target (its message names the best reachable; `.result` holds the
-    PlanResult)."""
+    `epoch_samples`: also report the time and cost of one epoch, and rank by cost per epoch. `confidence` (e.g.
+    0.9): a configuration meets the target only when the lower bound of its throughput's interval at that one-sided
+    confidence does (simfog.prediction_interval; rows gain samples_per_s_lo/hi, iteration_time_lo_s/hi_s and
+    interval_unmeasured; 5 simulations a configuration). Returns a PlanResult. Raises ConfigError for a target <= 0,
+    a bad confidence or a "threshold" merge without a threshold in the workload; Infeasible when no configuration
+    reaches the target (its message names the best reachable; `.result` holds the PlanResult)."""
     from simfog.progress import bar as progress_bar
 
     if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
         raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")
+    level = interval_level(confidence)
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
@@ -276,8 +291,9 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
 
         def meets(gpus: int, base=base, opt=opt, coll=coll, m=m) -> bool:  # this series' point
             bar.update(1)
-            row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples)
-            row["meets_target"] = bool(not row["error"] and row["samples_per_s"] >= target_samples_per_s)
+            row = evaluate_configuration(base, opt, coll, m, gpus, exp.comm.threshold_bytes, epoch_samples, level)
+            reached = row.get("samples_per_s_lo" if level is not None else "samples_per_s")
+            row["meets_target"] = bool(not row["error"] and reached >= target_samples_per_s)
             rows.append(row)
             return row["meets_target"]
 
@@ -294,8 +310,11 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     bar.close()
     df = candidates_frame(rows, epoch_samples)
     title = plan_title(exp, catalogue, f"for a target of {target_samples_per_s:,.1f} samples/s")
+    if confidence is not None:
+        title += f", reached with {100 * confidence:g} % confidence"
     result = PlanResult(df, None, float(target_samples_per_s), catalogue.currency, epoch_samples, title,
-                        {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
+                        {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated),
+                         "confidence": confidence})
     ok = result.feasible()
     if len(ok):
         return replace(result, best=ok.iloc[0].to_dict())
@@ -329,11 +348,13 @@ def series(exp: Experiment, catalogue: Catalogue):
 
 
 def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str, merge: str, gpus: int,
-              threshold_bytes: float | None, epoch_samples: float | None) -> dict:
-    """One configuration's row: its prediction (or error) and its cost."""
+                           threshold_bytes: float | None, epoch_samples: float | None,
+                           level: float | None = None) -> dict:
+    """One configuration's row: its prediction (or error), with its interval at `level` (None: none), and its
+    cost."""
     from simfog.sweeps import Point, run_point
 
-    r = run_point(base, Point(gpus, merge, collective, threshold_bytes))
+    r = run_point(base, Point(gpus, merge, collective, threshold_bytes), level)
     row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node), "collective": collective,
            "merge": merge, "error": r["error"]}
     if not r["error"]:
@@ -344,6 +365,9 @@ def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str
                    # False: the trace has no activation bytes, the peak counts the rest only
                    memory_complete=r.get("memory_complete") in (True, "True"),
                    cost_per_hour=gpus * opt.price_per_gpu_hour)
+        if level is not None:
+            row.update({c: float(r[c]) for c in ("samples_per_s_lo", "samples_per_s_hi", "iteration_time_lo_s",
+                                                 "iteration_time_hi_s")}, interval_unmeasured=r["interval_unmeasured"])
         if epoch_samples:
             row["epoch_time_s"] = epoch_samples / sps
             row["cost_per_epoch"] = row["cost_per_hour"] * row["epoch_time_s"] / 3600
@@ -357,7 +381,9 @@ def candidates_frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFr
     cols = ["option", "gpus", "nodes", "collective", "merge", "iteration_time_s", "samples_per_s",
             "scaling_efficiency", "memory_peak_B", "memory_complete", "cost_per_hour"] + (
         ["epoch_time_s", "cost_per_epoch"] if epoch_samples else []) + (
-        ["fabric_cost"] if any("fabric_cost" in r for r in rows) else [])
+        ["fabric_cost"] if any("fabric_cost" in r for r in rows) else []) + (
+        ["samples_per_s_lo", "samples_per_s_hi", "iteration_time_lo_s", "iteration_time_hi_s", "interval_unmeasured"]
+        if any("samples_per_s_lo" in r for r in rows) else [])
     return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error"])
 
 

@@ -175,7 +175,8 @@ def _series_label(row: pd.Series, vary: list[str]) -> str:
 
 def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
     """Two panels against ranks (log2 x): throughput (samples/s, log y, with ideal linear scaling dashed) and
-    scaling efficiency (%). One line per merge policy / collective in `df` (columns of a simfog sweep CSV)."""
+    scaling efficiency (%). One line per merge policy / collective in `df` (columns of a simfog sweep CSV), each
+    with its prediction interval shaded where the rows carry one (a sweep run with --level)."""
     fig = Figure(figsize=(11, 4.5))
     ax_t, ax_e = fig.subplots(1, 2)
     ok = df[df["error"].fillna("") == ""] if "error" in df else df
@@ -187,6 +188,13 @@ def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
         # clip_on False: points at 100 % sit on the axis' top edge, whole
         ax_e.plot(part.ranks, 100 * part.scaling_efficiency, "o-", ms=4, color=line.get_color(), label=label,
                   clip_on=False)
+        band = part.reindex(columns=["samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo",
+                                     "scaling_efficiency_hi"]).apply(pd.to_numeric, errors="coerce")
+        if band.notna().all().all():
+            ax_t.fill_between(part.ranks, band.samples_per_s_lo, band.samples_per_s_hi, color=line.get_color(),
+                              alpha=0.15, lw=0)
+            ax_e.fill_between(part.ranks, 100 * band.scaling_efficiency_lo, 100 * band.scaling_efficiency_hi,
+                              color=line.get_color(), alpha=0.15, lw=0)
     if len(ok):
         # Ideal: ranks x the single-rank throughput (= samples_per_s / scaling_efficiency of any row).
         per_rank = float((ok.samples_per_s / ok.scaling_efficiency / ok.ranks).iloc[0])
@@ -200,6 +208,10 @@ def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
     ax_t.set_ylabel("throughput (samples/s), log scale")
     ax_e.set_ylabel("scaling efficiency (%)")
     ax_e.set_ylim(0, 100)
+    levels = pd.to_numeric(ok.get("interval_level", pd.Series(dtype=float)), errors="coerce").dropna()
+    if len(levels):
+        ax_e.text(0.01, 0.01, f"shaded: {100 * levels.iloc[0]:g} % prediction interval", transform=ax_e.transAxes,
+                  fontsize=8, color="0.3")
     ax_t.legend(fontsize=8, title=" / ".join(vary) or None, title_fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)

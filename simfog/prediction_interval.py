@@ -198,6 +198,39 @@ def intervals(result, level: float, *, extrapolated: list[str] | None = None) ->
     return combine(t, level, on_time), combine(eff, level, on_eff)
 
 
+def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAULT_LEVEL) -> Interval:
+    """The interval of t(slower) / t(faster), the mean iteration times of two runs of one workload on one cluster
+    (two settings a tuner compares). The model's error is shared: each part's inputs go to their bounds in both
+    runs at once (the same faster compute, the same slower network), and the part's effect is how far that moves the
+    ratio, combined as simfog.uncertainty.combine says. A part that slows both runs alike leaves the ratio where it
+    is; one that changes which run waits on what moves it. Parts as `intervals` (module docstring), the network's
+    from the collectives of both runs; 1 + 4 x (parts with a width) simulations more than the two runs."""
+    level = check_level(level, "level")
+    runs = [simulate(e) for e in (slower, faster)]
+    times = [r.summary()["iteration_time_s"] for r in runs]
+    ratio = times[0] / times[1]
+    buckets = [b for r in runs for b in r.buckets]
+    parts = [compute_part(slower.workload.trace, level),
+             network_part(slower, buckets, level, extrapolated(slower, buckets))]
+    on_ratio = []
+    for p in parts:
+        if p.below == 0 and p.above == 0:
+            on_ratio.append(p)
+            continue
+        try:
+            bounds = []
+            for w in (-p.below, p.above):
+                a, b = (simulate(SCALERS[p.name](e, math.exp(w))).summary()["iteration_time_s"]
+                        for e in (slower, faster))
+                bounds.append(a / b)
+        except SimfogError as e:
+            on_ratio.append(replace(p, source=p.source + f" (a bound's run failed: {str(e)[:100]}; the part's whole "
+                                                          "factor taken)"))
+            continue
+        on_ratio.append(effect(p.name, ratio, *bounds, p.source, p.measured))
+    return combine(ratio, level, on_ratio)
+
+
 def iteration_interval(result, level: float, *, extrapolated: list[str] | None = None) -> Interval:
     """The interval of `result`'s mean iteration time at `level` (module docstring)."""
     return intervals(result, level, extrapolated=extrapolated)[0]

@@ -9,7 +9,15 @@ from dataclasses import replace
 
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS, Experiment
-from simfog.plan import Catalogue, ClusterOption, PlanResult, candidates_frame, evaluate_configuration, series
+from simfog.plan import (
+    Catalogue,
+    ClusterOption,
+    PlanResult,
+    candidates_frame,
+    evaluate_configuration,
+    interval_level,
+    series,
+)
 from simfog.titles import plan_title
 
 
@@ -46,12 +54,13 @@ def priced(rows: list[dict], option: ClusterOption, epoch_samples: float | None 
 
 def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None = None,
                 nodes: list[int] | None = None, epoch_samples: float | None = None,
-                samples: bool = False) -> PlanResult:
+                samples: bool = False, confidence: float | None = None) -> PlanResult:
     """Every option, collective and merge policy of `catalogue` at fixed counts, with no target: `gpus` (GPU
     counts; a count above one node must be whole nodes of the option) or `nodes` (whole nodes of each option),
     one of the two. A count an option cannot hold (not whole nodes, over max_nodes) is a row with its `error`.
-    Returns a PlanResult whose target is NaN, best None, and candidates sorted by GPUs, then cost. Raises
-    ConfigError for bad counts."""
+    `confidence`: each row gains its interval's bounds at that one-sided confidence (simfog.plan.plan). Returns a
+    PlanResult whose target is NaN, best None, and candidates sorted by GPUs, then cost. Raises ConfigError for bad
+    counts or confidence."""
     from simfog.progress import bar as progress_bar
 
     if (gpus is None) == (nodes is None):
@@ -60,6 +69,7 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
     if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RANK_ITERATIONS
                          for n in counts):
         raise ConfigError(name, counts, f"comma-separated integers in 1..{MAX_RANK_ITERATIONS:,}, e.g. 16,64,256")
+    level = interval_level(confidence)
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []
@@ -73,7 +83,8 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
                              "collective": coll, "merge": m, "error": why})
                 continue
             bar.update(1)
-            rows.append(evaluate_configuration(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples))
+            rows.append(evaluate_configuration(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples,
+                                               level))
     bar.close()
     df = candidates_frame(rows, epoch_samples).drop(columns=["meets_target"])
     df["error"] = df["error"].fillna("")
@@ -83,7 +94,8 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
         ("nodes " + ", ".join(map(str, sorted(set(counts)))))
     title = plan_title(exp, catalogue, f"at {what}")
     return PlanResult(df, None, math.nan, catalogue.currency, epoch_samples, title,
-                      {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated)})
+                      {"catalogue": catalogue.source, "note": catalogue.note, "estimated": bool(exp.estimated),
+                       "confidence": confidence})
 
 
 def _unusable(opt: ClusterOption, gpus: int) -> str:

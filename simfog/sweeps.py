@@ -7,6 +7,7 @@ point is appended to the CSV at once as one complete row, so an interrupted swee
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import os
 from collections.abc import Iterable, Sequence
@@ -27,9 +28,17 @@ SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "c
 # experiment writes its links itself: a stated value rather than an empty cell, which reads as a lost one).
 RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "experiment_sha256", "network_file",
                   "network_trace"]
-COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
-# The columns of sweep CSVs written before network_file and network_trace were recorded: such a file still resumes.
-OLD_COLUMNS = COLUMNS[:-2]
+# A row's prediction interval (simfog.prediction_interval) at the sweep's level (`--level`; 5 simulations a row
+# instead of 1): NO_INTERVAL in interval_level and the rest empty when the sweep was asked for none.
+# interval_unmeasured: the parts nothing measured (they took a stated width), comma-separated.
+INTERVAL_COLUMNS = ["interval_level", "iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo",
+                    "samples_per_s_hi", "scaling_efficiency_lo", "scaling_efficiency_hi", "interval_unmeasured"]
+NO_INTERVAL = "none"
+COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS + INTERVAL_COLUMNS
+# The columns of sweep CSVs written before the intervals, and before network_file and network_trace were recorded:
+# such files still resume (their rows have no interval).
+PREVIOUS_COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
+OLD_COLUMNS = PREVIOUS_COLUMNS[:-2]
 NO_NETWORK_FILE = "none"  # paths in these columns are absolute, so no file is named this
 
 
@@ -55,17 +64,26 @@ def grid(ranks: Sequence[int], merges: Sequence[str], collectives: Sequence[str]
     return [Point(r, m, c, t) for r, m, c, t in itertools.product(ranks, merges, collectives, thresholds)]
 
 
-def run_point(exp: Experiment, point: Point) -> dict:
-    """Simulate one point; a well-formed but impossible point (e.g. rhd on 6 ranks) gives a row with `error`."""
+def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict:
+    """Simulate one point, with its prediction interval at `level` (None: none; INTERVAL_COLUMNS); a well-formed but
+    impossible point (e.g. rhd on 6 ranks) gives a row with `error`."""
     from simfog.simulation import simulate
 
     row = {"ranks": point.ranks, "merge": point.merge, "collective": point.collective,
            "threshold_bytes": "" if point.threshold_bytes is None else float(point.threshold_bytes)}
+    none = {c: "" for c in INTERVAL_COLUMNS} | {"interval_level": NO_INTERVAL if level is None else level}
     try:
-        s = simulate(point.apply(exp)).summary()
+        result = simulate(point.apply(exp))
+        if level is not None:
+            from simfog.prediction_interval import attach
+
+            attach(result, level)
+        s = result.summary()
     except SimfogError as e:
-        return {**row, **{c: "" for c in SUMMARY_COLUMNS}, "error": str(e)}
-    return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, "error": ""}
+        return {**row, **{c: "" for c in SUMMARY_COLUMNS}, **none, "error": str(e)}
+    interval = none if level is None else {c: s[c] for c in INTERVAL_COLUMNS[:-1]} | {
+        "interval_unmeasured": ",".join(s["interval_unmeasured"])}
+    return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, **interval, "error": ""}
 
 
 def record_of(exp: Experiment) -> dict:
@@ -95,10 +113,10 @@ def experiment_sha256(exp: Experiment, trace_sha256: str) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
+def _done_keys(path: Path, experiment_sha: str, level: float | None = None) -> set[tuple]:
     """The keys of the rows `path` already holds. Raises ConfigError when it is not a sweep CSV (COLUMNS, or an
-    older one's OLD_COLUMNS), holds a malformed line, or holds rows of another experiment (their experiment_sha256
-    differs): those are never reused."""
+    older one's PREVIOUS_COLUMNS or OLD_COLUMNS), holds a malformed line, or holds rows of another experiment (their
+    experiment_sha256 differs) or of another interval level than `level`: those are never reused."""
     if not path.exists() or path.stat().st_size == 0:
         return set()
     import io
@@ -111,8 +129,9 @@ def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
     with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames
-        if columns not in (COLUMNS, OLD_COLUMNS):
+        if columns not in (COLUMNS, PREVIOUS_COLUMNS, OLD_COLUMNS):
             raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
+        wanted = _level_text(level)
         for row in reader:
             if None in row or any(row[c] is None for c in columns) or not row["ranks"].isdigit():
                 raise ConfigError("output", f"{path} line {reader.line_num}", "a sweep CSV whose every line is one "
@@ -122,28 +141,42 @@ def _done_keys(path: Path, experiment_sha: str) -> set[tuple]:
                                   f"another (experiment_sha256 {row['experiment_sha256'][:12]}..., this one "
                                   f"{experiment_sha[:12]}...: trace, seed, iterations, mode, cluster or comm differ); "
                                   "choose another -o, or delete the file to start over")
+            held = _level_text(row.get("interval_level", NO_INTERVAL))
+            if held != wanted:
+                raise ConfigError("output", str(path), f"rows of the same interval level to resume; it holds rows "
+                                  f"with interval_level {held}, this sweep asks for {wanted} (--level): give the "
+                                  "same level, another -o, or delete the file to start over")
             done.add(tuple(row[k] for k in KEY_COLUMNS))
     return done
 
 
+def _level_text(level) -> str:
+    """A level as a sweep CSV holds it ("0.9"), NO_INTERVAL for none; "" (an errored row) counts as its sweep's."""
+    if level is None or level == NO_INTERVAL:
+        return NO_INTERVAL
+    return repr(float(level))
+
+
 def _upgrade_old_columns(path: Path, record: dict) -> None:
-    """Rewrite a sweep CSV of OLD_COLUMNS (written before the network columns) with COLUMNS, atomically, its rows
-    given this run's network_file and network_trace. Only after _done_keys found every row of this experiment: its
-    experiment_sha256 covers the network file (path and content) and the links calibrated from a network trace."""
+    """Rewrite a sweep CSV of OLD_COLUMNS (written before the network columns) or PREVIOUS_COLUMNS (before the
+    intervals) with COLUMNS, atomically: its rows given this run's network_file and network_trace, and no interval.
+    Only after _done_keys found every row of this experiment, at no level: its experiment_sha256 covers the network
+    file (path and content) and the links calibrated from a network trace."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != OLD_COLUMNS:
+        if reader.fieldnames not in (OLD_COLUMNS, PREVIOUS_COLUMNS):
             return
         rows = list(reader)
     from simfog.files import atomic_open
 
-    network = {c: record[c] for c in COLUMNS if c not in OLD_COLUMNS}
+    missing = {c: record.get(c, "") for c in COLUMNS} | {c: "" for c in INTERVAL_COLUMNS} | {
+        "interval_level": NO_INTERVAL}
     with atomic_open(path) as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({**row, **network} for row in rows)
+        writer.writerows({**missing, **row} for row in rows)
 
 
 def _drop_partial_last_line(path: Path) -> None:
@@ -162,15 +195,20 @@ def key_of_row(row: dict) -> tuple:
 
 
 def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, jobs: int = 1,
-        scheduler: str | None = None, progress: bool = True) -> list[dict]:
-    """Run every point not already in `out` (CSV), appending each row as it finishes. Returns all rows of `out`."""
+        scheduler: str | None = None, progress: bool = True, level: float | None = None) -> list[dict]:
+    """Run every point not already in `out` (CSV), appending each row as it finishes, each with its prediction
+    interval at `level` (None: none). Returns all rows of `out`."""
     from simfog.progress import bar as progress_bar
 
     out = Path(out)
     record = record_of(exp)
+    if level is not None:
+        from simfog.uncertainty import check_level
+
+        level = check_level(level, "level")
     # A torn last line (a killed write) does not count as done (it was, then cut and lost), and is cut only once
     # the file is known to be this experiment's.
-    done = _done_keys(out, record["experiment_sha256"])
+    done = _done_keys(out, record["experiment_sha256"], level)
     _drop_partial_last_line(out)
     _upgrade_old_columns(out, record)
     todo = [p for p in points if p.key() not in done]
@@ -181,7 +219,7 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
         if new_file:
             writer.writeheader()
             f.flush()
-        for row in _execute(exp, todo, jobs, scheduler):
+        for row in _execute(exp, todo, jobs, scheduler, level):
             writer.writerow({**row, **record})
             f.flush()  # one whole row at a time: a killed sweep loses at most the points in flight
             bar.update(1)
@@ -215,27 +253,28 @@ def _axes_order(points: Iterable[Point]):
     return key
 
 
-def reused_rows(exp: Experiment, points: Iterable[Point], out: str | os.PathLike) -> int:
+def reused_rows(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, level: float | None = None) -> int:
     """How many of `points` the sweep CSV `out` already holds: what a resumed sweep reuses rather than runs (0 when
     there is no file). Raises ConfigError as run does for a file it would not resume."""
-    done = _done_keys(Path(out), record_of(exp)["experiment_sha256"])
+    done = _done_keys(Path(out), record_of(exp)["experiment_sha256"], level)
     return sum(p.key() in done for p in points)
 
 
-def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | None):
+def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | None, level: float | None = None):
+    one = functools.partial(run_point, level=level)
     if scheduler:
         from simfog.dask_backend import execute
 
-        yield from execute(exp, todo, scheduler, run_point)
+        yield from execute(exp, todo, scheduler, one)
     elif jobs <= 1 or len(todo) <= 1:
         for p in todo:
-            yield run_point(exp, p)
+            yield one(exp, p)
     else:
         from simfog.processes import exit_with
 
         # workers end with the sweep, even a SIGKILLed one
         with ProcessPoolExecutor(max_workers=jobs, initializer=exit_with, initargs=(os.getpid(),)) as pool:
-            pending = {pool.submit(run_point, exp, p) for p in todo}
+            pending = {pool.submit(one, exp, p) for p in todo}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:

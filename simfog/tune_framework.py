@@ -3,16 +3,18 @@ BAGUA's BAGUA_DEFAULT_BUCKET_SIZE. Each is searched on values a user would write
 Horovod's thresholds in powers of two, its cycle time in ms), the framework's default included, and the answer is
 one setting in the framework's own spelling, or "keep the default".
 
-The answer is chosen in two steps, both against a stated tolerance (the margin within which two predictions are
-not told apart; simfog does not yet give its model's uncertainty, so the margin is a number the caller states):
+The answer is chosen in three steps, against a stated tolerance (the least gain worth a change; default 1 %) and
+the model's own uncertainty:
 
-1. keep the default when its iteration time is within the tolerance of the best found: a change the model cannot
-   tell from noise is not worth making;
+1. keep the default when its iteration time is within the tolerance of the best found;
 2. otherwise the widest plateau: of the runs of neighbouring values whose times are all within the tolerance of the
    best, the widest (in log scale), and within it the value nearest its middle. A flat curve's least point is a
    razor edge the next software version moves; the middle of its widest plateau is robust to it. With two knobs
    (Horovod), a setting changing one knob is preferred when it reaches the tolerance; else the plateau of the first
-   knob's profile (its best over the second) picks the first, then the second's plateau at that value.
+   knob's profile (its best over the second) picks the first, then the second's plateau at that value;
+3. keep the default after all when the model cannot vouch for the change: the interval of the default's time over
+   the choice's (simfog.prediction_interval.ratio_interval, at `level`: the same model error moved through both
+   runs) reaches down to within the tolerance. The answer prints the gain with its interval either way.
 
 Layer times are fixed at their means, as in simfog.tune.
 """
@@ -31,6 +33,7 @@ from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
 from simfog.tune import gradients, widest_plateau
+from simfog.uncertainty import DEFAULT_LEVEL, Interval, check_level
 
 FRAMEWORKS = ("ddp", "horovod", "bagua")
 #: The tolerance when the caller states none: 1 % of the best iteration time.
@@ -90,6 +93,8 @@ class FrameworkTuneResult:
     notes: tuple[str, ...] = ()
     title: str = ""
     info: dict = field(default_factory=dict)
+    gain_interval: Interval | None = None
+    keep_reason: str = ""
 
     @property
     def gain(self) -> float:
@@ -153,11 +158,14 @@ def _choose(rows: pd.DataFrame, knobs: tuple[Knob, ...], tolerance: float, least
 
 
 def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERANCE,
-                   tolerance_source: str = "stated", samples: bool = False) -> FrameworkTuneResult:
+                   tolerance_source: str = "stated", samples: bool = False,
+                   level: float = DEFAULT_LEVEL) -> FrameworkTuneResult:
     """Search `framework`'s own knobs (one of FRAMEWORKS) on `exp` (its cluster, collective, ranks) and choose a
-    setting: the default when within `tolerance` (a fraction of the best iteration time) of the best, else the
-    middle of the widest plateau (module docstring). `tolerance_source` says where the tolerance came from, for the
-    output. Raises ConfigError for another framework, a bad tolerance or a model without gradients."""
+    setting: the default when within `tolerance` (a fraction of the best iteration time) of the best or when the
+    model's interval at `level` cannot tell the change from the tolerance, else the middle of the widest plateau
+    (module docstring). `tolerance_source` says where the tolerance came from, for the output. Raises ConfigError
+    for another framework, a bad tolerance or level, or a model without gradients."""
+    from simfog.prediction_interval import ratio_interval
     from simfog.progress import bar as progress_bar
     from simfog.simulation import simulate
 
@@ -165,6 +173,7 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
         raise ConfigError("--merge", framework, f"one of {', '.join(FRAMEWORKS)} for a framework's own knobs")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise ConfigError("tolerance", tolerance, "a fraction in [0, 1), e.g. 0.01 for 1 %")
+    level = check_level(level, "level")
     _, smallest, total = gradients(exp)
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
@@ -176,10 +185,13 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
         grid.insert(0, defaults)
     bar = progress_bar(total=len(grid), desc="tune", unit="sim")
     rows = []
+
+    def at(setting: dict) -> Experiment:
+        return exp.with_comm(merge=framework, **{k.comm_field: k.si(_unset(setting[k.name])) for k in knobs})
+
     for setting in grid:
         bar.update(1)
-        changes = {k.comm_field: k.si(setting[k.name]) for k in knobs}
-        s = simulate(exp.with_comm(merge=framework, **changes)).summary()
+        s = simulate(at(setting)).summary()
         rows.append({**{n: (math.nan if v is None else v) for n, v in setting.items()},
                      "iteration_time_s": s["iteration_time_s"], "buckets": s["buckets"],
                      "samples_per_s": s["samples_per_s"], "default": setting == defaults})
@@ -191,7 +203,20 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
     keep = default["iteration_time_s"] <= least * (1 + tolerance)
     on_grid = table.dropna(subset=[k.name for k in knobs])
     choice, plateau = _choose(on_grid, knobs, tolerance, least)
-    choice = default if keep else choice.to_dict()
+    choice = choice.to_dict()
+    gain_interval, reason = None, ""
+    if keep:
+        reason = f"within the {100 * tolerance:g} % tolerance of the fastest"
+    elif choice["iteration_time_s"] * (1 + tolerance) >= default["iteration_time_s"]:
+        keep, reason = True, f"the plateau's middle is within the {100 * tolerance:g} % tolerance of the default"
+    else:
+        gain_interval = ratio_interval(at(default), at(choice), level)
+        if gain_interval.lo <= 1 + tolerance:
+            keep = True
+            reason = (f"the change's gain is not sure to exceed the {100 * tolerance:g} % tolerance at "
+                      f"{100 * level:g} % (the model's uncertainty)")
+    if keep:
+        choice = default
     setting = _spell(framework, knobs, choice, keep)
     notes = []
     if framework == "ddp":
@@ -208,7 +233,7 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
             "estimated": bool(exp.estimated), "compute_mode": compute, "model_bytes": total,
             "smallest_tensor_bytes": smallest}
     return FrameworkTuneResult(framework, knobs, table, choice, best, default, keep, float(tolerance),
-                               tolerance_source, plateau, setting, tuple(notes), title, info)
+                               tolerance_source, plateau, setting, tuple(notes), title, info, gain_interval, reason)
 
 
 def _spell(framework: str, knobs: tuple[Knob, ...], row: dict, keep: bool) -> str:
@@ -220,6 +245,11 @@ def _spell(framework: str, knobs: tuple[Knob, ...], row: dict, keep: bool) -> st
     parts = [k.spelling.format(value=row[k.name]) for k in knobs
              if k.default is None or not _equal(row[k.name], k.default)]
     return " ".join(parts)
+
+
+def _unset(value: float) -> float | None:
+    """A knob's table value (NaN where left unset) as the setting: None for unset."""
+    return None if value != value else value
 
 
 def _equal(a: float, b: float) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,6 +40,7 @@ import pandas as pd
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment
 from simfog.titles import run_title
+from simfog.uncertainty import DEFAULT_LEVEL, Interval
 
 ALGORITHMS = ("fsdp", "hsdp", "zero3")
 #: [comm] key -> Comm field, for the knobs searched.
@@ -61,7 +63,8 @@ class ShardedTuneResult:
     as written in TOML: "layer", "model", "12.5MB" or a list), `units` (fsdp/hsdp), iteration_time_s (NaN when
     infeasible), memory_peak_B (per rank, computed even when infeasible), feasible, reason ("" or why not),
     default (the defaults row). `best`, `default`: those rows as dicts. `infeasible`: how many settings were skipped;
-    `reasons`: reason -> count. `knobs`: the searched [comm] keys."""
+    `reasons`: reason -> count. `knobs`: the searched [comm] keys. `experiment_of`: a row's setting as the
+    experiment it was simulated as (for `weigh`)."""
 
     algorithm: str
     settings: pd.DataFrame
@@ -72,6 +75,7 @@ class ShardedTuneResult:
     knobs: tuple[str, ...]
     title: str = ""
     info: dict = field(default_factory=dict)
+    experiment_of: Callable[[dict], Experiment] | None = None
 
     def table(self) -> pd.DataFrame:
         """Best, defaults, the setting of least peak memory within 1 % of the best time, then for every value of
@@ -104,6 +108,26 @@ class ShardedTuneResult:
         order = near.assign(changed=changed).sort_values(["changed", "iteration_time_s", "memory_peak_B"],
                                                          kind="stable")
         return order.iloc[0].drop("changed").to_dict(), False
+
+    def weigh(self, tolerance: float = NEAR_BEST,
+              level: float = DEFAULT_LEVEL) -> tuple[dict, bool, str, Interval | None]:
+        """(setting, keep_default, why kept, interval): `recommend`'s answer, then the model's uncertainty weighed:
+        the defaults are kept after all when the interval at `level` of their time over the change's
+        (simfog.prediction_interval.ratio_interval: the same model error through both runs) reaches down to within
+        `tolerance`. The interval is None where nothing was weighed (defaults kept within the tolerance, or
+        infeasible)."""
+        from simfog.prediction_interval import ratio_interval
+
+        choice, keep = self.recommend(tolerance)
+        if keep:
+            return choice, True, f"within the {100 * tolerance:g} % tolerance of the best", None
+        if not self.default["feasible"] or self.experiment_of is None:
+            return choice, False, "", None
+        iv = ratio_interval(self.experiment_of(self.default), self.experiment_of(choice), level)
+        if iv.lo <= 1 + tolerance:
+            return self.default, True, (f"the change's gain is not sure to exceed the {100 * tolerance:g} % "
+                                        f"tolerance at {100 * iv.level:g} % (the model's uncertainty)"), iv
+        return choice, False, "", iv
 
     def _changed(self, row) -> list[str]:
         """The knobs `row` sets otherwise than the defaults; prefetch only where it fetches another unit (a
@@ -322,4 +346,9 @@ def tune_sharded(exp: Experiment, *, sizes: int = 8, max_prefetch: int = 2,
     info = {"model": trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
             "estimated": bool(exp.estimated), "gpu_memory_B": limit, "compute_mode": compute,
             "settings_simulated": len(settings)}
-    return ShardedTuneResult(algorithm, settings, best, default_row, len(skipped), reasons, knobs, title, info)
+
+    def experiment_of(row: dict) -> Experiment:
+        return exp.with_comm(**resolve({k: row[k] for k in knobs})[0])
+
+    return ShardedTuneResult(algorithm, settings, best, default_row, len(skipped), reasons, knobs, title, info,
+                             experiment_of)

@@ -223,3 +223,32 @@ def test_an_option_can_be_a_calibrated_network_file(files, tmp_path):
     (tmp_path / "bad-cat.toml").write_text(bad)
     with pytest.raises(ConfigError, match=r"option\[1\] \(slow\)\.network"):
         load_catalogue(tmp_path / "bad-cat.toml")
+
+
+def test_a_target_met_with_confidence_needs_the_lower_bound_to_reach_it(files, tmp_path, capsys):
+    # The trace has one sample and the links are written, not measured: both parts take the stated x/2. On the
+    # (almost) free network only the compute moves the time: at twice the compute, half the throughput. 500
+    # samples/s with 90 % confidence (the 80 % interval's lower bound) needs 1000 nominal: 13 GPUs, 16 in whole
+    # nodes, where 7 reach 500 nominally.
+    trace, cat = files()
+    exp, catalogue = workload_experiment(trace), load_catalogue(cat)
+    assert plan(exp, catalogue, target_samples_per_s=500).best["gpus"] == 7 == smallest_count(500)
+    r = plan(exp, catalogue, target_samples_per_s=500, confidence=0.9)
+    b = r.best
+    assert (b["option"], b["gpus"]) == ("cheap", smallest_count(1000)) == ("cheap", 16)
+    assert b["samples_per_s_lo"] == pytest.approx(b["samples_per_s"] / 2, rel=1e-4) and b["samples_per_s_lo"] >= 500
+    assert "compute" in b["interval_unmeasured"] and r.info["confidence"] == 0.9
+    below = r.candidates[(r.candidates.option == "cheap") & (r.candidates.gpus == 8)]
+    assert (below.samples_per_s >= 500).all() and not below.meets_target.any()  # reached nominally, not surely
+    for bad in (0.5, 1.0, 90):
+        with pytest.raises(ConfigError, match="--confidence"):
+            plan(exp, catalogue, target_samples_per_s=500, confidence=bad)
+    assert cli.main(["plan", str(trace), "--catalogue", str(cat), "--target-samples-per-s", "500", "--confidence",
+                     "0.9", "-o", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "90 % sure" in out and "lower bound of the 80 % prediction interval" in out and "*" in out
+    rows = list(csv.DictReader(open(tmp_path / "p" / "plan.csv", newline="")))
+    assert {"samples_per_s_lo", "samples_per_s_hi", "interval_unmeasured"} <= set(rows[0])
+    assert cli.main(["plan", str(trace), "--catalogue", str(cat), "--gpus", "8", "--confidence", "0.9", "-o",
+                     str(tmp_path / "q")]) == 0
+    assert "90 % sure" in capsys.readouterr().out

@@ -112,11 +112,13 @@ def test_killed_sweep_resumes_without_losing_or_repeating_rows(tmp_path):
     keys = [sweep.key_of_row(r) for r in rows]
     assert len(set(keys)) == total  # every point exactly once
     assert set(keys) == {p.key() for p in sweep.grid(RANKS, MERGES, COLLECTIVES, [2.0 ** 20])}
-    header = sweep.KEY_COLUMNS + sweep.SUMMARY_COLUMNS + sweep.RECORD_COLUMNS
+    header = sweep.COLUMNS
     for line in after.splitlines():
         assert len(next(csv.reader([line]))) == len(header)  # no partial line
     for r in rows:
-        assert all(r[c] != "" for c in header if c != "error"), r  # every column filled
+        # every column filled; a sweep without --level says "none" and leaves the interval's bounds empty
+        assert r["interval_level"] == sweep.NO_INTERVAL
+        assert all(r[c] != "" for c in header if c != "error" and c not in sweep.INTERVAL_COLUMNS[1:]), r
         assert r["error"] == ""
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from simfog import cli
 from simfog.errors import ConfigError
+from simfog.prediction_interval import ratio_interval
 from simfog.tune import tune, widest_plateau
 from simfog.tune_framework import knobs_of, tune_framework
 from simfog.tune_sharded import tune_sharded
@@ -91,9 +92,39 @@ def test_ddp_default_kept_within_the_tolerance():
     assert r.best["iteration_time_s"] == pytest.approx(0.045, rel=1e-9)
     assert r.default["iteration_time_s"] == pytest.approx(0.046, rel=1e-9)
     assert r.keep_default and r.choice == r.default and r.gain == 0
-    assert r.setting.startswith("DDP(model)")
+    assert r.setting.startswith("DDP(model)") and r.gain_interval is None
+    # At 1 % the change (0.7 MiB, 2.2 % faster) passes the tolerance but not the model's uncertainty. The trace has
+    # one sample and the links are α-β: both parts unmeasured, x/2 each, moved through both runs at once. Network
+    # x2 (20 ns/B): 4 + 1 + 4 x 20 = 85 ms against 4 + 2 + 40 + 40 = 86; network /2: 4 + 1 + 4 x 5 = 25 against
+    # 4 + max(2 + 10, 4) + 10 = 26. Compute x2 (gradients at 2, 4, 6, 8 ms of an 8 ms forward): 8 + 2 + 40 = 50
+    # against 8 + 4 + 20 + 20 = 52; compute /2: 2 + 0.5 + 40 = 42.5 against 2 + 1 + 20 + 20 = 43. Ratio 46/45;
+    # each part lowers it to 86/85 (43/42.5 alike) and raises it to 26/25 (52/50): lo = 46/45 · exp(-√2 ·
+    # ln((46/45)/(86/85))) = 1.0075, under 1.01: keep. With no tolerance, 1.0075 > 1: change.
     r = tune_framework(exp, "ddp", tolerance=0.01)
-    assert not r.keep_default and r.setting == "DDP(model, bucket_cap_mb=0.7)"
+    ratio, down, up = 46 / 45, math.log((46 / 45) / (86 / 85)), math.log((26 / 25) / (46 / 45))
+    iv = r.gain_interval
+    assert iv.value == pytest.approx(ratio, rel=1e-9)
+    assert [(p.name, p.measured) for p in iv.parts] == [("compute", False), ("network", False)]
+    assert [p.below for p in iv.parts] == pytest.approx([down, down], rel=1e-9)
+    assert [p.above for p in iv.parts] == pytest.approx([up, up], rel=1e-9)
+    assert iv.lo == pytest.approx(ratio * math.exp(-math.sqrt(2) * down), rel=1e-9)
+    assert iv.lo == pytest.approx(1.0075, abs=1e-4)
+    assert r.keep_default and "not sure to exceed the 1 % tolerance at 90 %" in r.keep_reason
+    r = tune_framework(exp, "ddp", tolerance=0.0)
+    assert not r.keep_default and r.keep_reason == "" and r.setting == "DDP(model, bucket_cap_mb=0.7)"
+    # unmeasured parts take the stated x/2 at any level: the level is carried, the answer the same
+    r = tune_framework(exp, "ddp", tolerance=0.01, level=0.5)
+    assert r.gain_interval.level == 0.5 and r.gain_interval.lo == pytest.approx(iv.lo, rel=1e-12) and r.keep_default
+
+
+def test_ratio_of_a_run_to_itself_is_one_whatever_the_model_error():
+    # the same model error moves both runs alike: the interval of t / t is [1, 1], whatever the parts' widths
+    exp = make_experiment(TRACE, alpha=0.0, beta=1e-8)
+    iv = ratio_interval(exp, exp)
+    assert (iv.value, iv.lo, iv.hi) == (1.0, 1.0, 1.0)
+    assert {p.name for p in iv.parts} == {"compute", "network"}
+    with pytest.raises(ConfigError, match="level"):
+        ratio_interval(exp, exp, level=1.5)
 
 
 def test_horovod_changes_one_knob_when_that_reaches_the_tolerance():
@@ -101,13 +132,25 @@ def test_horovod_changes_one_knob_when_that_reaches_the_tolerance():
     # cycle the 5 ms tick takes the first gradient alone, the rest go a second later: 2 buckets, ~2.005 s, whatever
     # the fusion threshold. A 10 ms cycle finds all four ready: one bucket, 1.010 s; 20 ms: 1.020 s (within 1 %).
     # So the threshold stays, the cycle time moves to the middle of 10 .. 20, a tie in log scale, to the faster.
-    r = tune_framework(make_experiment(TRACE, alpha=1.0, beta=0.0), "horovod")
+    # The trace's 20 samples, each layer 1 ms ± 1 %, measure the compute part (x/1.01 at 90 %): gradients stay
+    # inside the 10 ms tick, so the model vouches for the change (the network, unmeasured x/2, moves both runs'
+    # second-long allreduces alike).
+    samples = [([0.001 * (1 + (-1) ** i * 0.01)] * 4,) * 2 for i in range(20)]
+    measured = make_trace([0.001] * 4, [0.001] * 4, [250_000] * 4, samples=samples)
+    r = tune_framework(make_experiment(measured, alpha=1.0, beta=0.0), "horovod")
     assert [k.name for k in r.knobs] == ["HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME"]
     assert r.default["HOROVOD_FUSION_THRESHOLD"] == 128 * MiB and r.default["HOROVOD_CYCLE_TIME"] == 1
     assert r.best["iteration_time_s"] == pytest.approx(1.010, rel=1e-9)
     assert r.plateau == {"HOROVOD_CYCLE_TIME": (10.0, 20.0)}
     assert r.choice["HOROVOD_CYCLE_TIME"] == 10 and r.choice["HOROVOD_FUSION_THRESHOLD"] == 128 * MiB
     assert r.setting == "HOROVOD_CYCLE_TIME=10"
+    assert [p.measured for p in r.gain_interval.parts] == [True, False] and r.gain_interval.lo > 1.9
+    # A trace of one sample leaves the compute unmeasured (x/2): at twice the compute the gradients are ready at
+    # 10..16 ms, the 10 ms tick takes the first alone and the change gains nothing (ratio 1 at that bound). The
+    # model cannot vouch for a cycle time fitted to compute it never measured: keep the default.
+    r = tune_framework(make_experiment(TRACE, alpha=1.0, beta=0.0), "horovod")
+    assert r.keep_default and "model's uncertainty" in r.keep_reason
+    assert r.gain_interval.lo == pytest.approx(1.0, abs=1e-3) and r.gain_interval.value > 1.9
 
 
 def test_bagua_bucket_size_in_bytes():
@@ -141,6 +184,12 @@ def test_sharded_recommendation_in_fsdp2_spelling():
                                   "fully_shard(..., reshard_after_forward=False)"]
     # a tolerance wide enough to hold the defaults keeps them
     assert r.recommend(5.0) == (r.default, True)
+    # weighed against the model's uncertainty (both parts unmeasured, x/2 moved through both runs): 12 allreduces
+    # against 2 of a second each, whatever the compute or the network do to both; the change stands
+    setting, keep, reason, iv = r.weigh(0.01)
+    assert (setting, keep, reason) == (choice, False, "")
+    assert iv.value == pytest.approx(12.001 / 2.008, rel=1e-9) and iv.lo > 5
+    assert r.weigh(5.0) == (r.default, True, "within the 500 % tolerance of the best", None)
 
 
 # --- the command line ----------------------------------------------------------------------------------------------
@@ -169,6 +218,7 @@ def test_cli_tunes_ddp_and_ends_with_the_setting(tmp_path, capsys):
     answer = [line for line in out.splitlines() if line.startswith("answer:")]
     assert answer and answer[0].startswith("answer: DDP(model, bucket_cap_mb=5)")
     assert "2.01 s -> 1.01 s" in answer[0]  # 2.006 s with DDP's default, 1.008 s in one bucket
+    assert "49.8 % (90 %: " in answer[0]  # 1 - 1.008/2.006, with the interval the model vouches for
     assert "tolerance 1 %" in out and "first bucket" in out
     rows = list(csv.DictReader(open(f"{prefix}.csv")))
     assert {"bucket_cap_mb", "iteration_time_s", "default"} <= set(rows[0]) and len(rows) == 8
@@ -178,6 +228,12 @@ def test_cli_tunes_ddp_and_ends_with_the_setting(tmp_path, capsys):
                      "-o", str(tmp_path / "j")]) == 0
     j = json.loads(capsys.readouterr().out)
     assert j["keep_default"] and j["setting"].startswith("DDP(model)") and j["tolerance"] == 0.995
+    assert "within the 99.5 % tolerance" in j["keep_reason"] and "choice_gain" not in j
+    assert cli.main(["tune", str(tmp_path / "e.toml"), "--merge", "ddp", "--json", "-o", str(tmp_path / "k")]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["choice_gain_lo"] < j["choice_gain"] < j["choice_gain_hi"] and j["interval_level"] == 0.9
+    assert j["choice_gain"] == pytest.approx(1 - 1.008 / 2.006, rel=1e-9) and not j["keep_default"]
+    assert set(j["gain_interval_parts"]) == {"compute", "network"}
 
 
 def test_cli_sharded_framework_by_merge(tmp_path, capsys):
@@ -190,7 +246,8 @@ def test_cli_sharded_framework_by_merge(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, flag", [(["--merge", "wfbp"], "--merge"), (["--tolerance", "150"], "--tolerance"),
                                         (["--merge", "ddp", "--points", "5"], "--points"),
-                                        (["--threshold", "1MiB"], "--threshold")])
+                                        (["--threshold", "1MiB"], "--threshold"),
+                                        (["--merge", "ddp", "--level", "2"], "--level")])
 def test_cli_refuses(tmp_path, capsys, argv, flag):
     TRACE.save(tmp_path / "t.json")
     (tmp_path / "e.toml").write_text(EXP)

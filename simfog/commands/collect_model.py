@@ -11,7 +11,8 @@ from pathlib import Path
 
 from simfog.errors import ConfigError
 
-# validate.collect.models.names(), written out so that building the parser does not import torch (a test keeps them equal).
+# validate.collect.models.names(), written out so that building the parser does not import torch (a test keeps
+# them equal).
 MODEL_NAMES = ("bert-base", "densenet121", "gpt2", "mlp", "resnet20", "resnet50", "vgg16")
 
 

@@ -76,9 +76,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="local worker processes")
     parser.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:port)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from simfog.commands.sweep import add_cost_arguments
+    from simfog.commands.sweep import add_cost_arguments, add_level_argument
 
     add_cost_arguments(parser)
+    add_level_argument(parser)
 
 
 def curve_frame(rows: list[dict], points) -> pd.DataFrame:
@@ -138,11 +139,12 @@ def _run(exp, points, args, prefix) -> pd.DataFrame:
     """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg (PREFIX: DIR/curve); the
     curve's rows."""
     from simfog import plot, sweeps
-    from simfog.commands.sweep import announce_resume
+    from simfog.commands.sweep import announce_resume, level_from_args
 
-    announce_resume(exp, points, f"{prefix}.csv")
+    level = level_from_args(args)
+    announce_resume(exp, points, f"{prefix}.csv", level)
     rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, level=level)
     df = curve_frame(rows, points)
     from simfog.titles import run_title
 

@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
                         "whole nodes of each option)")
     parser.add_argument("--nodes", help="node counts to price and predict, e.g. 2,8,32 (no target)")
     parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
+    parser.add_argument("--confidence", type=float, default=None,
+                        help="e.g. 0.9: a configuration meets the target only when its throughput reaches it with "
+                             "this confidence (the lower bound of its prediction interval; 5 simulations each)")
     parser.add_argument("-o", "--output", metavar="DIR", default=None, help="a folder (made if missing): writes "
                         "DIR/plan.csv (every candidate) and DIR/plan.png (default: a new folder "
                         "simfog-out/plan-<UTC time>/)")
@@ -95,22 +98,43 @@ def format_counts_table(result, notes: list[str] | None = None) -> str:
     """Every configuration of a plan at fixed counts, by GPUs then cost; rows that cannot run say why."""
     cur = result.currency
     epoch = result.epoch_samples is not None
-    head = (f"  {'GPUs':>5} {'nodes':>5} {'option':<12} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
-            f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+    sure = result.info.get("confidence")
+    head = (f"  {'GPUs':>5} {'nodes':>5} {'option':<12} {'collective / merge':<22} {'samples/s':>11}{_sure_head(sure)} "
+            f"{'effic.':>7} {'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     lines = [head]
     for i, r in enumerate(result.candidates.itertuples()):
         what = f"  {r.gpus:>5} {r.nodes:>5} {r.option:<12} {r.collective + ' / ' + r.merge:<22}"
         if r.error:
             lines.append(f"{what} {r.error}")
             continue
-        lines.append(f"{what} {_numbers(r, epoch)}" + (f"  {notes[i]}" if notes and notes[i] else ""))
-    return "\n".join(lines)
+        lines.append(f"{what} {_numbers(r, epoch, sure)}" + (f"  {notes[i]}" if notes and notes[i] else ""))
+    return "\n".join(lines + _sure_note(result))
 
 
-def _numbers(r, epoch: bool) -> str:
-    """A configuration's throughput, efficiency, memory and costs, as both tables print them."""
-    line = (f"{r.samples_per_s:>11,.1f} {100 * r.scaling_efficiency:>6.1f}% "
-            f"{_memory(r.memory_peak_B, r.memory_complete):>10} {r.cost_per_hour:>10,.2f}")
+def _sure_head(confidence: float | None) -> str:
+    return "" if confidence is None else f" {f'{100 * confidence:g} % sure':>12}"
+
+
+def _sure_note(result) -> list[str]:
+    """What the confidence column means, and a mark for rows whose interval holds unmeasured parts."""
+    sure = result.info.get("confidence")
+    if sure is None:
+        return []
+    rows = result.candidates
+    unmeasured = "interval_unmeasured" in rows and (rows.interval_unmeasured.fillna("") != "").any()
+    return [f"  {100 * sure:g} % sure: the throughput reached with {100 * sure:g} % confidence (the lower bound of the "
+            f"{100 * (2 * sure - 1):g} % prediction interval); the target is met on it"
+            + ("; * its interval holds parts nothing measured (a stated width)" if unmeasured else "")]
+
+
+def _numbers(r, epoch: bool, confidence: float | None = None) -> str:
+    """A configuration's throughput (with its lower bound at `confidence`), efficiency, memory and costs, as both
+    tables print them."""
+    line = f"{r.samples_per_s:>11,.1f}"
+    if confidence is not None:
+        line += f" {r.samples_per_s_lo:>11,.1f}" + ("*" if getattr(r, "interval_unmeasured", "") else " ")
+    line += (f" {100 * r.scaling_efficiency:>6.1f}% "
+             f"{_memory(r.memory_peak_B, r.memory_complete):>10} {r.cost_per_hour:>10,.2f}")
     return line + (f" {duration(r.epoch_time_s):>9} {r.cost_per_epoch:>12,.2f}" if epoch else "")
 
 
@@ -144,17 +168,19 @@ def extrapolations(catalogue, rows) -> list[str]:
 def format_table(result, top: int, notes: list[str] | None = None) -> str:
     cur = result.currency
     epoch = result.epoch_samples is not None
-    head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11} {'effic.':>7} "
-            f"{'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
+    sure = result.info.get("confidence")
+    head = (f"  {'option':<12} {'GPUs':>5} {'nodes':>5} {'collective / merge':<22} {'samples/s':>11}{_sure_head(sure)} "
+            f"{'effic.':>7} {'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     fabric = "fabric_cost" in result.candidates
     head += f" {'fabric':>8}" if fabric else ""
     lines = [head]
     for i, r in enumerate(result.feasible().head(top).itertuples()):
-        line = f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} {_numbers(r, epoch)}"
+        line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
+                f"{_numbers(r, epoch, sure)}")
         if fabric:  # what the option's fabric and placement add to the iteration time ("": a flat option)
             line += f" {'' if r.fabric_cost != r.fabric_cost else f'{100 * r.fabric_cost:+.1f}%':>8}"
         lines.append(line + (f"  {notes[i]}" if notes and notes[i] else ""))
-    return "\n".join(lines)
+    return "\n".join(lines + _sure_note(result))
 
 
 def _memory(nbytes: float, complete: bool) -> str:
@@ -225,7 +251,8 @@ def run(args) -> int:
     if counts is not None:
         return _run_counts(args, exp, catalogue, counts, epoch)
     try:
-        result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples)
+        result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples,
+                      confidence=args.confidence)
     except Infeasible as e:
         if getattr(e, "result", None) is not None:
             csv, png = _write_where_asked(e.result, args)
@@ -256,7 +283,8 @@ def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None) -> int:
     from simfog.cli import print_json
     from simfog.pricing import plan_counts
 
-    result = plan_counts(exp, catalogue, epoch_samples=epoch, samples=args.samples, **counts)
+    result = plan_counts(exp, catalogue, epoch_samples=epoch, samples=args.samples, confidence=args.confidence,
+                         **counts)
     csv, png = _write_where_asked(result, args)
     rows = result.candidates
     notes = extrapolations(catalogue, rows)

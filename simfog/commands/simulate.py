@@ -82,7 +82,8 @@ def format_summary(s: dict) -> str:
                      f"{'' if s['memory_complete'] else ' + activations'}: parameters "
                      f"{units.format_bytes(s['memory_parameters_B'])}, gradients "
                      f"{units.format_bytes(s['memory_gradients_B'])}, optimizer "
-                     f"{units.format_bytes(s['memory_optimizer_B'])}, buffers {units.format_bytes(s['memory_buffers_B'])}"
+                     f"{units.format_bytes(s['memory_optimizer_B'])}, buffers "
+                     f"{units.format_bytes(s['memory_buffers_B'])}"
                      f", activations {acts}, activation gradients {grads}")
     if s.get("topology"):
         reach = s.get("iterations_to_consensus")

@@ -7,7 +7,7 @@ import os
 from simfog import units
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
-from simfog.sweeps import check_jobs, checked_grid, option_list
+from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, option_list
 
 
 def add_arguments(parser) -> None:
@@ -26,6 +26,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} (the table's rows, full "
                         "precision, typed) instead of the table")
     add_cost_arguments(parser)
+    add_level_argument(parser)
+
+
+def add_level_argument(parser) -> None:
+    """--level: each row's prediction interval (shared with curve)."""
+    parser.add_argument("--level", type=float, default=None,
+                        help="add each row's prediction interval at this level, e.g. 0.9 (columns "
+                             "iteration_time_lo_s ... interval_unmeasured; 5 simulations a row instead of 1)")
+
+
+def level_from_args(args) -> float | None:
+    from simfog.uncertainty import check_level
+
+    return None if args.level is None else check_level(args.level, "--level")
 
 
 def add_cost_arguments(parser) -> None:
@@ -79,9 +93,12 @@ def run(args) -> int:
                    for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
     points = checked_grid(exp, ranks, args.merge, args.collective, thresholds)
+    level = level_from_args(args)
+
     def run_sweep(csv):
-        announce_resume(exp, points, csv)
-        return sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress)
+        announce_resume(exp, points, csv, level)
+        return sweeps.run(exp, points, csv, jobs=args.jobs, scheduler=args.scheduler, progress=not args.no_progress,
+                          level=level)
 
     if args.output is not None:
         csv = args.output
@@ -95,13 +112,13 @@ def run(args) -> int:
     return 0
 
 
-def announce_resume(exp, points, csv) -> None:
+def announce_resume(exp, points, csv, level: float | None = None) -> None:
     """One line on stderr when `csv` already holds some of the points: the sweep resumes, reusing them."""
     import sys
 
     from simfog.sweeps import reused_rows
 
-    reused = reused_rows(exp, points, csv)
+    reused = reused_rows(exp, points, csv, level)
     if reused:
         print(f"resuming {csv}: {reused} of {len(points)} rows reused from it, {len(points) - reused} to run",
               file=sys.stderr)
@@ -128,7 +145,8 @@ def report(rows: list[dict], as_json: bool, files: dict, wrote: list[str], curre
 INT_COLUMNS = ("ranks", "buckets", "seed")
 FLOAT_COLUMNS = ("threshold_bytes", "iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
                  "comm_exposed_s", "idle_s", "overlap_fraction", "memory_peak_B", "price_per_gpu_hour",
-                 "cost_per_hour", "epoch_time_s", "cost_per_epoch")
+                 "cost_per_hour", "epoch_time_s", "cost_per_epoch", "iteration_time_lo_s", "iteration_time_hi_s",
+                 "samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo", "scaling_efficiency_hi")
 
 
 def typed_row(row: dict) -> dict:
@@ -144,6 +162,10 @@ def typed_row(row: dict) -> dict:
                 v = int(v)
         elif k in ("estimated", "memory_complete"):
             v = _true(v)
+        elif k == "interval_level":
+            v = None if v in ("", None, NO_INTERVAL) else float(v)
+        elif k == "interval_unmeasured":
+            v = [p for p in (v or "").split(",") if p]
         out[k] = v
     return out
 
@@ -157,7 +179,11 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
     from simfog.commands.plan import duration
 
     epoch = currency is not None and any("cost_per_epoch" in r for r in rows)
-    head = f"{'ranks':>6} {'merge':<10} {'collective':<12} {'iter time':>10} {'samples/s':>11} {'efficiency':>10}"
+    levels = {r.get("interval_level") for r in rows if r.get("interval_level") not in (None, "", NO_INTERVAL)}
+    head = f"{'ranks':>6} {'merge':<10} {'collective':<12} {'iter time':>10}"
+    if levels:
+        head += f" {f'{100 * float(levels.pop()):g} % interval':>21}"
+    head += f" {'samples/s':>11} {'efficiency':>10}"
     if currency:
         head += f" {currency + '/h':>10}" + (f" {'epoch':>10} {currency + '/epoch':>12}" if epoch else "")
     lines = [head]
@@ -169,11 +195,18 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
             lines.append(f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} error: {r['error']}")
             continue
         line = (f"{r['ranks']:>6} {r['merge']:<10} {r['collective']:<12} "
-                f"{units.format_time(float(r['iteration_time_s'])):>10} {float(r['samples_per_s']):>11.1f} "
-                f"{100 * float(r['scaling_efficiency']):>9.1f}%")
+                f"{units.format_time(float(r['iteration_time_s'])):>10}")
+        if "interval" in head:
+            bounds = (f"{units.format_time(float(r['iteration_time_lo_s']))}–"
+                      f"{units.format_time(float(r['iteration_time_hi_s']))}"
+                      + ("*" if r.get("interval_unmeasured") else "")) if r.get("iteration_time_lo_s") else ""
+            line += f" {bounds:>21}"
+        line += f" {float(r['samples_per_s']):>11.1f} {100 * float(r['scaling_efficiency']):>9.1f}%"
         if currency:
             line += f" {float(r['cost_per_hour']):>10,.2f}"
             if epoch:
                 line += f" {duration(float(r['epoch_time_s'])):>10} {float(r['cost_per_epoch']):>12,.2f}"
         lines.append(line)
+    if any(r.get("interval_unmeasured") for r in rows):
+        lines.append("* the interval holds parts nothing measured (a stated width; interval_unmeasured names them)")
     return "\n".join(lines)

@@ -14,7 +14,10 @@ def add_arguments(parser) -> None:
     add_overrides(parser)
     parser.add_argument("--tolerance", type=float, default=None,
                         help="percent of the best iteration time within which the default is kept and a plateau "
-                             "counted (default: 1; a stated margin, not the model's uncertainty)")
+                             "counted: the least gain worth a change (default: 1)")
+    parser.add_argument("--level", type=float, default=None,
+                        help="--merge ddp|horovod|bagua: the level of the interval of a change's gain; the default "
+                             "is kept unless the gain's lower bound exceeds the tolerance (default: 0.9)")
     parser.add_argument("--lo", help='smallest threshold searched, e.g. "64KiB" (default: the smallest gradient)')
     parser.add_argument("--hi", help='largest threshold searched, e.g. "1GiB" (default: the whole model)')
     parser.add_argument("--points", type=int, default=None, help="log-spaced thresholds in the first pass "
@@ -96,12 +99,15 @@ def run(args) -> int:
     from simfog.tune import tune
     from simfog.tune_framework import FRAMEWORKS, tune_framework
     from simfog.tune_sharded import ALGORITHMS, tune_sharded
+    from simfog.uncertainty import DEFAULT_LEVEL, check_level
 
     if args.output is not None:
         args.output = folder_prefix(args.output, "tune")  # -o DIR: DIR/tune.* from here on
 
     if args.threshold is not None:
         raise ConfigError("--threshold", args.threshold, "not used by tune: it searches the threshold")
+    if args.level is not None:
+        check_level(args.level, "--level")
     target = args.merge
     if target is not None and target not in ("threshold", *FRAMEWORKS, *ALGORITHMS):
         raise ConfigError("--merge", target, f"a framework whose knobs tune searches: {', '.join(FRAMEWORKS)}; "
@@ -138,7 +144,8 @@ def run(args) -> int:
     try:
         if framework:
             result = tune_framework(exp, framework, tolerance=tolerance, samples=args.samples,
-                                    tolerance_source="--tolerance" if args.tolerance is not None else "default")
+                                    tolerance_source="--tolerance" if args.tolerance is not None else "default",
+                                    level=DEFAULT_LEVEL if args.level is None else args.level)
         elif sharded:
             searched = {k: getattr(args, k) for k in own if getattr(args, k) is not None}
             result = tune_sharded(exp, samples=args.samples, **searched)
@@ -173,6 +180,7 @@ def run(args) -> int:
                         "keep_default": result.keep_default, "gain": result.gain, "choice": _plain(result.choice),
                         "best": _plain(result.best), "defaults": _plain(result.default),
                         "tolerance": result.tolerance, "tolerance_source": result.tolerance_source,
+                        "keep_reason": result.keep_reason, **_gain_fields(result.gain_interval),
                         "plateau": {k: list(v) for k, v in result.plateau.items()}, "notes": list(result.notes),
                         **result.info, "plot": png, "csv": csv})
         else:
@@ -180,16 +188,16 @@ def run(args) -> int:
             print(f"wrote {png}, {csv}")
         return 0
     if sharded:
-        choice, keep = result.recommend(tolerance)
+        choice, keep, reason, iv = result.weigh(tolerance, DEFAULT_LEVEL if args.level is None else args.level)
         if args.json:
             print_json({"algorithm": result.algorithm, "knobs": list(result.knobs), "best": _plain(result.best),
                         "defaults": _plain(result.default), "infeasible": result.infeasible,
                         "infeasible_reasons": result.reasons, "choice": _plain(choice), "keep_default": keep,
-                        "setting": result.spelling(choice), "tolerance": tolerance, **result.info, "plot": png,
-                        "csv": csv})
+                        "setting": result.spelling(choice), "tolerance": tolerance, "keep_reason": reason,
+                        **_gain_fields(iv), **result.info, "plot": png, "csv": csv})
         else:
             print(format_sharded(result))
-            print(_sharded_answer(result, choice, keep, tolerance, args.tolerance is not None))
+            print(_sharded_answer(result, choice, keep, tolerance, args.tolerance is not None, reason, iv))
             print(f"wrote {png}, {csv}")
         return 0
     if args.json:
@@ -206,7 +214,27 @@ def run(args) -> int:
 def _tolerance_line(tolerance: float, stated: bool) -> str:
     return (f"  tolerance {100 * tolerance:g} % of the best iteration time ("
             + ("--tolerance" if stated else "default; --tolerance sets it")
-            + "): a stated margin, not yet the model's uncertainty")
+            + "): the least gain worth a change")
+
+
+def _gain(iv) -> tuple[float, float, float]:
+    """(gain, lo, hi): the fraction of the default's time a change saves, from the interval of default / change."""
+    return 1 - 1 / iv.value, 1 - 1 / iv.lo, 1 - 1 / iv.hi
+
+
+def _gain_text(iv) -> str:
+    g, lo, hi = _gain(iv)
+    return f"{100 * g:.1f} % ({100 * iv.level:g} %: {100 * lo:.1f} to {100 * hi:.1f} %)"
+
+
+def _gain_fields(iv) -> dict:
+    """JSON keys of a change's gain and its interval (absent when no change was weighed)."""
+    if iv is None:
+        return {}
+    g, lo, hi = _gain(iv)
+    return {"choice_gain": g, "choice_gain_lo": lo, "choice_gain_hi": hi, "interval_level": iv.level,
+            "gain_interval_parts": {p.name: {"share": iv.shares[p.name], "source": p.source, "measured": p.measured}
+                                    for p in iv.parts}}
 
 
 def format_framework(r) -> str:
@@ -227,27 +255,45 @@ def format_framework(r) -> str:
                  for k in r.knobs if k.name in r.plateau),
              _tolerance_line(r.tolerance, r.tolerance_source == "--tolerance")]
     lines += [f"  note: {n}" for n in r.notes]
+    iv = r.gain_interval
+    lines += _gain_line(iv)
     if r.keep_default:
-        lines.append(f"answer: keep the default, {r.setting}: within {100 * r.tolerance:g} % of the fastest "
-                     f"({100 * (d['iteration_time_s'] / b['iteration_time_s'] - 1):.2f} % slower)")
+        lines.append(f"answer: keep the default, {r.setting}: {r.keep_reason} "
+                     f"(it is {100 * (d['iteration_time_s'] / b['iteration_time_s'] - 1):.2f} % slower than the "
+                     "fastest)")
     else:
         lines.append(f"answer: {r.setting}   # iteration {units.format_time(d['iteration_time_s'])} -> "
-                     f"{units.format_time(c['iteration_time_s'])}, {100 * r.gain:.1f} % faster "
+                     f"{units.format_time(c['iteration_time_s'])}, {_gain_text(iv)} faster "
                      f"({c['samples_per_s'] - d['samples_per_s']:+,.0f} samples/s)")
     return "\n".join(lines)
 
 
-def _sharded_answer(r, choice: dict, keep: bool, tolerance: float, stated: bool) -> str:
+def _gain_line(iv) -> list[str]:
+    """The weighed change's gain with its interval and the parts it came from (none when nothing was weighed)."""
+    if iv is None:
+        return []
+    unmeasured = any(not p.measured for p in iv.parts)
+    return [f"  the change saves {_gain_text(iv)} of the default's time; parts: "
+            + ", ".join(f"{p.name} {100 * iv.shares[p.name]:.0f} %" + ("" if p.measured else " UNMEASURED")
+                        for p in iv.parts)
+            + (" (unmeasured parts take a stated width: calibrate the network, measure the trace)"
+               if unmeasured else "")]
+
+
+def _sharded_answer(r, choice: dict, keep: bool, tolerance: float, stated: bool, reason: str = "",
+                    iv=None) -> str:
     name = "FSDP2" if r.algorithm != "zero3" else "DeepSpeed"
     d = r.default
-    lines = [_tolerance_line(tolerance, stated)]
+    lines = [_tolerance_line(tolerance, stated), *_gain_line(iv)]
     if keep:
-        lines.append(f"answer: keep {name}'s defaults: within {100 * tolerance:g} % of the best "
-                     f"({100 * (d['iteration_time_s'] / r.best['iteration_time_s'] - 1):.2f} % slower)")
+        lines.append(f"answer: keep {name}'s defaults: {reason} "
+                     f"(they are {100 * (d['iteration_time_s'] / r.best['iteration_time_s'] - 1):.2f} % slower "
+                     "than the best)")
         return "\n".join(lines)
     gain = (f"iteration {units.format_time(d['iteration_time_s'])} -> "
             f"{units.format_time(choice['iteration_time_s'])}, "
-            f"{100 * (1 - choice['iteration_time_s'] / d['iteration_time_s']):.1f} % faster" if d["feasible"]
+            + (f"{_gain_text(iv)} faster" if iv is not None else
+               f"{100 * (1 - choice['iteration_time_s'] / d['iteration_time_s']):.1f} % faster") if d["feasible"]
             else f"the defaults do not fit; iteration {units.format_time(choice['iteration_time_s'])}")
     lines.append(f"answer ({gain}):")
     lines += [f"  {line}" for line in r.spelling(choice)]

@@ -150,7 +150,7 @@ def run(sim):
         # Per (rank, iteration) sums in the order of the engine's records (each bucket's collective, then per
         # bucket its pack, overhead and unpack), added as pandas adds them.
         durations = [end - start for pre, mid, arrive, start, end, after in steps]
-        for pre, mid, arrive, start, end, after in steps:
+        for pre, mid, arrive, _start, end, after in steps:
             if mid is not pre:
                 durations.append(mid - pre)
             if overhead > 0:
@@ -220,11 +220,11 @@ def records(sim) -> list[tuple]:
             a0, ab, ae, ao, aend = (x[r] for x in lists)
             out.append((r, it, "forward", "forward", a0, ab))
             out.append((r, it, "backward", "backward", ab, ae))
-            for name, pre, mid, arrive, start, end, after, copied in per:
+            for name, _pre, _mid, arrive, start, end, _after, _copied in per:
                 if start > arrive[r]:
                     out.append((r, it, "wait", name, arrive[r], start))
                 out.append((r, it, "comm", name, start, end))
-            for name, pre, mid, arrive, start, end, after, copied in per:
+            for name, pre, mid, arrive, _start, end, after, copied in per:
                 if copied:
                     out.append((r, it, "comm", f"{name}.pack", pre[r], mid[r]))
                 if overhead > 0:
