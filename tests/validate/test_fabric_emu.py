@@ -106,9 +106,17 @@ def test_four_nodes_on_two_leaves_build_and_leave_nothing():
                                capture_output=True, text=True, check=True).stdout
         assert {line.split(":")[1].strip().split("@")[0] for line in spine.splitlines()} == {"sfft-d0", "sfft-d1"}
         for dev in ("sfft-u0", "sfft-d0", "sfft-u1", "sfft-d1"):
-            qdisc = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", dev], capture_output=True,
-                                   text=True, check=True).stdout
-            assert "tbf" in qdisc and "rate 80Mbit" in qdisc
+            def tc(*what, dev=dev):
+                return subprocess.run(["tc", "-n", c.switch, *what, "show", "dev", dev], capture_output=True,
+                                      text=True, check=True).stdout
+            assert tc("qdisc").startswith("qdisc htb 1: root")
+            # the uplink's rate on the root class; below it one class per node pair crossing it (2 x 2 nodes) and
+            # one for the rest, each of an equal share and borrowing up to the whole rate, each pair's filter
+            classes = tc("class").splitlines()
+            assert sum("class htb 1:1 root" in line and "rate 80Mbit ceil 80Mbit" in line for line in classes) == 1
+            leaves = [line for line in classes if "parent 1:1" in line]
+            assert len(leaves) == 5 and all("rate 16Mbit ceil 80Mbit" in line for line in leaves)
+            assert tc("filter").count("flowid 1:") == 4
         host = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
         assert "sfft-" not in host
     assert ours(PREFIX, pid) == []
@@ -242,11 +250,11 @@ def test_lifted_uplinks_carry_what_the_nics_send_and_are_shaped_again_after():
         with c.job(0).uplinks_lifted():
             shown = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", "sfft-u0"], capture_output=True,
                                    text=True, check=True).stdout
-            assert "tbf" not in shown
+            assert "htb" not in shown
             lifted = concurrent_goodputs(c, [(0, 2), (1, 3)], 24_000_000)
-        shown = subprocess.run(["tc", "-n", c.switch, "qdisc", "show", "dev", "sfft-u0"], capture_output=True,
+        shown = subprocess.run(["tc", "-n", c.switch, "class", "show", "dev", "sfft-u0"], capture_output=True,
                                text=True, check=True).stdout
-        assert "tbf" in shown and "rate 80Mbit" in shown
+        assert "class htb 1:1 root" in shown and "rate 80Mbit" in shown
         shaped = concurrent_goodputs(c, [(0, 2), (1, 3)], 24_000_000)
     assert sum(lifted) >= 1.5 * UPLINK * TCP_GOODPUT, [x / 1e6 for x in lifted]
     assert sum(shaped) <= 1.05 * UPLINK, [x / 1e6 for x in shaped]
