@@ -49,6 +49,7 @@ from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 from simfog.titles import plan_title
+from simfog.uncertainty import one_sided_level
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
@@ -257,18 +258,6 @@ class PlanResult:
         return ok.sort_values([self.cost_column, "gpus"], kind="stable").reset_index(drop=True)
 
 
-def interval_level(confidence: float | None) -> float | None:
-    """The two-sided interval level whose lower bound holds with one-sided `confidence` (0.9 -> 0.8: 5 % of
-    outcomes lie below the 90 % interval, 10 % below the 80 % one). Raises ConfigError unless 0.5 < confidence <
-    1."""
-    if confidence is None:
-        return None
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 < confidence < 1:
-        raise ConfigError("--confidence", confidence, "a probability in (0.5, 1), e.g. 0.9: the throughput is "
-                          "reached with that confidence")
-    return 2 * confidence - 1
-
-
 def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, epoch_samples: float | None = None,
          samples: bool = False, confidence: float | None = None) -> PlanResult:
     """The cheapest configurations of `catalogue` reaching `target_samples_per_s` for the workload of `exp`.
@@ -282,7 +271,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
 
     if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
         raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")
-    level = interval_level(confidence)
+    level = one_sided_level(confidence, "--confidence")
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []

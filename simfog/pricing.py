@@ -15,10 +15,10 @@ from simfog.plan import (
     PlanResult,
     candidates_frame,
     evaluate_configuration,
-    interval_level,
     series,
 )
 from simfog.titles import plan_title
+from simfog.uncertainty import one_sided_level
 
 
 def option_named(catalogue: Catalogue, name: str | None) -> ClusterOption:
@@ -69,7 +69,7 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
     if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RANK_ITERATIONS
                          for n in counts):
         raise ConfigError(name, counts, f"comma-separated integers in 1..{MAX_RANK_ITERATIONS:,}, e.g. 16,64,256")
-    level = interval_level(confidence)
+    level = one_sided_level(confidence, "--confidence")
     compute = "samples" if samples else "mean"
     exp = replace(exp, workload=replace(exp.workload, compute=compute))
     rows = []

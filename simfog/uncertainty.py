@@ -233,3 +233,15 @@ class HalfWidths:
             by[r] = tuple(None if math.isnan(x) else float(x) for x in row)
             points[r] = n
         return HalfWidths(by, points, str(d.get("interval_source", "")))
+
+
+def one_sided_level(confidence: float | None, field: str = "confidence") -> float | None:
+    """The two-sided interval level whose lower bound holds with one-sided `confidence` (0.9 -> 0.8: 10 % of
+    outcomes lie below the 80 % interval, 5 % below the 90 % one); None for None. Raises ConfigError naming `field`
+    unless 0.5 < confidence < 1."""
+    if confidence is None:
+        return None
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 < confidence < 1:
+        raise ConfigError(field, confidence, "a probability in (0.5, 1), e.g. 0.9: the throughput is reached with "
+                          "that confidence")
+    return 2 * confidence - 1
