@@ -86,6 +86,36 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
     return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, **interval, "error": ""}
 
 
+def against_fastest(exp: Experiment, rows: list[dict], level: float) -> list[dict]:
+    """`rows` (a sweep's, as run returns them) each with vs_fastest (its iteration time over that of the fastest row
+    of the same rank count, less 1) and within_uncertainty: whether the interval at `level` of that ratio (the same
+    model error moved through both runs: simfog.prediction_interval.ratio_interval) reaches 1, i.e. the model cannot
+    tell the row's configuration from the fastest. The fastest row: 0 and False; rows with an error: "" in both."""
+    from simfog.prediction_interval import ratio_interval
+
+    def point(row: dict) -> Point:
+        t = row["threshold_bytes"]
+        return Point(int(row["ranks"]), row["merge"], row["collective"], None if t in ("", None) else float(t))
+
+    fastest = {}
+    for r in rows:
+        if not r.get("error") and (r["ranks"] not in fastest or float(r["iteration_time_s"]) <
+                                   float(fastest[r["ranks"]]["iteration_time_s"])):
+            fastest[r["ranks"]] = r
+    out = []
+    for r in rows:
+        best = fastest.get(r["ranks"])
+        if r.get("error") or best is None:
+            out.append({**r, "vs_fastest": "", "within_uncertainty": ""})
+        elif r is best:
+            out.append({**r, "vs_fastest": 0.0, "within_uncertainty": False})
+        else:
+            iv = ratio_interval(point(r).apply(exp), point(best).apply(exp), level)
+            out.append({**r, "vs_fastest": float(r["iteration_time_s"]) / float(best["iteration_time_s"]) - 1,
+                        "within_uncertainty": iv.lo <= 1})
+    return out
+
+
 def record_of(exp: Experiment) -> dict:
     """The RECORD_COLUMNS of `exp`'s rows."""
     import hashlib

@@ -23,10 +23,13 @@ from simfog import merge
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
+from simfog.uncertainty import DEFAULT_LEVEL, Interval, check_level
 
 #: Policies the best threshold is compared with, each with its own default sizes; "optimal" is the exact least
 #: iteration over every contiguous plan (simfog.merge.optimal_groups), so no threshold can beat it.
 BASELINES = ("optimal", "ddp", "horovod", "bagua", "wfbp", "single", "mgwfbp")
+#: The frameworks' defaults weighed against the best threshold with the model's uncertainty.
+FRAMEWORK_DEFAULTS = ("ddp", "horovod", "bagua")
 #: The "near best" range: thresholds whose iteration time is within this fraction of the best.
 NEAR_BEST = 0.01
 
@@ -38,7 +41,10 @@ class TuneResult:
     bucket count. `baselines`: policy -> iteration time (s) with that policy's defaults. `near_best_bytes`: the
     smallest and largest threshold simulated within 1 % of the best. `compute`: "mean" or "samples".
     `plateau_bytes`: the widest run of neighbouring thresholds within 1 % of the best (simfog.tune.widest_plateau),
-    `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve."""
+    `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve.
+    `versus_defaults`: per framework default (FRAMEWORK_DEFAULTS), the interval at `level` of its iteration time over
+    the best threshold's (simfog.prediction_interval.ratio_interval: the same model error through both runs);
+    `distinct(p)` says whether it excludes 1."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -52,15 +58,24 @@ class TuneResult:
     plateau_bytes: tuple[float, float] = (math.nan, math.nan)
     recommended_threshold_bytes: float = math.nan
     recommended_iteration_time_s: float = math.nan
+    versus_defaults: dict[str, Interval] = field(default_factory=dict)
+
+    def distinct(self, policy: str) -> bool | None:
+        """Whether the model tells `policy`'s defaults from the best threshold at its interval's level (None: not
+        weighed)."""
+        iv = self.versus_defaults.get(policy)
+        return None if iv is None else not iv.lo <= 1 <= iv.hi
 
     def table(self) -> pd.DataFrame:
         """Best threshold and baselines: policy, threshold_bytes (NaN for baselines), iteration_time_s,
-        slower_than_best (fraction: 0.05 = 5 % slower)."""
+        slower_than_best (fraction: 0.05 = 5 % slower), distinct (the frameworks' defaults: whether the model's
+        interval tells them from the best; None for the others)."""
         rows = [{"policy": "threshold (best)", "threshold_bytes": self.best_threshold_bytes,
                  "iteration_time_s": self.best_iteration_time_s}]
         rows += [{"policy": p, "threshold_bytes": math.nan, "iteration_time_s": t} for p, t in self.baselines.items()]
         df = pd.DataFrame(rows)
         df["slower_than_best"] = df.iteration_time_s / self.best_iteration_time_s - 1
+        df["distinct"] = [None, *(self.distinct(p) for p in self.baselines)]
         return df
 
 
@@ -75,15 +90,18 @@ def _check(name: str, value, minimum: int, maximum: int = MAX_POINTS) -> int:
 
 
 def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, points: int = 25, refine: int = 10,
-         samples: bool = False) -> TuneResult:
+         samples: bool = False, level: float = DEFAULT_LEVEL) -> TuneResult:
     """Search the merge threshold of `exp` (its cluster, collective and rank count) between `lo` and `hi` bytes
     (default: the smallest gradient's size and the model's size) on `points` log-spaced thresholds, then `refine`
     more between the best one's neighbours. `samples`: use the trace's sampled layer times instead of means.
-    Returns a TuneResult. Raises ConfigError for bad bounds or counts, or a trace without gradients; whatever
+    The frameworks' defaults are weighed against the best at `level` (TuneResult.versus_defaults). Returns a
+    TuneResult. Raises ConfigError for bad bounds, counts or level, or a trace without gradients; whatever
     simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
+    from simfog.prediction_interval import ratio_interval
     from simfog.progress import bar as progress_bar
     from simfog.simulation import simulate
 
+    level = check_level(level, "level")
     _check("points", points, 2)
     _check("refine", refine, 0)
     tensors, smallest, total = gradients(exp)
@@ -126,6 +144,9 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     for p in BASELINES:
         bar.update(1)
         baselines[p] = simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
+    best_run = exp.with_comm(merge="threshold", threshold_bytes=best)
+    versus = {p: ratio_interval(exp.with_comm(merge=p, threshold_bytes=None), best_run, level)
+              for p in FRAMEWORK_DEFAULTS}
     bar.close()
     curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
     title = run_title(exp)
@@ -134,7 +155,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
                       {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
                        "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest},
                       (float(curve.threshold_bytes.iloc[a]), float(curve.threshold_bytes.iloc[b])),
-                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]))
+                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]), versus)
 
 
 def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tuple[int, int, int]:

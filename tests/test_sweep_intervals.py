@@ -122,3 +122,24 @@ def test_api_sweep_with_a_level_is_typed(tmp_path):
     assert plain.interval_level.isna().all() and plain.iteration_time_lo_s.isna().all()
     with pytest.raises(ConfigError, match="level"):
         simfog.sweep(experiment(), ranks=[2], level=0)
+
+
+def test_rows_the_model_cannot_tell_from_the_fastest_are_marked(tmp_path, capsys):
+    # T(M) = 1 s, 4 gradients of 1 MB: BAGUA's 10 MiB bucket and "single" both run one allreduce (1.008 s), the same
+    # plan whatever the model's error, so their ratio is exactly 1: not told apart. DDP's default runs two (2.006 s):
+    # twice as slow at every bound of the unmeasured parts.
+    trace = make_trace([0.001] * 4, [0.001] * 4, [250_000] * 4)
+    exp = make_experiment(trace, alpha=1.0, beta=0.0)
+    rows = sweep.run(exp, sweep.grid([4], ["ddp", "bagua", "single"], ["linear"]), tmp_path / "s.csv",
+                     progress=False, level=0.9)
+    marked = {r["merge"]: r for r in sweep.against_fastest(exp, rows, 0.9)}
+    assert marked["bagua"]["vs_fastest"] == 0.0 and marked["bagua"]["within_uncertainty"] is False
+    assert marked["single"]["vs_fastest"] == 0.0 and marked["single"]["within_uncertainty"] is True
+    assert marked["ddp"]["vs_fastest"] == pytest.approx(2.006 / 1.008 - 1, rel=1e-9)
+    assert marked["ddp"]["within_uncertainty"] is False
+    from simfog.commands.sweep import format_table, typed_row
+
+    table = format_table(list(marked.values()))
+    assert "vs fastest" in table and "≈ the model cannot tell" in table
+    assert [line.endswith("≈") for line in table.splitlines()[1:4]] == [False, False, True]
+    assert typed_row(marked["single"])["within_uncertainty"] is True

@@ -65,6 +65,20 @@ def test_generic_threshold_search_recommends_its_plateau():
     assert r.recommended_iteration_time_s == pytest.approx(1.008, rel=1e-12)
 
 
+def test_generic_search_says_which_framework_defaults_the_model_tells_from_the_best():
+    # T(M) = 1 s: one bucket (1.008 s) is best. DDP's default runs two allreduces (2.006 s): twice as slow whatever
+    # the unmeasured parts (x/2) do to both runs. BAGUA's 10 MiB default holds the whole model: the same plan, a
+    # ratio of exactly 1, which no model error moves.
+    r = tune(make_experiment(TRACE, alpha=1.0, beta=0.0))
+    assert r.versus_defaults["ddp"].value == pytest.approx(2.006 / 1.008, rel=1e-9)
+    assert r.distinct("ddp") is True and r.versus_defaults["ddp"].lo > 1.9
+    iv = r.versus_defaults["bagua"]
+    assert (iv.value, iv.lo, iv.hi) == (1.0, 1.0, 1.0) and r.distinct("bagua") is False
+    assert r.distinct("wfbp") is None and set(r.versus_defaults) == {"ddp", "horovod", "bagua"}
+    table = r.table().set_index("policy")
+    assert table.distinct["ddp"] is True and table.distinct["bagua"] is False and table.distinct["wfbp"] is None
+
+
 # --- DDP, Horovod, BAGUA -------------------------------------------------------------------------------------------
 
 def test_ddp_latency_bound_sets_bucket_cap_mb_and_warns_about_the_first_bucket():

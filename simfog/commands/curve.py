@@ -100,7 +100,7 @@ def run(args) -> int:
     from simfog import experiment
     from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.commands.outputs import folder_prefix
-    from simfog.commands.sweep import pricing_from_args, report, with_costs
+    from simfog.commands.sweep import level_from_args, pricing_from_args, report, with_costs
     from simfog.files import check_output, new_run_dir, refuse_existing
     from simfog.sweeps import check_jobs, checked_grid
 
@@ -126,6 +126,11 @@ def run(args) -> int:
             df = _run(exp, points, args, out.path / "curve")
         prefix = out.final / "curve"
     rows = df.astype({"ranks": int}).to_dict("records")
+    level = level_from_args(args)
+    if level is not None:
+        from simfog.sweeps import against_fastest
+
+        rows = against_fastest(exp, rows, level)
     written = f"wrote {prefix}.png, {prefix}.svg, {prefix}.csv"
     errors = df[df.error != ""]
     note = [f"{len(errors)} point(s) could not run and are not plotted (see the error column)"] if len(errors) else []

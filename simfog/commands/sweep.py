@@ -107,6 +107,8 @@ def run(args) -> int:
         with new_run_dir("sweep") as out:
             rows = run_sweep(out.path / "sweep.csv")
         csv = out.final / "sweep.csv"
+    if level is not None:
+        rows = sweeps.against_fastest(exp, rows, level)
     report(with_costs(rows, pricing), args.json, {"csv": str(csv)}, [f"wrote {csv}"],
            currency=pricing[2] if pricing else None)
     return 0
@@ -146,7 +148,8 @@ INT_COLUMNS = ("ranks", "buckets", "seed")
 FLOAT_COLUMNS = ("threshold_bytes", "iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
                  "comm_exposed_s", "idle_s", "overlap_fraction", "memory_peak_B", "price_per_gpu_hour",
                  "cost_per_hour", "epoch_time_s", "cost_per_epoch", "iteration_time_lo_s", "iteration_time_hi_s",
-                 "samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo", "scaling_efficiency_hi")
+                 "samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo", "scaling_efficiency_hi",
+                 "vs_fastest")
 
 
 def typed_row(row: dict) -> dict:
@@ -162,6 +165,8 @@ def typed_row(row: dict) -> dict:
                 v = int(v)
         elif k in ("estimated", "memory_complete"):
             v = _true(v)
+        elif k == "within_uncertainty":
+            v = None if v == "" else bool(v)
         elif k == "interval_level":
             v = None if v in ("", None, NO_INTERVAL) else float(v)
         elif k == "interval_unmeasured":
@@ -184,6 +189,9 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
     if levels:
         head += f" {f'{100 * float(levels.pop()):g} % interval':>21}"
     head += f" {'samples/s':>11} {'efficiency':>10}"
+    weighed = any("vs_fastest" in r for r in rows)
+    if weighed:
+        head += f" {'vs fastest':>11}  "
     if currency:
         head += f" {currency + '/h':>10}" + (f" {'epoch':>10} {currency + '/epoch':>12}" if epoch else "")
     lines = [head]
@@ -202,6 +210,10 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
                       + ("*" if r.get("interval_unmeasured") else "")) if r.get("iteration_time_lo_s") else ""
             line += f" {bounds:>21}"
         line += f" {float(r['samples_per_s']):>11.1f} {100 * float(r['scaling_efficiency']):>9.1f}%"
+        if weighed:
+            vs = r.get("vs_fastest", "")
+            line += f" {'' if vs == '' else 'fastest' if vs == 0 else f'{100 * vs:+.1f}%':>11}"
+            line += " ≈" if r.get("within_uncertainty") is True else "  "
         if currency:
             line += f" {float(r['cost_per_hour']):>10,.2f}"
             if epoch:
@@ -209,4 +221,7 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
         lines.append(line)
     if any(r.get("interval_unmeasured") for r in rows):
         lines.append("* the interval holds parts nothing measured (a stated width; interval_unmeasured names them)")
+    if any(r.get("within_uncertainty") is True for r in rows):
+        lines.append("≈ the model cannot tell this row from the fastest at its rank count (the interval of their "
+                     "ratio, the same model error in both, reaches 1)")
     return "\n".join(lines)

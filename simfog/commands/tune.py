@@ -16,8 +16,9 @@ def add_arguments(parser) -> None:
                         help="percent of the best iteration time within which the default is kept and a plateau "
                              "counted: the least gain worth a change (default: 1)")
     parser.add_argument("--level", type=float, default=None,
-                        help="--merge ddp|horovod|bagua: the level of the interval of a change's gain; the default "
-                             "is kept unless the gain's lower bound exceeds the tolerance (default: 0.9)")
+                        help="the level of the model's interval weighing a change against the default: --merge "
+                             "keeps the default unless the gain's lower bound exceeds the tolerance; the generic "
+                             "search says whether each framework's default is told apart from the best (default: 0.9)")
     parser.add_argument("--lo", help='smallest threshold searched, e.g. "64KiB" (default: the smallest gradient)')
     parser.add_argument("--hi", help='largest threshold searched, e.g. "1GiB" (default: the whole model)')
     parser.add_argument("--points", type=int, default=None, help="log-spaced thresholds in the first pass "
@@ -49,9 +50,14 @@ def format_result(r) -> str:
              f"{units.format_bytes(r.recommended_threshold_bytes)}, iteration "
              f"{units.format_time(r.recommended_iteration_time_s)}, is the answer robust to a flat curve",
              f"  {'policy':<18} {'iteration':>10} {'vs best':>9}"]
+    level = next(iter(r.versus_defaults.values())).level if r.versus_defaults else None
     for row in r.table().itertuples():
-        lines.append(f"  {row.policy:<18} {units.format_time(row.iteration_time_s):>10} "
-                     f"{100 * row.slower_than_best:>+8.1f}%")
+        line = f"  {row.policy:<18} {units.format_time(row.iteration_time_s):>10} {100 * row.slower_than_best:>+8.1f}%"
+        if row.distinct is not None:
+            iv = r.versus_defaults[row.policy]
+            line += (f"  ({100 * level:g} %: {100 * (iv.lo - 1):+.1f} to {100 * (iv.hi - 1):+.1f} %: "
+                     + ("the model tells them apart)" if row.distinct else "within the model's uncertainty)"))
+        lines.append(line)
     lines.append("  a framework's own setting (bucket_cap_mb, HOROVOD_FUSION_THRESHOLD, ...): "
                  "--merge ddp|horovod|bagua")
     return "\n".join(lines)
@@ -153,7 +159,8 @@ def run(args) -> int:
             bounds = {k: units.nbytes(getattr(args, k), field=f"--{k}") if getattr(args, k) else None
                       for k in ("lo", "hi")}
             result = tune(exp, points=25 if args.points is None else args.points,
-                          refine=10 if args.refine is None else args.refine, samples=args.samples, **bounds)
+                          refine=10 if args.refine is None else args.refine, samples=args.samples,
+                          level=DEFAULT_LEVEL if args.level is None else args.level, **bounds)
     except ConfigError as e:
         if e.field in own:  # the library's names for these options
             raise ConfigError("--" + e.field.replace("_", "-"), e.value, e.allowed) from None
@@ -203,6 +210,9 @@ def run(args) -> int:
     if args.json:
         print_json({"best_threshold_bytes": result.best_threshold_bytes,
                     "best_iteration_time_s": result.best_iteration_time_s, "best_buckets": result.best_buckets,
+                    "defaults_versus_best": {p: {"ratio": iv.value, "ratio_lo": iv.lo, "ratio_hi": iv.hi,
+                                                 "interval_level": iv.level, "distinct": result.distinct(p)}
+                                             for p, iv in result.versus_defaults.items()},
                     "near_best_bytes": list(result.near_best_bytes), "baselines_iteration_time_s": result.baselines,
                     "compute_mode": result.compute, **result.info, "plot": png, "csv": csv})
     else:
