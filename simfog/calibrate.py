@@ -175,6 +175,13 @@ class Calibration:
         The nic fit is the bandwidth a flow saw; the cluster's oversubscription still applies on top."""
         return replace(cluster, **{c: self.fits[c].link for c in self.fitted_classes})
 
+    def link_scores(self) -> tuple[float, ...]:
+        """|ln(measured / link time)| of every measurement of a fitted class: how far the Links `apply` installs
+        are from what was measured, the scores of an interval's network part (simfog.prediction_interval). In
+        sample: these measurements fitted the links."""
+        return tuple(abs(math.log(r.measured_s / r.link_s)) for r in self.rows
+                     if r.link_class in self.fits and r.measured_s > 0 and r.link_s > 0)
+
     def summary(self) -> pd.DataFrame:
         """Per (link_class, collective, ranks, nodes): points, median and worst |relative error| of the fitted
         model and of the installed Link."""
@@ -313,16 +320,23 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
     return Calibration(algorithm, fits, tuple(rows), source, statistic)
 
 
+def link_calibration(path_or_trace: str | Path | NetworkTrace, *, algorithm: str = "ring",
+                     statistic: str = "median") -> Calibration:
+    """The Calibration of the NetworkTrace (a file or a loaded trace). Raises what load_network_trace and fit raise
+    (ConfigError naming the file, Infeasible)."""
+    trace = path_or_trace if isinstance(path_or_trace, NetworkTrace) else load_network_trace(path_or_trace)
+    try:
+        return fit(trace, algorithm=algorithm, statistic=statistic)
+    except ConfigError as e:
+        raise (e if isinstance(path_or_trace, NetworkTrace) else e.in_file(str(path_or_trace))) from None
+
+
 def cluster_from_network_trace(path_or_trace: str | Path | NetworkTrace, base: Cluster, *,
                                algorithm: str = "ring", statistic: str = "median") -> Cluster:
     """`base` with the link classes that the NetworkTrace (a file or a loaded trace) calibrates replaced.
 
     Raises what load_network_trace and fit raise (ConfigError naming the file, Infeasible)."""
-    trace = path_or_trace if isinstance(path_or_trace, NetworkTrace) else load_network_trace(path_or_trace)
-    try:
-        return fit(trace, algorithm=algorithm, statistic=statistic).apply(base)
-    except ConfigError as e:
-        raise (e if isinstance(path_or_trace, NetworkTrace) else e.in_file(str(path_or_trace))) from None
+    return link_calibration(path_or_trace, algorithm=algorithm, statistic=statistic).apply(base)
 
 
 def _points(rows: Sequence[tuple]) -> _Points:

@@ -178,6 +178,9 @@ class Experiment:
     network_trace: str | None = None   # when the cluster links were calibrated from measurements
     heterogeneity: Heterogeneity = Heterogeneity()
     network: NetworkFile | None = None  # [cluster] network: a calibrated NCCL network (simfog.network_file)
+    # |ln(measured / the installed links' time)| of every microbenchmark the links were calibrated from
+    # (simfog.calibrate.Calibration.link_scores): the interval's network part; empty where the links are written
+    link_scores: tuple[float, ...] = ()
 
     def __post_init__(self):
         # Here rather than only in from_dict: overrides (--iterations, --ranks, sweep points) go through replace().
@@ -408,13 +411,14 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node, intra, nic,
                       float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
                       gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
-    network_trace = None
+    network_trace, link_scores = None, ()
     if "network_trace" in c:
-        from simfog.calibrate import cluster_from_network_trace
+        from simfog.calibrate import link_calibration
 
         path = files.resolve(base_dir, str(c["network_trace"]), field=f"{p}network_trace", source=source)
         try:
-            cluster = cluster_from_network_trace(path, cluster)
+            calibration = link_calibration(path)
+            cluster, link_scores = calibration.apply(cluster), calibration.link_scores()
         except ConfigError as e:
             if e.field == "path" and e.source is None:  # missing, a directory, ...: the experiment's key is at fault
                 raise ConfigError(f"{p}network_trace", c["network_trace"], f"{e.allowed} ({path})",
@@ -436,7 +440,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute, optimizer), cluster, comm, source,
-                      network_trace, hetero, network)
+                      network_trace, hetero, network, link_scores)
 
 
 def comm_settings(base: Comm, keys: Mapping, *, fields: Mapping | None = None, source: str | None = None) -> Comm:

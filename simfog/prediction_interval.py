@@ -9,8 +9,10 @@ Parts, each a half-width (ln) at the level:
   (simfog/data/compute_estimates.toml, bench/compute_estimates.py; its 14 scores are 7 models x 2 runs, so they
   are less independent than their count says). A trace of one sample, or too few for the level, is unmeasured;
 - network: simfog.nccl_intervals.network_part for a run on a network file (its NCCL collectives, the run's bucket
-  sizes, extrapolated when simfog.nccl.calibrated says so); a run on links nothing held out measured is
-  unmeasured; a run of one rank has none.
+  sizes, extrapolated when simfog.nccl.calibrated says so); for links calibrated from microbenchmarks (a
+  network_trace, or validate's calibration), the conformal half-width of those microbenchmarks' residuals against
+  the installed links (Experiment.link_scores: in sample, so the coverage of validate's rows is what checks it);
+  a run on links nothing measured is unmeasured; a run of one rank has none.
 
 Propagation: the run is simulated again with each part's inputs at its two bounds (compute: every layer's forward
 and backward, the optimizer and host times x exp(∓half-width); network: every bandwidth ÷ and latency x the factor,
@@ -100,9 +102,14 @@ def network_part(exp: Experiment, buckets: list, level: float, extrapolated: lis
 
     if exp.ranks == 1:
         return Part("network", 0.0, 0.0, "one rank: no communication")
+    if exp.network is None and exp.link_scores:
+        w = conformal_quantile(exp.link_scores, level)
+        what = f"the link calibration's residuals on its {len(exp.link_scores)} microbenchmark points (in sample)"
+        return Part.unmeasured("network", f"{what}: too few for level {level:g}", at_least=max(exp.link_scores)) \
+            if w is None else Part.symmetric("network", w, what)
     if exp.network is None or exp.comm.collective != "nccl":
         return Part.unmeasured("network", "links nothing held out measured: calibrate them (simfog calibrate) and "
-                               "use the network file with comm.collective = \"nccl\"")
+                               "use the network file with comm.collective = \"nccl\", or network_trace")
     sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")] or [exp.workload.trace.nbytes]
     return nccl_part(exp.network.calibrated, sizes, level, extrapolated=bool(extrapolated))
 

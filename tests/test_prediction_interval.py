@@ -123,3 +123,39 @@ def test_a_bound_past_the_longest_run_takes_the_whole_factor():
     assert (compute.below, compute.above) == (UNMEASURED_HALF_WIDTH, UNMEASURED_HALF_WIDTH)
     assert "a bound's run failed" in compute.source
     assert iv.hi == pytest.approx(iv.value * 2)
+
+
+def test_links_calibrated_from_microbenchmarks_measure_the_network_part(tmp_path):
+    """The same run as above on links whose calibration left 19 residuals 0.01 .. 0.19 (ln): the 90 % conformal
+    half-width is the 18th smallest, 0.18, measured. Network at exp(±0.18): 3 + 5·exp(±0.18) ms."""
+    from dataclasses import replace
+
+    exp = make_experiment(make_trace([MS], [2 * MS], [10**6]), nodes=2, gpus_per_node=1)
+    scores = tuple(k / 100 for k in range(1, 20))
+    assert conformal_quantile(scores, 0.9) == pytest.approx(0.18)
+    iv = iteration_interval(simulate(replace(exp, link_scores=scores)), 0.9)
+    network = iv.parts[1]
+    assert network.measured and "19 microbenchmark points" in network.source
+    assert (network.below, network.above) == pytest.approx(
+        (math.log(8 / (3 + 5 * math.exp(-0.18))), math.log((3 + 5 * math.exp(0.18)) / 8)))
+    # too few for the level: unmeasured, never narrower than the scores seen
+    few = iteration_interval(simulate(replace(exp, link_scores=(0.5, 0.7))), 0.9).parts[1]
+    assert not few.measured and "too few" in few.source
+
+
+def test_a_network_trace_experiment_carries_its_calibration_residuals(tmp_path):
+    from pathlib import Path
+
+    from simfog import experiment
+    from simfog.calibrate import link_calibration
+
+    root = Path(__file__).resolve().parents[1]
+    make_trace([0.01, 0.02], [0.02, 0.03], [250_000, 500_000]).save(tmp_path / "t.json")
+    (tmp_path / "e.toml").write_text(
+        f'[workload]\ntrace = "t.json"\n[cluster]\nnodes = 2\ngpus_per_node = 1\nnetwork_trace = '
+        f'"{root / "traces" / "net-gloo-loopback.json.gz"}"\n[comm]\ncollective = "ring"\n')
+    exp = experiment.load(tmp_path / "e.toml")
+    expected = link_calibration(root / "traces" / "net-gloo-loopback.json.gz").link_scores()
+    assert exp.link_scores == expected and len(expected) > 20
+    s = simfog.simulate(exp, level=0.9).summary()
+    assert s["interval_parts"]["network"]["measured"] and "network" not in s["interval_unmeasured"]

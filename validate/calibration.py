@@ -116,7 +116,8 @@ def simulated_experiment(exp: Experiment, calibration: Calibration | None, overh
     comm = replace(exp.comm, collective="gloo_ring")
     if exp.comm.algorithm in FAMILIES:
         comm = FAMILIES[exp.comm.algorithm].simulated_comm(comm)
-    return replace(exp, cluster=cluster, comm=comm)
+    scores = calibration.link_scores() if calibration is not None else ()
+    return replace(exp, cluster=cluster, comm=comm, link_scores=scores)
 
 
 def host_probes(families, experiments: Sequence[Experiment], fits: Mapping) -> dict:

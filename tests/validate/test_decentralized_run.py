@@ -84,6 +84,9 @@ def test_sendrecv_fit_is_a_per_flow_cap_of_the_declared_nic(flow_Bps, capacity_B
     cal = _sendrecv_calibration(1e-3, flow_Bps)
     exp = _sim("neighbor", 8, per_node=2, topology="one_peer_exp2").experiment
     sim_exp = simulated_experiment(exp, cal, None, capacity_Bps)
+    # the interval's network part comes from the calibration's own residuals (exact fits: all 0)
+    assert sim_exp.link_scores == cal.link_scores() and len(sim_exp.link_scores) == len(cal.rows)
+    assert max(sim_exp.link_scores) < 1e-6
     nic = sim_exp.cluster.nic
     assert nic.flow_bandwidth_Bps == pytest.approx(flow_Bps, rel=1e-9)
     assert nic.bandwidth_Bps == max(capacity_Bps, nic.flow_bandwidth_Bps)
