@@ -175,11 +175,11 @@ class Calibration:
         The nic fit is the bandwidth a flow saw; the cluster's oversubscription still applies on top."""
         return replace(cluster, **{c: self.fits[c].link for c in self.fitted_classes})
 
-    def link_scores(self) -> tuple[float, ...]:
-        """|ln(measured / link time)| of every measurement of a fitted class: how far the Links `apply` installs
-        are from what was measured, the scores of an interval's network part (simfog.prediction_interval). In
-        sample: these measurements fitted the links."""
-        return tuple(abs(math.log(r.measured_s / r.link_s)) for r in self.rows
+    def link_scores(self) -> tuple[tuple[int, float], ...]:
+        """(message bytes, |ln(measured / link time)|) of every measurement of a fitted class: how far the Links
+        `apply` installs are from what was measured, by message size, the scores of an interval's network part
+        (simfog.prediction_interval). In sample: these measurements fitted the links."""
+        return tuple((r.bytes, abs(math.log(r.measured_s / r.link_s))) for r in self.rows
                      if r.link_class in self.fits and r.measured_s > 0 and r.link_s > 0)
 
     def summary(self) -> pd.DataFrame:

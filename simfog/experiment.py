@@ -178,9 +178,9 @@ class Experiment:
     network_trace: str | None = None   # when the cluster links were calibrated from measurements
     heterogeneity: Heterogeneity = Heterogeneity()
     network: NetworkFile | None = None  # [cluster] network: a calibrated NCCL network (simfog.network_file)
-    # |ln(measured / the installed links' time)| of every microbenchmark the links were calibrated from
-    # (simfog.calibrate.Calibration.link_scores): the interval's network part; empty where the links are written
-    link_scores: tuple[float, ...] = ()
+    # (message bytes, |ln(measured / the installed links' time)|) of every microbenchmark the links were calibrated
+    # from (simfog.calibrate.Calibration.link_scores): the interval's network part; empty where the links are written
+    link_scores: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
         # Here rather than only in from_dict: overrides (--iterations, --ranks, sweep points) go through replace().

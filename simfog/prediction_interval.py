@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -50,6 +51,7 @@ from simfog.uncertainty import (
     conformal_quantile,
     effect,
     log_scores,
+    size_regime,
 )
 
 COMPUTE_ESTIMATES = Path(__file__).parent / "data" / "compute_estimates.toml"
@@ -102,16 +104,33 @@ def network_part(exp: Experiment, buckets: list, level: float, extrapolated: lis
 
     if exp.ranks == 1:
         return Part("network", 0.0, 0.0, "one rank: no communication")
+    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")] or [exp.workload.trace.nbytes]
     if exp.network is None and exp.link_scores:
-        w = conformal_quantile(exp.link_scores, level)
-        what = f"the link calibration's residuals on its {len(exp.link_scores)} microbenchmark points (in sample)"
-        return Part.unmeasured("network", f"{what}: too few for level {level:g}", at_least=max(exp.link_scores)) \
-            if w is None else Part.symmetric("network", w, what)
+        return link_part(exp.link_scores, sizes, level)
     if exp.network is None or exp.comm.collective != "nccl":
         return Part.unmeasured("network", "links nothing held out measured: calibrate them (simfog calibrate) and "
                                "use the network file with comm.collective = \"nccl\", or network_trace")
-    sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")] or [exp.workload.trace.nbytes]
     return nccl_part(exp.network.calibrated, sizes, level, extrapolated=bool(extrapolated))
+
+
+def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level: float) -> Part:
+    """The network part of a run on links calibrated from microbenchmarks (Experiment.link_scores) whose
+    collectives move messages of `sizes`: per message-size regime (simfog.uncertainty.SIZE_REGIMES) the conformal
+    half-width of the microbenchmarks' scores in that regime, the widest over the run's regimes. A regime with too
+    few scores for the level is unmeasured, never narrower than its scores."""
+    by_regime: dict[str, list[float]] = {}
+    for nbytes, score in scores:
+        by_regime.setdefault(size_regime(nbytes), []).append(score)
+    widths = []
+    for regime in sorted({size_regime(s) for s in sizes}):
+        seen = by_regime.get(regime, [])
+        w = conformal_quantile(seen, level) if seen else None
+        if w is None:
+            return Part.unmeasured("network", f"the link calibration has {len(seen)} microbenchmark points of "
+                                   f"{regime} messages: too few for level {level:g}", at_least=max(seen, default=0.0))
+        widths.append(w)
+    return Part.symmetric("network", max(widths), f"the link calibration's residuals on its {len(scores)} "
+                          "microbenchmark points, in the run's message-size regimes (in sample)")
 
 
 def scale_compute(exp: Experiment, factor: float) -> Experiment:

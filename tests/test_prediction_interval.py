@@ -126,21 +126,24 @@ def test_a_bound_past_the_longest_run_takes_the_whole_factor():
 
 
 def test_links_calibrated_from_microbenchmarks_measure_the_network_part(tmp_path):
-    """The same run as above on links whose calibration left 19 residuals 0.01 .. 0.19 (ln): the 90 % conformal
-    half-width is the 18th smallest, 0.18, measured. Network at exp(±0.18): 3 + 5·exp(±0.18) ms."""
+    """The same run as above (one 4 MB bucket: the "medium" regime) on links whose calibration left 19 residuals
+    0.01 .. 0.19 (ln) on 1 MiB messages and 19 of 0.5 on 1 KiB ones: the 90 % conformal half-width of the run's
+    regime is the 18th smallest, 0.18, measured; the small messages' scores do not count. Network at exp(±0.18):
+    3 + 5·exp(±0.18) ms."""
     from dataclasses import replace
 
     exp = make_experiment(make_trace([MS], [2 * MS], [10**6]), nodes=2, gpus_per_node=1)
-    scores = tuple(k / 100 for k in range(1, 20))
-    assert conformal_quantile(scores, 0.9) == pytest.approx(0.18)
+    scores = tuple((2**20, k / 100) for k in range(1, 20)) + ((1024, 0.5),) * 19
+    assert conformal_quantile([s for _, s in scores[:19]], 0.9) == pytest.approx(0.18)
     iv = iteration_interval(simulate(replace(exp, link_scores=scores)), 0.9)
     network = iv.parts[1]
-    assert network.measured and "19 microbenchmark points" in network.source
+    assert network.measured and "38 microbenchmark points" in network.source
     assert (network.below, network.above) == pytest.approx(
         (math.log(8 / (3 + 5 * math.exp(-0.18))), math.log((3 + 5 * math.exp(0.18)) / 8)))
-    # too few for the level: unmeasured, never narrower than the scores seen
-    few = iteration_interval(simulate(replace(exp, link_scores=(0.5, 0.7))), 0.9).parts[1]
-    assert not few.measured and "too few" in few.source
+    # too few in the run's regime for the level: unmeasured, never narrower than the scores seen
+    few = iteration_interval(simulate(replace(exp, link_scores=((2**20, 0.5), (2**20, 0.7)))), 0.9).parts[1]
+    assert not few.measured and "2 microbenchmark points of medium messages" in few.source
+    assert "x/2.01" in few.source  # the wider of the default x/2 and the 0.7 seen: exp(0.7)
 
 
 def test_a_network_trace_experiment_carries_its_calibration_residuals(tmp_path):

@@ -86,7 +86,7 @@ def test_sendrecv_fit_is_a_per_flow_cap_of_the_declared_nic(flow_Bps, capacity_B
     sim_exp = simulated_experiment(exp, cal, None, capacity_Bps)
     # the interval's network part comes from the calibration's own residuals (exact fits: all 0)
     assert sim_exp.link_scores == cal.link_scores() and len(sim_exp.link_scores) == len(cal.rows)
-    assert max(sim_exp.link_scores) < 1e-6
+    assert max(score for _, score in sim_exp.link_scores) < 1e-6
     nic = sim_exp.cluster.nic
     assert nic.flow_bandwidth_Bps == pytest.approx(flow_Bps, rel=1e-9)
     assert nic.bandwidth_Bps == max(capacity_Bps, nic.flow_bandwidth_Bps)
