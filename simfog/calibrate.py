@@ -12,15 +12,10 @@ collective, n and the algorithm (`coefficients`). The measurements of one link c
 count alike; T is the median of each measurement's samples, robust to the odd slow repetition (`statistic="min"`
 takes the fastest instead: the uncontended path, when other work shares the CPUs). α, β >= 0.
 
-Breakpoint: real curves bend where a protocol changes (MPI eager -> rendezvous, NCCL LL -> Simple) or a buffer
-stops fitting a cache. A two-segment fit splits the measured sizes at every candidate and keeps the split with
-the least total error; it is reported when it cuts the error more than BREAKPOINT_GAIN-fold and one line is off
-by more than NOISE_FLOOR (rms). The Link put into a Cluster then takes the small-message segment's α (latency
-dominates small messages, so that is where α is measured) and the large-message segment's β (bandwidth dominates
-large ones, which carry nearly all the bytes of training). Without a breakpoint both come from the one line.
-
-Byte convention (as nccl-tests): allreduce/broadcast/reduce the buffer, allgather the gathered output,
-reduce_scatter the input, sendrecv one rank's message. The breakpoint is in those bytes.
+Breakpoint: curves bend where a protocol changes (MPI eager -> rendezvous, NCCL LL -> Simple) or a buffer leaves
+a cache. A two-segment fit (the split of least total error) is reported when it cuts the error more than
+BREAKPOINT_GAIN-fold and one line is off by more than NOISE_FLOOR (rms); the Link then takes the small segment's α
+(where latency dominates) and the large segment's β (the bytes of training). Bytes as nccl-tests counts them.
 """
 
 from __future__ import annotations
@@ -176,9 +171,7 @@ class Calibration:
         return replace(cluster, **{c: self.fits[c].link for c in self.fitted_classes})
 
     def link_scores(self) -> tuple[tuple[int, float], ...]:
-        """(message bytes, |ln(measured / link time)|) of every measurement of a fitted class: how far the Links
-        `apply` installs are from what was measured, by message size, the scores of an interval's network part
-        (simfog.prediction_interval). In sample: these measurements fitted the links."""
+        """(bytes, |ln(measured / link time)|) per measurement of a fitted class (in sample): interval scores."""
         return tuple((r.bytes, abs(math.log(r.measured_s / r.link_s))) for r in self.rows
                      if r.link_class in self.fits and r.measured_s > 0 and r.link_s > 0)
 
@@ -320,23 +313,18 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
     return Calibration(algorithm, fits, tuple(rows), source, statistic)
 
 
-def link_calibration(path_or_trace: str | Path | NetworkTrace, *, algorithm: str = "ring",
-                     statistic: str = "median") -> Calibration:
-    """The Calibration of the NetworkTrace (a file or a loaded trace). Raises what load_network_trace and fit raise
-    (ConfigError naming the file, Infeasible)."""
+def link_calibration(path_or_trace: str | Path | NetworkTrace, **how) -> Calibration:
+    """The Calibration of a NetworkTrace (file or loaded; `how`: fit's keywords); ConfigError names the file."""
     trace = path_or_trace if isinstance(path_or_trace, NetworkTrace) else load_network_trace(path_or_trace)
     try:
-        return fit(trace, algorithm=algorithm, statistic=statistic)
+        return fit(trace, **how)
     except ConfigError as e:
         raise (e if isinstance(path_or_trace, NetworkTrace) else e.in_file(str(path_or_trace))) from None
 
 
-def cluster_from_network_trace(path_or_trace: str | Path | NetworkTrace, base: Cluster, *,
-                               algorithm: str = "ring", statistic: str = "median") -> Cluster:
-    """`base` with the link classes that the NetworkTrace (a file or a loaded trace) calibrates replaced.
-
-    Raises what load_network_trace and fit raise (ConfigError naming the file, Infeasible)."""
-    return link_calibration(path_or_trace, algorithm=algorithm, statistic=statistic).apply(base)
+def cluster_from_network_trace(path_or_trace: str | Path | NetworkTrace, base: Cluster, **how) -> Cluster:
+    """`base` with the link classes the NetworkTrace calibrates replaced (`how`: link_calibration's keywords)."""
+    return link_calibration(path_or_trace, **how).apply(base)
 
 
 def _points(rows: Sequence[tuple]) -> _Points:
