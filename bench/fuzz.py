@@ -521,6 +521,12 @@ def fam_options(rng, d):
         (["tune", e, "--lo", "1GiB", "--hi", "1KiB"], "--hi"),
         (["tune", e, "--merge", rng.choice(["wfbp", "single", "bogus"])], "--merge"),  # no knob of its own
         (["tune", e, "--merge", "ddp", "--tolerance", rng.choice(["-1", "100", "nan"])], "--tolerance"),
+        (["tune", e, *rng.choice([[], ["--merge", "ddp"]]), "--level", rng.choice(["0", "1", "90", "nan", "-0.5"])],
+         "--level"),
+        ([rng.choice(["sweep", "curve"]), e, "--ranks", "2", "--jobs", "1", "--no-progress", "--level",
+          rng.choice(["0", "1", "90", "nan", "inf"])], "--level"),
+        (["plan", e, *rng.choice([["--target-samples-per-s", "100"], ["--gpus", "2"]]), "--confidence",
+          rng.choice(["0.5", "1", "90", "nan", "0", "-1"])], "--confidence"),
         (["plan", e, (flag := rng.choice(["--gpus", "--nodes"])), rng.choice(["", "0", "a,b", "-4", "16,,x"])], flag),
         (["collective", rng.choice(["bogus", ""]), "--network", "x.toml", "--nodes", "1", "--gpus-per-node", "2"],
          "OP"),

@@ -113,6 +113,7 @@ def run(args) -> int:
     ranks = parse_ranks(args.ranks)
     check_jobs(args.jobs)
     pricing = pricing_from_args(args)
+    args.level = level_from_args(args)  # checked before anything is written
     for suffix in ("csv", "png", "svg") if args.output is not None else ():
         check_output(f"{args.output}.{suffix}")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
@@ -126,7 +127,7 @@ def run(args) -> int:
             df = _run(exp, points, args, out.path / "curve")
         prefix = out.final / "curve"
     rows = df.astype({"ranks": int}).to_dict("records")
-    level = level_from_args(args)
+    level = args.level
     if level is not None:
         from simfog.sweeps import against_fastest
 
@@ -144,9 +145,9 @@ def _run(exp, points, args, prefix) -> pd.DataFrame:
     """Run (or resume) the sweep into PREFIX.csv and draw PREFIX.png and PREFIX.svg (PREFIX: DIR/curve); the
     curve's rows."""
     from simfog import plot, sweeps
-    from simfog.commands.sweep import announce_resume, level_from_args
+    from simfog.commands.sweep import announce_resume
 
-    level = level_from_args(args)
+    level = args.level
     announce_resume(exp, points, f"{prefix}.csv", level)
     rows = sweeps.run(exp, points, f"{prefix}.csv", jobs=args.jobs, scheduler=args.scheduler,
                      progress=not args.no_progress, level=level)
