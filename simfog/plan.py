@@ -48,7 +48,7 @@ from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, c
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
-from simfog.titles import plan_title
+from simfog.titles import input_columns, plan_title
 from simfog.uncertainty import one_sided_level
 
 _TOP = {"currency", "note", "option"}
@@ -345,7 +345,7 @@ def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str
 
     r = run_point(base, Point(gpus, merge, collective, threshold_bytes), level)
     row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node), "collective": collective,
-           "merge": merge, "error": r["error"]}
+           "merge": merge, "error": r["error"], **input_columns(base)}
     if not r["error"]:
         sps = float(r["samples_per_s"])
         row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
@@ -373,7 +373,7 @@ def candidates_frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFr
         ["fabric_cost"] if any("fabric_cost" in r for r in rows) else []) + (
         ["samples_per_s_lo", "samples_per_s_hi", "iteration_time_lo_s", "iteration_time_hi_s", "interval_unmeasured"]
         if any("samples_per_s_lo" in r for r in rows) else [])
-    return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error"])
+    return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error", "trace", "network_file"])
 
 
 def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:

@@ -17,7 +17,7 @@ from simfog.plan import (
     evaluate_configuration,
     series,
 )
-from simfog.titles import plan_title
+from simfog.titles import input_columns, plan_title
 from simfog.uncertainty import one_sided_level
 
 
@@ -80,7 +80,7 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
             why = _unusable(opt, g)
             if why:
                 rows.append({"option": opt.name, "gpus": g, "nodes": -(-g // opt.gpus_per_node),
-                             "collective": coll, "merge": m, "error": why})
+                             "collective": coll, "merge": m, "error": why, **input_columns(base)})
                 continue
             bar.update(1)
             rows.append(evaluate_configuration(base, opt, coll, m, g, exp.comm.threshold_bytes, epoch_samples,

@@ -55,3 +55,10 @@ def plan_title(exp: Experiment, catalogue, what: str) -> str:
     title = (f"{t.model} (batch {t.batch_size}/GPU) on {device(exp)} {what}; {exp.workload.compute} layer times of "
              f"{trace(exp)}; {where}")
     return title + (" [ESTIMATED inputs]" if exp.estimated else "")
+
+
+def input_columns(exp: Experiment) -> dict[str, str]:
+    """The columns a table's rows carry to name their inputs, as a sweep CSV's do: the trace's path, the network file
+    and the network trace the links came from ("none" where the experiment writes its links itself)."""
+    return {"trace": exp.workload.trace_path or "", "network_file": exp.network.path if exp.network else "none",
+            "network_trace": exp.network_trace or "none"}

@@ -138,3 +138,26 @@ def test_o_names_a_folder_for_commands_writing_several_files(files, capsys):
         capsys.readouterr()
         assert (files / "out" / f"{argv[0]}.csv").is_file()
     assert (files / "afile").read_text() == "x"
+
+
+def test_every_plan_and_tune_csv_row_names_its_trace_and_network_file(files, tmp_path):
+    """As a sweep's rows do (issue: inputs that do not fit each other are named): the trace's path and the network
+    file each row was simulated with ("none" where the option writes its links)."""
+    import csv as _csv
+
+    from simfog import cli
+    from simfog.plan import load_catalogue
+
+    trace, cat = files / "t.json", files / "cat.toml"
+    options = {o.name: o for o in load_catalogue(cat).options}
+    assert cli.main(["plan", str(trace), "--catalogue", str(cat), "--gpus", "2,8", "-o", str(tmp_path / "p")]) == 0
+    rows = list(_csv.DictReader(open(tmp_path / "p" / "plan.csv", newline="")))
+    assert rows and all(r["trace"] == str(trace.resolve()) for r in rows)
+    for r in rows:
+        net = options[r["option"]].network
+        assert r["network_file"] == (net.path if net is not None else "none")
+    for argv in ([], ["--merge", "ddp"]):
+        out = tmp_path / ("t" + "".join(argv))
+        assert cli.main(["tune", str(files / "e.toml"), *argv, "-o", str(out)]) == 0
+        rows = list(_csv.DictReader(open(out / "tune.csv", newline="")))
+        assert rows and all(r["trace"] == str(trace.resolve()) and r["network_file"] == "none" for r in rows)

@@ -102,6 +102,7 @@ def run(args) -> int:
     from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError
     from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
+    from simfog.titles import input_columns
     from simfog.tune import tune
     from simfog.tune_framework import FRAMEWORKS, tune_framework
     from simfog.tune_sharded import ALGORITHMS, tune_sharded
@@ -168,7 +169,9 @@ def run(args) -> int:
 
     def write(prefix) -> None:
         with atomic_open(f"{prefix}.csv") as f:
-            (result.settings if sharded or framework else result.curve).to_csv(f, index=False)
+            # every row names the trace and network file (simfog.titles.input_columns), as a sweep's rows do
+            table = result.settings if sharded or framework else result.curve
+            table.assign(**input_columns(exp)).to_csv(f, index=False)
         figure = (plot.framework_tune_figure if framework else plot.sharded_tune_figure if sharded
                   else plot.tune_figure)(result)
         plot.save(figure, f"{prefix}.png")
