@@ -106,7 +106,10 @@ class TieredCluster(netemu.EmulatedCluster):
         dev = self._names(leaf)[1 if up else 2]
         pairs = self._crossing_pairs(leaf, up)
         rate = self.uplink_bandwidth_Bps
-        bits = lambda bps: f"{max(8, int(round(bps * 8)))}bit"  # noqa: E731
+
+        def bits(bps: float) -> str:
+            return f"{max(8, int(round(bps * 8)))}bit"
+
         share = rate / (len(pairs) + 1)
         burst = str(self.uplink_burst_bytes)
         tc = ("tc", "-n", self.switch)
