@@ -422,4 +422,5 @@ def test_compare_row_says_whether_the_measured_iteration_is_inside(experiment):
     assert t_p < 0.49 and row["ks_distance"] == 1.0
     text = compare.format_table([{**row, "model": "toy", "merge": "wfbp", "ranks": 2, "nodes": 2,
                                   "ranks_per_node": 1, "nic_bandwidth_Bps": 1e9, "buckets": 2}])
-    assert "inside the 90 % interval: " in text and "median KS distance" in text
+    assert "inside the 90 % interval (from the inputs): " in text and "median KS distance" in text
+    assert "samples of these sizes from one distribution" in text

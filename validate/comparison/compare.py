@@ -10,9 +10,10 @@ How measured intervals are formed (per rank, perf_counter seconds from the earli
 forward = [start, forward_end]; backward = [forward_end, backward_end]; optimizer = [optimizer_start, end]; per
 bucket b, a collective cannot start before its last rank launched it: with S_b the latest launch over ranks, wait =
 [own launch, S_b] and comm = [S_b, own completion]. gloo may run two collectives at once (two threads), so measured
-comm intervals of one rank can overlap, which the simulator never does. Decentralized records (validate.ranks.decentralized)
-name the ranks that gate a rank's exchange ("peers": its neighbours, or its group), so S_b is the latest launch among
-those, and the interval carries the simulator's name ("neighbor", "group", "global").
+comm intervals of one rank can overlap, which the simulator never does. Decentralized records
+(validate.ranks.decentralized) name the ranks that gate a rank's exchange ("peers": its neighbours, or its group),
+so S_b is the latest launch among those, and the interval carries the simulator's name ("neighbor", "group",
+"global").
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from simfog import units
 from simfog.files import atomic_open
 from simfog.results import Result
 from simfog.uncertainty import DEFAULT_LEVEL
+from validate.comparison.held_out import held_out_keys, held_out_line
 
 COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps",
            "emulated", "iterations", "warmup", "buckets", "buckets_match", "measured_iteration_s",
            "measured_iteration_std_s", "predicted_iteration_s", "rel_error", "measured_median_iteration_s",
            "predicted_median_iteration_s", "rel_error_median", "predicted_iteration_lo_s", "predicted_iteration_hi_s",
-           "interval_level", "inside_interval", "ks_distance", "measured_backward_s",
+           "interval_level", "inside_interval", "held_out_lo_s", "held_out_hi_s", "inside_held_out", "held_out_rows",
+           "ks_distance", "ks_p_value", "ks_same_median", "measured_backward_s",
            "predicted_backward_s", "measured_comm_exposed_s", "predicted_comm_exposed_s", "measured_comm_s",
            "predicted_comm_s", "nic_latency_s", "nic_fit_bandwidth_Bps", "nic_capacity_Bps", "intra_latency_s",
            "intra_fit_bandwidth_Bps",
@@ -113,6 +116,27 @@ def ks_distance(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.max(np.abs(np.searchsorted(a, x, "right") / a.size - np.searchsorted(b, x, "right") / b.size)))
 
 
+KS_PERMUTATIONS = 999
+
+
+def ks_keys(a: Sequence[float], b: Sequence[float], permutations: int = KS_PERMUTATIONS, seed: int = 0) -> dict:
+    """ks_distance of `a` and `b`; ks_p_value, the share of the pooled values' random splits into groups of their
+    sizes (the observed one counted) whose distance is at least as large; ks_same_median, the median distance of
+    those splits: what two samples of these sizes from ONE distribution typically show (about 0.33 with 9 values
+    a side, 0.22 with 29), the floor a median KS distance is judged against."""
+    d = ks_distance(a, b)
+    if not len(a) or not len(b):
+        return {"ks_distance": d, "ks_p_value": float("nan"), "ks_same_median": float("nan")}
+    pooled, rng = np.concatenate([np.asarray(a, float), np.asarray(b, float)]), np.random.default_rng(seed)
+    null = []
+    for _ in range(permutations):
+        x = rng.permutation(pooled)
+        null.append(ks_distance(x[:len(a)], x[len(a):]))
+    null = np.asarray(null)
+    return {"ks_distance": d, "ks_p_value": float((1 + np.sum(null >= d - 1e-12)) / (1 + permutations)),
+            "ks_same_median": float(np.median(null))}
+
+
 def interval_keys(predicted: Result, t_p: float, t_m: float, level: float = DEFAULT_LEVEL) -> dict:
     """The prediction's interval at `level` (simfog.prediction_interval; computed when the Result has none) around
     its steady-state iteration `t_p` (the interval's relative bounds), and whether the measured `t_m` falls inside."""
@@ -149,7 +173,7 @@ def compare(config: Mapping, measured: Result, predicted: Result) -> dict:
         "predicted_backward_s": float(predicted.iterations()["backward_s"].mean()),
         "measured_comm_exposed_s": m["comm_exposed_s"], "predicted_comm_exposed_s": p["comm_exposed_s"],
         "measured_comm_s": m["comm_s"], "predicted_comm_s": p["comm_s"], "error": config.get("error", ""),
-        **interval_keys(predicted, t_p, t_m), "ks_distance": ks_distance(per_it, per_p if len(per_p) else [t_p]),
+        **interval_keys(predicted, t_p, t_m), **ks_keys(per_it, per_p if len(per_p) else [t_p]),
     })
     return row
 
@@ -177,7 +201,10 @@ def error_stats(rows: Iterable[Mapping], key: str = "rel_error") -> dict:
 
 
 def write_csv(rows: Sequence[Mapping], path) -> None:
-    """Write the rows (COLUMNS, seconds and bytes/s) to `path` atomically."""
+    """Write the rows (COLUMNS, seconds and bytes/s) to `path` atomically, each with its interval held out from the
+    other configuration kinds' rows (validate.comparison.held_out: it depends on every row, so it is computed
+    here, from the rows written)."""
+    rows = [{**r, **k} for r, k in zip(rows, held_out_keys(rows), strict=True)]
     with atomic_open(path) as f:
         pd.DataFrame([{c: r.get(c, "") for c in COLUMNS} for r in rows], columns=COLUMNS).to_csv(f, index=False)
 
@@ -202,9 +229,10 @@ def format_table(rows: Sequence[Mapping]) -> str:
     """Measured and predicted iteration time and the relative error, one line per configuration, then the stats
     (over all rows, and per algorithm when there are several), then the rows' notes."""
     head = (f"{'configuration':48s} {'buckets':>7s} {'measured':>10s} {'± std':>9s} {'predicted':>10s} "
-            f"{'error':>7s} {'inside':>6s}")
+            f"{'error':>7s} {'inside':>6s} {'held out':>8s}")
     lines = [head, "-" * len(head)]
-    for r in rows:
+    held = held_out_keys(rows)
+    for r, h in zip(rows, held, strict=True):
         what = r["merge"] if algorithm_of(r) == "allreduce" else r["algorithm"]
         name = (f"{r['model']} {what} {r['ranks']}r {r['nodes']}x{r['ranks_per_node']} "
                 f"{units.format_bandwidth(r['nic_bandwidth_Bps']) if r['nodes'] > 1 else 'intra'}")
@@ -214,11 +242,12 @@ def format_table(rows: Sequence[Mapping]) -> str:
         lines.append(f"{name:48s} {r['buckets']:7d} {units.format_time(r['measured_iteration_s']):>10s} "
                      f"{units.format_time(r['measured_iteration_std_s']):>9s} "
                      f"{units.format_time(r['predicted_iteration_s']):>10s} {r['rel_error']:+7.1%} "
-                     f"{_inside(r):>6s}"
+                     f"{_inside(r):>6s} {_inside({'inside_interval': h['inside_held_out']}):>8s}"
                      + (f"  HOST-LIMITED ({r['host_oversubscribed']:.0%} of samples over the cores)"
                         if host_limited(r) else ""))
     lines.append(_stats_line(rows, "configurations"))
     lines.append(coverage_line(rows))
+    lines.append(held_out_line(rows))
     limited = [r for r in rows if host_limited(r)]
     if limited:
         emulable = _stats_line([r for r in rows if not host_limited(r)], "rows the rig can emulate")
@@ -264,8 +293,21 @@ def coverage_line(rows: Sequence[Mapping]) -> str:
     width = statistics.median((float(r["predicted_iteration_hi_s"]) - float(r["predicted_iteration_lo_s"]))
                               / 2 / float(r["predicted_iteration_s"]) for r in ok)
     ks = [float(r["ks_distance"]) for r in ok if _finite(r.get("ks_distance"))]
-    return (f"  inside the {100 * level:g} % interval: {inside} of {len(ok)} rows ({inside / len(ok):.0%}); median "
-            f"relative half-width {width:.1%}" + (f"; median KS distance {statistics.median(ks):.1%}" if ks else ""))
+    same = [float(r["ks_same_median"]) for r in ok if _finite(_number(r.get("ks_same_median")))]
+    apart = [r for r in ok if _finite(_number(r.get("ks_p_value"))) and float(r["ks_p_value"]) < 0.05]
+    ks_text = (f"; median KS distance {statistics.median(ks):.1%}" if ks else "") + (
+        f" (samples of these sizes from one distribution: {statistics.median(same):.1%}; {len(apart)} of {len(same)} "
+        f"rows' per-iteration times differ at the 5 % level)" if ks and same else "")
+    return (f"  inside the {100 * level:g} % interval (from the inputs): {inside} of {len(ok)} rows "
+            f"({inside / len(ok):.0%}); median relative half-width {width:.1%}{ks_text}")
+
+
+def _number(x) -> float:
+    """A cell as a float (NaN where it is empty or not a number: rows read back from a CSV hold strings)."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _stats_line(rows: Sequence[Mapping], what: str) -> str:
