@@ -86,6 +86,7 @@ def tune_figure(result) -> Figure:
     ax.plot([result.best_threshold_bytes], [result.best_iteration_time_s * 1e3], "*", color="gold", mec="k", ms=16,
             zorder=4, label=f"best threshold {units.format_bytes(result.best_threshold_bytes)}: "
                             f"{units.format_time(result.best_iteration_time_s)} ({result.best_buckets} buckets)")
+    _versus_best_bars(ax, result, curve.threshold_bytes)
     _bytes_axis(ax)
     ax.set_xlabel("merge threshold (bucket size), log scale")
     ax.set_ylabel("iteration time (ms)")
@@ -94,6 +95,21 @@ def tune_figure(result) -> Figure:
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
+
+
+def _versus_best_bars(ax, result, xs) -> None:
+    """Each framework default the tune weighed (TuneResult.versus_defaults): where its time lies against the best
+    threshold's within the model's uncertainty (the best's time x the ratio's interval), as an error bar in its
+    baseline's colour right of the search; a bar that reaches the best's time cannot be told from it."""
+    colors = {line.get_label().split(":")[0]: line.get_color() for line in ax.get_lines()}
+    right = float(np.max(xs))
+    for i, (policy, iv) in enumerate(result.versus_defaults.items()):
+        t, best = result.baselines[policy] * 1e3, result.best_iteration_time_s * 1e3
+        x = right * 2 ** (0.4 * (i + 1))
+        ax.errorbar([x], [t], yerr=[[t - best * iv.lo], [best * iv.hi - t]], fmt="o", ms=4, capsize=4,
+                    color=colors.get(BASELINE_LABELS.get(policy, policy), "0.3"),
+                    label=f"{BASELINE_LABELS.get(policy, policy)} / best at {100 * iv.level:g} %: "
+                          f"x{iv.lo:.3f}-{iv.hi:.3f}")
 
 
 def framework_tune_figure(result) -> Figure:
@@ -115,6 +131,10 @@ def framework_tune_figure(result) -> Figure:
     ax.axhline(result.default["iteration_time_s"] * 1e3, color="tab:orange", ls="--", lw=1.2,
                label=f"default: {units.format_time(result.default['iteration_time_s'])}")
     c = result.choice
+    iv = result.gain_interval
+    if iv is not None:  # where the default lies against the choice within the model's uncertainty
+        ax.axhspan(c["iteration_time_s"] * 1e3 * iv.lo, c["iteration_time_s"] * 1e3 * iv.hi, color="tab:orange",
+                   alpha=0.15, label=f"default / {result.setting} at {100 * iv.level:g} %: x{iv.lo:.3f}-{iv.hi:.3f}")
     if not result.keep_default:
         ax.plot([c[knob.name]], [c["iteration_time_s"] * 1e3], "*", color="gold", mec="k", ms=16, zorder=4,
                 label=f"{result.setting}: {units.format_time(c['iteration_time_s'])}")

@@ -12,7 +12,12 @@ Parts, each a half-width (ln) at the level:
   sizes, extrapolated when simfog.nccl.calibrated says so); for links calibrated from microbenchmarks (a
   network_trace, or validate's calibration), the conformal half-width of those microbenchmarks' residuals against
   the installed links (Experiment.link_scores: in sample, so the coverage of validate's rows is what checks it);
-  a run on links nothing measured is unmeasured; a run of one rank has none.
+  a run on links nothing measured is unmeasured; a run of one rank has none;
+- run-to-run: what the experiment itself draws at random (stragglers, a recorded sample per simulated iteration,
+  random peers) makes the mean of a run of its length vary from one run to the next. The run is simulated again
+  with other seeds, as many as the level needs (9 at 90 %, 19 at 95 %), and the part is the conformal half-width of
+  |ln(t_seed / t)|. One other seed first: a run that does not move with its seed has none. Past 95 % the seeds one
+  can afford cannot bound it, and the part is unmeasured (at least as wide as the seeds show).
 
 Propagation: the run is simulated again with each part's inputs at its two bounds (compute: every layer's forward
 and backward, the optimizer and host times x exp(∓half-width); network: every bandwidth ÷ and latency x the factor,
@@ -23,7 +28,8 @@ says. NCCL's own per-protocol latency constants are not scaled, so for latency-b
 is a lower estimate. Throughput takes the bounds of the iteration time; the scaling efficiency its own effects (its
 single-rank baseline moves with the compute too).
 
-A run costs 1 + 2 x (parts with a width) simulations. Where a bound's run fails (e.g. the slower bound runs past the
+A run costs 1 + 2 x (compute and network parts with a width) simulations, + 1 (+ the seeds where the run moves
+with its seed). Where a bound's run fails (e.g. the slower bound runs past the
 longest run simfog simulates), the part's whole factor is taken for both sides (no part moves the time by more
 than its inputs' factor) and its source says so.
 """
@@ -40,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from simfog.errors import ConfigError, SimfogError
-from simfog.experiment import Experiment
+from simfog.experiment import MAX_SEED, Experiment
 from simfog.simulation import simulate
 from simfog.uncertainty import (
     DEFAULT_LEVEL,
@@ -49,6 +55,7 @@ from simfog.uncertainty import (
     check_level,
     combine,
     conformal_quantile,
+    conformal_rank,
     effect,
     log_scores,
     size_regime,
@@ -131,6 +138,41 @@ def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level
         widths.append(w)
     return Part.symmetric("network", max(widths), f"the link calibration's residuals on its {len(scores)} "
                           "microbenchmark points, in the run's message-size regimes (in sample)")
+
+
+MOST_SEEDS = 19  # run-to-run: the most seeds simulated (a 95 % bound; conformal_rank(19, 0.95) = 19)
+
+
+def seeds_needed(level: float) -> int:
+    """The fewest scores that bound a new one at `level` (simfog.uncertainty.conformal_rank(n, level) <= n)."""
+    n = 1
+    while conformal_rank(n, level) > n:
+        n += 1
+    return n
+
+
+def run_to_run_parts(exp: Experiment, summary: dict, level: float) -> tuple[Part, Part]:
+    """The run-to-run part (module docstring) of a run of `exp` whose summary is `summary`, on its mean iteration
+    time and on its scaling efficiency."""
+    def other(k: int) -> dict:
+        return simulate(replace(exp, seed=(exp.seed + k) % (MAX_SEED + 1))).summary()
+
+    first = other(1)
+    if first["iteration_time_s"] == summary["iteration_time_s"]:
+        none = Part("run-to-run", 0.0, 0.0, "the run does not move with its seed (nothing it draws at random)")
+        return none, none
+    n = seeds_needed(level)
+    runs = [first] + [other(k) for k in range(2, min(n, MOST_SEEDS) + 1)]
+    out = []
+    for key in ("iteration_time_s", "scaling_efficiency"):
+        scores = log_scores(np.full(len(runs), summary[key]), [r[key] for r in runs])
+        what = f"the mean over {exp.iterations} iterations, simulated with {len(runs)} other seeds"
+        if n > MOST_SEEDS:
+            out.append(Part.unmeasured("run-to-run", f"{what}: level {level:g} needs {n} seeds",
+                                       at_least=float(scores.max())))
+        else:
+            out.append(Part.symmetric("run-to-run", conformal_quantile(scores, level), what))
+    return out[0], out[1]
 
 
 def scale_compute(exp: Experiment, factor: float) -> Experiment:
@@ -221,7 +263,8 @@ def intervals(result, level: float, *, extrapolated: list[str] | None = None) ->
             continue
         on_time.append(effect(p.name, t, *(r["iteration_time_s"] for r in runs), p.source, p.measured))
         on_eff.append(effect(p.name, eff, *(r["scaling_efficiency"] for r in runs), p.source, p.measured))
-    return combine(t, level, on_time), combine(eff, level, on_eff)
+    seed_time, seed_eff = run_to_run_parts(exp, s, level)
+    return combine(t, level, on_time + [seed_time]), combine(eff, level, on_eff + [seed_eff])
 
 
 def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAULT_LEVEL) -> Interval:

@@ -103,3 +103,29 @@ def test_plan_and_curve_figures_name_the_trace_and_network_files(tmp_path):
                        "scaling_efficiency": [1.0, 0.9], "error": ""})
     title = plot.curve_figure(df, run_title(exp, collective="nccl", ranks=False))._suptitle.get_text()
     assert "of trace t.json" in title and "network a100-ib.toml" in title
+
+
+def test_tune_figures_draw_where_the_defaults_lie_within_the_models_uncertainty():
+    from matplotlib.container import ErrorbarContainer
+
+    exp = make_experiment(TRACE, alpha=1e-4, beta=1e-11)
+    result = tune(exp, points=5, refine=0)
+    assert result.versus_defaults
+    ax = plot.tune_figure(result).axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == len(result.versus_defaults)
+    best = result.best_iteration_time_s * 1e3
+    for bar, (policy, iv) in zip(bars, result.versus_defaults.items(), strict=True):
+        assert np.asarray(bar.lines[0].get_ydata())[0] == result.baselines[policy] * 1e3
+        caps = sorted(float(np.asarray(cap.get_ydata())[0]) for cap in bar.lines[1])
+        assert caps == [best * iv.lo, best * iv.hi] or np.allclose(caps, [best * iv.lo, best * iv.hi])
+    # alpha 10 ms, 10 ns/B: DDP's 25 MiB default is x1.138 (90 %: 1.072-1.179) the best bucket: a band there
+    framework = tune_framework(make_experiment(TRACE, alpha=1e-2, beta=1e-8), "ddp", tolerance=0.01)
+    iv, choice = framework.gain_interval, framework.choice["iteration_time_s"] * 1e3
+    ax = plot.framework_tune_figure(framework).axes[0]
+    span, = [p for p in ax.patches if p.get_label().startswith("default /")]
+    assert np.allclose([span.get_y(), span.get_y() + span.get_height()], [choice * iv.lo, choice * iv.hi])
+    # kept within the tolerance: nothing weighed, no band
+    kept = tune_framework(make_experiment(TRACE, alpha=1e-3, beta=1e-9), "ddp", tolerance=0.01)
+    ax = plot.framework_tune_figure(kept).axes[0]
+    assert kept.gain_interval is None and not [p for p in ax.patches if p.get_label().startswith("default /")]

@@ -30,7 +30,7 @@ def test_compute_bound_run_interval_is_the_compute_part():
     iv = iteration_interval(result, 0.9)
     q = math.log(1.09)
     assert (iv.lo, iv.hi) == pytest.approx((t * math.exp(-q), t * math.exp(q)))
-    assert iv.shares == {"compute": 1.0, "network": 0.0}
+    assert iv.shares == {"compute": 1.0, "network": 0.0, "run-to-run": 0.0}
     assert iv.parts[1].source == "one rank: no communication"
     # one rank is its own baseline: its efficiency stays 1 at every bound of the compute
     s = attach(result).summary()
@@ -46,7 +46,8 @@ def test_exposed_communication_takes_the_network_part():
     t = result.summary()["iteration_time_s"]
     assert t == pytest.approx(8 * MS)
     iv = iteration_interval(result, 0.9)
-    compute, network = iv.parts
+    compute, network, seeds = iv.parts
+    assert (seeds.below, seeds.above) == (0.0, 0.0) and "does not move with its seed" in seeds.source
     assert not compute.measured and not network.measured
     assert (compute.below, compute.above) == pytest.approx((math.log(8 / 6.5), math.log(11 / 8)))
     assert (network.below, network.above) == pytest.approx((math.log(8 / 5.5), math.log(13 / 8)))
@@ -162,3 +163,28 @@ def test_a_network_trace_experiment_carries_its_calibration_residuals(tmp_path):
     assert exp.link_scores == expected and len(expected) > 20
     s = simfog.simulate(exp, level=0.9).summary()
     assert s["interval_parts"]["network"]["measured"] and "network" not in s["interval_unmeasured"]
+
+
+def test_run_to_run_part_is_the_spread_over_other_seeds():
+    """Random stragglers (each rank's iteration delayed with probability 0.3 by 4 ms on average): the mean of a
+    3-iteration run moves with the seed. At 90 % the part is the conformal half-width (the 9th of 9) of
+    |ln(t_seed / t)| over seeds 1..9 beside the run's own 0; at 99 % no affordable number of seeds bounds it."""
+    from dataclasses import replace
+
+    from simfog.experiment import Heterogeneity
+    from simfog.prediction_interval import run_to_run_parts, seeds_needed
+
+    exp = replace(make_experiment(make_trace([MS], [2 * MS], [1000]), nodes=2, gpus_per_node=1),
+                  heterogeneity=Heterogeneity(straggler_rate=0.3, straggler_delay_s=4 * MS))
+    t = simulate(exp).summary()["iteration_time_s"]
+    others = [simulate(replace(exp, seed=k)).summary()["iteration_time_s"] for k in range(1, 10)]
+    assert len(set(others)) > 1
+    want = max(abs(math.log(x / t)) for x in others)  # conformal_rank(9, 0.9) = 9: the largest
+    on_time, on_eff = run_to_run_parts(exp, simulate(exp).summary(), 0.9)
+    assert (on_time.below, on_time.above) == pytest.approx((want, want)) and on_time.measured
+    assert on_eff.below > 0
+    assert seeds_needed(0.9) == 9 and seeds_needed(0.95) == 19 and seeds_needed(0.99) == 99
+    wide, _ = run_to_run_parts(exp, simulate(exp).summary(), 0.99)
+    assert not wide.measured and wide.below >= want and "needs 99 seeds" in wide.source
+    s = attach(simulate(exp), 0.9).summary()
+    assert s["interval_parts"]["run-to-run"]["below"] == pytest.approx(want)

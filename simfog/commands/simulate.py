@@ -108,8 +108,9 @@ def format_explain(s: dict) -> str:
     """Each part of the interval: its share of the width, its effect on the iteration time, its source."""
     lines = [f"  interval parts ({100 * s['interval_level']:g} %; independent, root-sum-square in log space):"]
     for name, p in s["interval_parts"].items():
-        lines.append(f"    {name:9s} {100 * p['share']:5.1f} % of the width: -{100 * -math.expm1(-p['below']):.1f} % / "
-                     f"+{100 * math.expm1(p['above']):.1f} % on the iteration time; {p['source']}")
+        lines.append(f"    {name:10s} {100 * p['share']:5.1f} % of the width: "
+                     f"-{100 * -math.expm1(-p['below']):.1f} % / +{100 * math.expm1(p['above']):.1f} % on the "
+                     f"iteration time; {p['source']}")
     return "\n".join(lines)
 
 
