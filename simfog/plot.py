@@ -106,7 +106,9 @@ def _versus_best_bars(ax, result, xs) -> None:
     for i, (policy, iv) in enumerate(result.versus_defaults.items()):
         t, best = result.baselines[policy] * 1e3, result.best_iteration_time_s * 1e3
         x = right * 2 ** (0.4 * (i + 1))
-        ax.errorbar([x], [t], yerr=[[t - best * iv.lo], [best * iv.hi - t]], fmt="o", ms=4, capsize=4,
+        # max(0, ...): where the interval ends at the value, best x ratio can round below it
+        ax.errorbar([x], [t], yerr=[[max(0.0, t - best * iv.lo)], [max(0.0, best * iv.hi - t)]], fmt="o", ms=4,
+                    capsize=4,
                     color=colors.get(BASELINE_LABELS.get(policy, policy), "0.3"),
                     label=f"{BASELINE_LABELS.get(policy, policy)} / best at {100 * iv.level:g} %: "
                           f"x{iv.lo:.3f}-{iv.hi:.3f}")

@@ -44,7 +44,8 @@ class TuneResult:
     `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve.
     `versus_defaults`: per framework default (FRAMEWORK_DEFAULTS), the interval at `level` of its iteration time over
     the best threshold's (simfog.prediction_interval.ratio_interval: the same model error through both runs);
-    `distinct(p)` says whether it excludes 1."""
+    `distinct(p)` says whether it excludes 1. `best_interval`: the best threshold's run's interval at `level`
+    (simfog.prediction_interval.summary_fields: iteration_time_lo_s / _hi_s, samples_per_s_lo / _hi, ...)."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -59,6 +60,7 @@ class TuneResult:
     recommended_threshold_bytes: float = math.nan
     recommended_iteration_time_s: float = math.nan
     versus_defaults: dict[str, Interval] = field(default_factory=dict)
+    best_interval: dict = field(default_factory=dict)
 
     def distinct(self, policy: str) -> bool | None:
         """Whether the model tells `policy`'s defaults from the best threshold at its interval's level (None: not
@@ -97,7 +99,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     The frameworks' defaults are weighed against the best at `level` (TuneResult.versus_defaults). Returns a
     TuneResult. Raises ConfigError for bad bounds, counts or level, or a trace without gradients; whatever
     simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
-    from simfog.prediction_interval import ratio_interval
+    from simfog.prediction_interval import attach, ratio_interval
     from simfog.progress import bar as progress_bar
     from simfog.simulation import simulate
 
@@ -147,6 +149,9 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     best_run = exp.with_comm(merge="threshold", threshold_bytes=best)
     versus = {p: ratio_interval(exp.with_comm(merge=p, threshold_bytes=None), best_run, level)
               for p in FRAMEWORK_DEFAULTS}
+    best_summary = attach(simulate(best_run), level).summary()
+    interval = {k: best_summary[k] for k in ("iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s",
+                                             "samples_per_s_lo", "samples_per_s_hi", "interval_level")}
     bar.close()
     curve = pd.DataFrame(sorted(rows.values(), key=lambda r: r["threshold_bytes"]))
     title = run_title(exp)
@@ -155,7 +160,8 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
                       {"model": exp.workload.trace.model, "ranks": exp.ranks, "collective": exp.comm.collective,
                        "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest},
                       (float(curve.threshold_bytes.iloc[a]), float(curve.threshold_bytes.iloc[b])),
-                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]), versus)
+                      float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]), versus,
+                      interval)
 
 
 def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tuple[int, int, int]:

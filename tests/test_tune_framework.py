@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+import simfog
 from simfog import cli
 from simfog.errors import ConfigError
 from simfog.prediction_interval import ratio_interval
@@ -77,6 +78,18 @@ def test_generic_search_says_which_framework_defaults_the_model_tells_from_the_b
     assert r.distinct("wfbp") is None and set(r.versus_defaults) == {"ddp", "horovod", "bagua"}
     table = r.table().set_index("policy")
     assert table.distinct["ddp"] is True and table.distinct["bagua"] is False and table.distinct["wfbp"] is None
+
+
+def test_generic_search_gives_the_best_runs_interval():
+    # the best threshold's run, simulated with its interval as `simfog.simulate(..., level=)` gives it
+    exp = make_experiment(TRACE, alpha=1.0, beta=0.0)
+    r = tune(exp, level=0.8)
+    best = simfog.simulate(exp.with_comm(merge="threshold", threshold_bytes=r.best_threshold_bytes),
+                           level=0.8).summary()
+    assert r.best_interval == {k: best[k] for k in ("iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s",
+                                                    "samples_per_s_lo", "samples_per_s_hi", "interval_level")}
+    assert r.best_interval["iteration_time_lo_s"] < r.best_iteration_time_s < r.best_interval["iteration_time_hi_s"]
+    assert r.best_interval["interval_level"] == 0.8
 
 
 # --- DDP, Horovod, BAGUA -------------------------------------------------------------------------------------------

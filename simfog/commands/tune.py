@@ -43,8 +43,7 @@ def format_result(r) -> str:
     lo, hi = r.near_best_bytes
     lines = [r.title,
              f"  best threshold {units.format_bytes(r.best_threshold_bytes)}: {r.best_buckets} buckets, iteration "
-             f"{units.format_time(r.best_iteration_time_s)} (within 1 % from {units.format_bytes(lo)} to "
-             f"{units.format_bytes(hi)})",
+             f"{_with_interval(r)} (within 1 % from {units.format_bytes(lo)} to {units.format_bytes(hi)})",
              f"  widest range within 1 %: {units.format_bytes(r.plateau_bytes[0])} to "
              f"{units.format_bytes(r.plateau_bytes[1])}; its middle, "
              f"{units.format_bytes(r.recommended_threshold_bytes)}, iteration "
@@ -61,6 +60,17 @@ def format_result(r) -> str:
     lines.append("  a framework's own setting (bucket_cap_mb, HOROVOD_FUSION_THRESHOLD, ...): "
                  "--merge ddp|horovod|bagua")
     return "\n".join(lines)
+
+
+def _with_interval(r) -> str:
+    """The best threshold's iteration time with its interval ('141 ms (90 %: 98.6–292 ms)'), or alone."""
+    from simfog.uncertainty import Interval, format_interval
+
+    b = r.best_interval
+    if not b:
+        return units.format_time(r.best_iteration_time_s)
+    iv = Interval(b["interval_level"], r.best_iteration_time_s, b["iteration_time_lo_s"], b["iteration_time_hi_s"])
+    return format_interval(iv, units.format_time)
 
 
 def _value(knob: str, v) -> str:
@@ -213,6 +223,7 @@ def run(args) -> int:
     if args.json:
         print_json({"best_threshold_bytes": result.best_threshold_bytes,
                     "best_iteration_time_s": result.best_iteration_time_s, "best_buckets": result.best_buckets,
+                    "best_interval": result.best_interval,
                     "defaults_versus_best": {p: {"ratio": iv.value, "ratio_lo": iv.lo, "ratio_hi": iv.hi,
                                                  "interval_level": iv.level, "distinct": result.distinct(p)}
                                              for p, iv in result.versus_defaults.items()},
