@@ -209,8 +209,8 @@ def main() -> int:
     failed = 0
     specs = [(c, None) for c in configs(args.quick) if c["algorithm"] in algorithms]
     if args.events:
-        specs += [({**c, "trace": t, "compute": m}, args.timeout) for t, m in (("resnet50", "samples"), ("gpt2", "mean"))
-                  for c in EVENT_PATH]
+        specs += [({**c, "trace": t, "compute": m}, args.timeout)
+                  for t, m in (("resnet50", "samples"), ("gpt2", "mean")) for c in EVENT_PATH]
     events, fabric = dict.fromkeys(worst, 0.0), dict.fromkeys(worst, 0.0)
     for spec, timeout_s in specs:
         for n in ranks:

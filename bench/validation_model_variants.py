@@ -46,7 +46,8 @@ def main() -> None:
             measured = float(r["measured_iteration_s"])
             line = [vid]
             for name, (collective, streams) in VARIANTS.items():
-                predicted = steady_iteration_s(new_simulation(base.with_comm(collective=collective, streams=streams)).run())
+                run = new_simulation(base.with_comm(collective=collective, streams=streams)).run()
+                predicted = steady_iteration_s(run)
                 errors[name].append((predicted - measured) / measured)
                 line.append(f"{100 * errors[name][-1]:+.1f}%")
             detail.append(line)

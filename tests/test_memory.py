@@ -156,6 +156,7 @@ def test_plan_reports_memory_and_never_recommends_what_does_not_fit(tmp_path):
     df = result.candidates
     small, big = df[df.option == "small"], df[df.option == "big"]
     assert len(small) and all("over cluster.gpu_memory" in e for e in small.error)
+    assert len(big) and not any("over cluster.gpu_memory" in e for e in big.error)
     assert not small.meets_target.any()
     assert result.best["option"] == "big" and result.best["memory_peak_B"] == 59 * MB
     assert result.best["memory_complete"] is True or result.best["memory_complete"] == True  # noqa: E712

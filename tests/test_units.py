@@ -53,7 +53,8 @@ def test_formatters():
 
 
 @pytest.mark.parametrize("text,kind", [("1e400us", "time"), ("1e308s", "time"), ("2e9s", "time"),
-                                       ("1e400Gbit/s", "bandwidth"), ("1e30B", "bytes"), ("1e9s/B", "inverse_bandwidth")])
+                                       ("1e400Gbit/s", "bandwidth"), ("1e30B", "bytes"),
+                                       ("1e9s/B", "inverse_bandwidth")])
 def test_infinite_or_overflowing_quantities_are_refused(text, kind):
     """Once accepted as inf (or as 1e308, which overflows the simulator's sums) and simulated to nonsense."""
     with pytest.raises(ConfigError, match="at most"):

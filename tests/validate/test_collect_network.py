@@ -1,4 +1,5 @@
-"""validate.collect.collect_network: real collectives on loopback (gloo, MPI) -> valid NetworkTraces; process hygiene."""
+"""validate.collect.collect_network: real collectives on loopback (gloo, MPI) -> valid NetworkTraces; process
+hygiene."""
 
 from __future__ import annotations
 

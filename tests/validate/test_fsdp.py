@@ -1,5 +1,5 @@
-"""validate.ranks.fsdp: simfog's prefetch depth mapped onto FSDP2's explicit prefetch lists, the replay model grouped in the
-experiment's units, fully_shard applied per unit (one-rank process group), what cannot be run."""
+"""validate.ranks.fsdp: simfog's prefetch depth mapped onto FSDP2's explicit prefetch lists, the replay model grouped
+in the experiment's units, fully_shard applied per unit (one-rank process group), what cannot be run."""
 
 from __future__ import annotations
 

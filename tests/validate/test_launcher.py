@@ -82,9 +82,9 @@ def py(code: str, marker: str) -> list[str]:
 
 
 def test_python_rank_argv_uses_this_interpreter():
-    assert python_rank_argv("validate.ranks.worker", "--size", 4) == [sys.executable, "-m", "validate.ranks.worker", "--size",
-                                                                "4"]
-    assert python_mpi_argv("validate.ranks.worker", 4) == [sys.executable, "-m", "mpi4py", "-m", "validate.ranks.worker", "4"]
+    worker = "validate.ranks.worker"
+    assert python_rank_argv(worker, "--size", 4) == [sys.executable, "-m", worker, "--size", "4"]
+    assert python_mpi_argv(worker, 4) == [sys.executable, "-m", "mpi4py", "-m", worker, "4"]
 
 
 def test_bad_arguments_are_config_errors():

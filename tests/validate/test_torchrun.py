@@ -106,7 +106,8 @@ STUB_SRUN = textwrap.dedent('''\
     codes = [p.wait() for p in procs]
     sys.exit(max(codes))
     ''')
-STUB_SCONTROL = "#!/bin/sh\n# stand-in: every node of the allocation is this machine\nfor i in 1 2; do echo 127.0.0.1; done\n"
+STUB_SCONTROL = ("#!/bin/sh\n# stand-in: every node of the allocation is this machine\n"
+                 "for i in 1 2; do echo 127.0.0.1; done\n")
 
 
 def test_slurm_launcher_through_a_stub_srun(tmp_path, monkeypatch):

@@ -562,8 +562,8 @@ def measure_overlap_slowdown(name: str, device: str = "cpu", *, batch_size: int 
     errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: a chatty peer must never block on it
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; from validate.collect.collect_model import _overlap_peer; "
-                              "_overlap_peer(*map(float, sys.argv[1:]))", str(store.port), str(numel),
+    child = subprocess.Popen([sys.executable, "-c", "import sys; from validate.collect.collect_model import "
+                              "_overlap_peer; _overlap_peer(*map(float, sys.argv[1:]))", str(store.port), str(numel),
                               str(timeout_s), device == "cuda" and "1" or "0"],
                              env=env, stdout=subprocess.DEVNULL, stderr=errors)
     buf = torch.zeros(numel + 1, dtype=torch.float32, device=dev)  # the last element: 1 from us = "stop"

@@ -199,7 +199,8 @@ def collect_network(backend: str, ranks: int, *, sizes: Iterable[int] | None = N
             if backend == "nccl":
                 _require_gpus(ranks // nodes)
             port = master_port or free_port(master_addr if loopback else "0.0.0.0")
-            cmds = [[*(rank_prefix(r) if rank_prefix else ()), sys.executable, "-m", "validate.collect.collect_network_worker",
+            cmds = [[*(rank_prefix(r) if rank_prefix else ()), sys.executable, "-m",
+                     "validate.collect.collect_network_worker",
                      "--plan", str(Path(tmp) / "plan.json"), "--out", tmp, "--rank", str(r), "--world", str(ranks),
                      "--local-rank", str(r % (ranks // nodes)), "--backend", backend,
                      "--init", f"tcp://{master_addr}:{port}", "--timeout", str(int(timeout_s))]

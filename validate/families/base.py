@@ -2,8 +2,8 @@
 
 A validation is the same steps for every algorithm (validate.run): check what the rig can run, calibrate the links
 from microbenchmarks, probe what collectives cost the host inside a training step (validate.host_calibration),
-simulate with all of it, run the ranks, turn their records into a measured Result, compare. Where an algorithm family differs, validate.run calls one of these hooks of the family's adapter,
-never tests the algorithm's name itself:
+simulate with all of it, run the ranks, turn their records into a measured Result, compare. Where an algorithm family
+differs, validate.run calls one of these hooks of the family's adapter, never tests the algorithm's name itself:
 
 - `check(exp, mode, backend)`: raise ConfigError for what the family's rank program cannot run.
 - `calibration_collective`: the microbenchmark whose fit prices the family's communication ("allreduce": gloo's

@@ -77,9 +77,9 @@ def stderr_tail(text: str, lines: int = 12) -> str:
 
 def launch_torchrun(cluster, ranks_per_node: int, rank_argv: list[str], *, env: dict | None = None,
                     timeout_s: float) -> list[RankResult]:
-    """One torchrun agent per node of `cluster` (an emulated or loopback cluster of validate.cluster.netemu), each running
-    `ranks_per_node` workers of `rank_argv`; waits for all as validate.launch.launcher.launch does (results per agent,
-    node order; a failure names the node's agent and its workers' last stderr lines). Raises LaunchError."""
+    """One torchrun agent per node of `cluster` (an emulated or loopback cluster of validate.cluster.netemu), each
+    running `ranks_per_node` workers of `rank_argv`; waits for all as validate.launch.launcher.launch does (results per
+    agent, node order; a failure names the node's agent and its workers' last stderr lines). Raises LaunchError."""
     nodes = cluster.nodes
     host = nodes[0].address if getattr(cluster, "shaped", False) else "127.0.0.1"
     port = _free_port(cluster)

@@ -143,8 +143,8 @@ def check_experiment(exp, mode: str) -> None:
                               "the validator runs point-to-point exchanges only", source=src)
     if algorithm == "wagma" and not exp.homogeneous:
         raise ConfigError("heterogeneity", "stragglers or slowdowns", "none for algorithm wagma: the real run's "
-                          "group allreduce waits for its members, simfog's wagma does not (validate.ranks.decentralized)",
-                          source=src)
+                          "group allreduce waits for its members, simfog's wagma does not "
+                          "(validate.ranks.decentralized)", source=src)
 
 
 def algorithm_label(exp) -> str:

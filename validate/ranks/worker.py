@@ -16,8 +16,8 @@ writes OUT_DIR/rank<R>.json. A configuration (all times in seconds):
     recorded iteration each rank replays, as simfog.engine draws it), slowdown[rank] (compute factors),
     delays[iteration][rank] (straggler delays added to forward), spin_s (replay waits); optionally algorithm
     ("allreduce" when absent; "neighbor" | "wagma" with the schedule fields of
-    `validate.ranks.decentralized.worker_fields`; "fsdp" with those of `validate.ranks.fsdp.worker_fields`: the replay model
-    is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; "zero2" with
+    `validate.ranks.decentralized.worker_fields`; "fsdp" with those of `validate.ranks.fsdp.worker_fields`: the replay
+    model is grouped in units and FSDP2 applied, one more unmeasured iteration records the memory peak; "zero2" with
     those of `validate.ranks.zero.worker_fields`; replay only).
 
 Policies: "ddp" is torch DDP itself (`broadcast_buffers=False`: the simulator models gradients only), with a comm
@@ -38,8 +38,8 @@ moves every thread of the rank to real-time round-robin scheduling (or nice -20)
 machine does not delay the ranks' and gloo's wake-ups; again after a configuration created process groups;
 `--calibrate` runs the calibration microbenchmarks the same way. Torch-only module.
 
-Each rank notes its steps for the launcher (`validate.launch.launcher.note_step`: joining the process group, per iteration
-its compute and its wait for communication), so that a rank that hangs is named with what it was doing.
+Each rank notes its steps for the launcher (`validate.launch.launcher.note_step`: joining the process group, per
+iteration its compute and its wait for communication), so that a rank that hangs is named with what it was doing.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def _build(cfg: dict, trace, rank: int, device: torch.device):
 
 def run_config(cfg: dict, rank: int, world: int, priority: str = "none", clock=None) -> dict:
     """Run one configuration on this rank (all ranks must call it together); threads it starts (process groups)
-    get `priority` too (validate.cluster.scheduling.raise_priority). `clock`: validate.ranks.timing's clock of the rank's device
-    (default HostClock: CPU). Returns its JSON-ready record."""
+    get `priority` too (validate.cluster.scheduling.raise_priority). `clock`: validate.ranks.timing's clock of the
+    rank's device (default HostClock: CPU). Returns its JSON-ready record."""
     clock = clock or HostClock()
     trace = load_model_trace(cfg["trace"])
     model, named, loss_of, optimizer, replay, batch_B = _build(cfg, trace, rank, clock.device)

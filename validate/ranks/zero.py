@@ -1,5 +1,5 @@
-"""Real runs of ZeRO stage 2 for the validator, replay or model mode, gloo on CPU: DeepSpeed's schedule as simfog models it
-(simfog.algorithms.sharded, "zero1, zero2"), written by hand around the replay model (DeepSpeed itself is not
+"""Real runs of ZeRO stage 2 for the validator, replay or model mode, gloo on CPU: DeepSpeed's schedule as simfog
+models it (simfog.algorithms.sharded, "zero1, zero2"), written by hand around the replay model (DeepSpeed itself is not
 installed here, and its CPU path would not use gloo).
 
 - Gradient buckets: the simulator's own (`zero_buckets` of the trace's ready order, `reduce_bucket_size`
