@@ -141,6 +141,7 @@ def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level
 
 
 MOST_SEEDS = 19  # run-to-run: the most seeds simulated (a 95 % bound; conformal_rank(19, 0.95) = 19)
+INDEPENDENT_SEEDS = 1_000_003  # a ratio's second run draws with seeds this far from the first's
 
 
 def seeds_needed(level: float) -> int:
@@ -151,28 +152,45 @@ def seeds_needed(level: float) -> int:
     return n
 
 
+def seed_parts(measure, values: Sequence[float], level: float, what: str) -> list[Part]:
+    """The run-to-run part (module docstring) of each of `values`, quantities of a run with its own seed:
+    `measure(k)` gives them (in the same order) for runs with seed + k. One probe seed first: none where nothing
+    moves."""
+    first = tuple(measure(1))
+    if first == tuple(values):
+        return [Part("run-to-run", 0.0, 0.0, "the run does not move with its seed (nothing it draws at random)")
+                for _ in values]
+    n = seeds_needed(level)
+    runs = [first] + [tuple(measure(k)) for k in range(2, min(n, MOST_SEEDS) + 1)]
+    out = []
+    for i, v in enumerate(values):
+        scores = log_scores(np.full(len(runs), v), [r[i] for r in runs])
+        how = f"{what}, simulated with {len(runs)} other seeds"
+        if n > MOST_SEEDS:
+            out.append(Part.unmeasured("run-to-run", f"{how}: level {level:g} needs {n} seeds",
+                                       at_least=float(scores.max())))
+        else:
+            out.append(Part.symmetric("run-to-run", conformal_quantile(scores, level), how))
+    return out
+
+
+def reseeded(exp: Experiment, k: int) -> Experiment:
+    """`exp` with its seed + k (modulo the seeds allowed)."""
+    return replace(exp, seed=(exp.seed + k) % (MAX_SEED + 1))
+
+
 def run_to_run_parts(exp: Experiment, summary: dict, level: float) -> tuple[Part, Part]:
     """The run-to-run part (module docstring) of a run of `exp` whose summary is `summary`, on its mean iteration
     time and on its scaling efficiency."""
-    def other(k: int) -> dict:
-        return simulate(replace(exp, seed=(exp.seed + k) % (MAX_SEED + 1))).summary()
+    keys = ("iteration_time_s", "scaling_efficiency")
 
-    first = other(1)
-    if first["iteration_time_s"] == summary["iteration_time_s"]:
-        none = Part("run-to-run", 0.0, 0.0, "the run does not move with its seed (nothing it draws at random)")
-        return none, none
-    n = seeds_needed(level)
-    runs = [first] + [other(k) for k in range(2, min(n, MOST_SEEDS) + 1)]
-    out = []
-    for key in ("iteration_time_s", "scaling_efficiency"):
-        scores = log_scores(np.full(len(runs), summary[key]), [r[key] for r in runs])
-        what = f"the mean over {exp.iterations} iterations, simulated with {len(runs)} other seeds"
-        if n > MOST_SEEDS:
-            out.append(Part.unmeasured("run-to-run", f"{what}: level {level:g} needs {n} seeds",
-                                       at_least=float(scores.max())))
-        else:
-            out.append(Part.symmetric("run-to-run", conformal_quantile(scores, level), what))
-    return out[0], out[1]
+    def measure(k: int) -> tuple[float, ...]:
+        s = simulate(reseeded(exp, k)).summary()
+        return tuple(s[key] for key in keys)
+
+    on_time, on_eff = seed_parts(measure, [summary[key] for key in keys], level,
+                                 f"the mean over {exp.iterations} iterations")
+    return on_time, on_eff
 
 
 def scale_compute(exp: Experiment, factor: float) -> Experiment:
@@ -273,7 +291,9 @@ def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAUL
     runs at once (the same faster compute, the same slower network), and the part's effect is how far that moves the
     ratio, combined as simfog.uncertainty.combine says. A part that slows both runs alike leaves the ratio where it
     is; one that changes which run waits on what moves it. Parts as `intervals` (module docstring), the network's
-    from the collectives of both runs; 1 + 4 x (parts with a width) simulations more than the two runs."""
+    from the collectives of both runs, and the run-to-run part of the ratio, each run with its own seeds (two real
+    runs draw independently); 1 + 4 x (parts with a width) simulations more than the two runs, + 2 per seed where
+    the runs move with their seeds."""
     level = check_level(level, "level")
     runs = [simulate(e) for e in (slower, faster)]
     times = [r.summary()["iteration_time_s"] for r in runs]
@@ -297,6 +317,13 @@ def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAUL
                                                           "factor taken)"))
             continue
         on_ratio.append(effect(p.name, ratio, *bounds, p.source, p.measured))
+
+    def measure(k: int) -> tuple[float]:  # independent draws, as two real runs have: far-apart seeds
+        a, b = (simulate(reseeded(e, k + j * INDEPENDENT_SEEDS)).summary()["iteration_time_s"]
+                for j, e in enumerate((slower, faster)))
+        return (a / b,)
+
+    on_ratio += seed_parts(measure, [ratio], level, "the ratio of the two runs' means, each with its own seed")
     return combine(ratio, level, on_ratio)
 
 

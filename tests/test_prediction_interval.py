@@ -188,3 +188,26 @@ def test_run_to_run_part_is_the_spread_over_other_seeds():
     assert not wide.measured and wide.below >= want and "needs 99 seeds" in wide.source
     s = attach(simulate(exp), 0.9).summary()
     assert s["interval_parts"]["run-to-run"]["below"] == pytest.approx(want)
+
+
+def test_a_ratios_run_to_run_part_draws_each_run_with_its_own_seeds():
+    """Two settings of a run with random stragglers: their ratio moves with the seeds. Each run of seed offset k
+    draws with its own seed (the second run INDEPENDENT_SEEDS further), as two real runs draw independently."""
+    from dataclasses import replace
+
+    from simfog.experiment import Heterogeneity
+    from simfog.prediction_interval import INDEPENDENT_SEEDS, ratio_interval, reseeded
+
+    exp = replace(make_experiment(make_trace([MS] * 4, [2 * MS] * 4, [250_000] * 4), nodes=2, gpus_per_node=1),
+                  heterogeneity=Heterogeneity(straggler_rate=0.3, straggler_delay_s=4 * MS))
+    slower, faster = exp.with_comm(merge="single"), exp.with_comm(merge="wfbp")
+
+    def t(e):
+        return simulate(e).summary()["iteration_time_s"]
+
+    ratio = t(slower) / t(faster)
+    others = [t(reseeded(slower, k)) / t(reseeded(faster, k + INDEPENDENT_SEEDS)) for k in range(1, 10)]
+    want = max(abs(math.log(x / ratio)) for x in others)  # the 9th of 9 at 90 %
+    iv = ratio_interval(slower, faster, 0.9)
+    seeds, = [p for p in iv.parts if p.name == "run-to-run"]
+    assert want > 0 and (seeds.below, seeds.above) == pytest.approx((want, want))

@@ -131,9 +131,10 @@ def test_ddp_default_kept_within_the_tolerance():
     ratio, down, up = 46 / 45, math.log((46 / 45) / (86 / 85)), math.log((26 / 25) / (46 / 45))
     iv = r.gain_interval
     assert iv.value == pytest.approx(ratio, rel=1e-9)
-    assert [(p.name, p.measured) for p in iv.parts] == [("compute", False), ("network", False)]
-    assert [p.below for p in iv.parts] == pytest.approx([down, down], rel=1e-9)
-    assert [p.above for p in iv.parts] == pytest.approx([up, up], rel=1e-9)
+    assert [(p.name, p.measured) for p in iv.parts] == [("compute", False), ("network", False), ("run-to-run", True)]
+    assert [p.below for p in iv.parts] == pytest.approx([down, down, 0.0], rel=1e-9)
+    assert [p.above for p in iv.parts] == pytest.approx([up, up, 0.0], rel=1e-9)
+    assert "does not move with its seed" in iv.parts[2].source  # mean layer times: nothing drawn at random
     assert iv.lo == pytest.approx(ratio * math.exp(-math.sqrt(2) * down), rel=1e-9)
     assert iv.lo == pytest.approx(1.0075, abs=1e-4)
     assert r.keep_default and "not sure to exceed the 1 % tolerance at 90 %" in r.keep_reason
@@ -149,7 +150,7 @@ def test_ratio_of_a_run_to_itself_is_one_whatever_the_model_error():
     exp = make_experiment(TRACE, alpha=0.0, beta=1e-8)
     iv = ratio_interval(exp, exp)
     assert (iv.value, iv.lo, iv.hi) == (1.0, 1.0, 1.0)
-    assert {p.name for p in iv.parts} == {"compute", "network"}
+    assert {p.name for p in iv.parts} == {"compute", "network", "run-to-run"}
     with pytest.raises(ConfigError, match="level"):
         ratio_interval(exp, exp, level=1.5)
 
@@ -171,7 +172,7 @@ def test_horovod_changes_one_knob_when_that_reaches_the_tolerance():
     assert r.plateau == {"HOROVOD_CYCLE_TIME": (10.0, 20.0)}
     assert r.choice["HOROVOD_CYCLE_TIME"] == 10 and r.choice["HOROVOD_FUSION_THRESHOLD"] == 128 * MiB
     assert r.setting == "HOROVOD_CYCLE_TIME=10"
-    assert [p.measured for p in r.gain_interval.parts] == [True, False] and r.gain_interval.lo > 1.9
+    assert [p.measured for p in r.gain_interval.parts] == [True, False, True] and r.gain_interval.lo > 1.9
     # A trace of one sample leaves the compute unmeasured (x/2): at twice the compute the gradients are ready at
     # 10..16 ms, the 10 ms tick takes the first alone and the change gains nothing (ratio 1 at that bound). The
     # model cannot vouch for a cycle time fitted to compute it never measured: keep the default.
@@ -260,7 +261,7 @@ def test_cli_tunes_ddp_and_ends_with_the_setting(tmp_path, capsys):
     j = json.loads(capsys.readouterr().out)
     assert j["choice_gain_lo"] < j["choice_gain"] < j["choice_gain_hi"] and j["interval_level"] == 0.9
     assert j["choice_gain"] == pytest.approx(1 - 1.008 / 2.006, rel=1e-9) and not j["keep_default"]
-    assert set(j["gain_interval_parts"]) == {"compute", "network"}
+    assert set(j["gain_interval_parts"]) == {"compute", "network", "run-to-run"}
 
 
 def test_cli_sharded_framework_by_merge(tmp_path, capsys):
