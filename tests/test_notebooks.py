@@ -31,6 +31,7 @@ TOL = 1e-9  # relative: the same plan simulated two ways may differ by float rou
 ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-bagua-algorithms.ipynb",
        "04-tune-threshold.ipynb", "05-capacity-plan.ipynb", "06-sharded-data-parallel.ipynb",
        "07-shared-fabric-jobs.ipynb"]
+ALL += ["08-wagma-sgd.ipynb"]  # published points (issue 25): WAGMA-SGD
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
@@ -157,6 +158,78 @@ def test_bagua_algorithms(run_small):
     ddp = r["samples_per_s"]["DDP allreduce (baseline)"]
     assert ddp[-1] < ddp[0]  # 100 MiB of gradients per iteration cannot hide behind backward at 1 Gbit/s
     _figure(figures, "bagua-resnet50-v100.png")
+
+
+# Published points beside simfog's band (issue 25, point 5): BAGUA (notebook 03's last section) and WAGMA-SGD (08).
+PUBLISHED = ROOT / "bench" / "data" / "published"
+
+
+def _published_rows_hold(r: dict, rows: list[dict], held_out: list[dict]) -> None:
+    """The RESULT's counts are the table's: every point predicted or not modelled (with a reason), coverage = the
+    held-out points inside their band / held-out points, every band holds its prediction, every outside point
+    says why and no inside one does."""
+    n_points = sum(1 for _ in (PUBLISHED / r["study"].split("-")[0] / "points.csv").open()) - 1
+    assert r["points_total"] == n_points and r["estimated"] is True and r["level"] == 0.9
+    assert r["predicted"] == len(rows) and r["predicted"] + sum(r["not_modelled"].values()) == n_points
+    assert all(why for why in r["not_modelled"])
+    for row in rows:
+        assert row["lo"] <= row["predicted"] <= row["hi"]
+        assert row["inside"] == (row["lo"] <= row["published"] <= row["hi"])
+    assert r["inside"] == sum(row["inside"] for row in held_out)
+    assert r["coverage"] == pytest.approx(r["inside"] / len(held_out), rel=1e-12)
+    assert sum(k for k, _ in r["coverage_by_system"].values()) == r["inside"]
+    assert sum(n for _, n in r["coverage_by_system"].values()) == len(held_out)
+    for row in held_out:
+        assert bool(row["reason"]) != row["inside"], row  # a reason for every outside point, none for inside ones
+
+
+def test_bagua_published_points(run_small):
+    results, figures = run_notebook("03-bagua-algorithms.ipynb", run_small)
+    r, = _of(results, "bagua-published")
+    rows = r["rows"]
+    held_out = [row for row in rows if row["held_out"]]
+    _published_rows_hold(r, rows, held_out)
+    assert r["held_out"] == len(held_out) and r["pinned"] == len(rows) - len(held_out) == 3
+    # the single-GPU points are the input: one rank, no communication, 32 images in the pinned step time (Horovod
+    # may wait up to one 1 ms cycle for its last gradient)
+    for row in rows:
+        if not row["held_out"]:
+            assert row["gpus"] == 1 and row["reason"].startswith("not held out")
+            assert 32 / (r["pinned_step_s"] + 1e-3) <= row["predicted"] <= 32 / r["pinned_step_s"] * (1 + TOL)
+    by = {(row["figure"], row["system"], row["gpus"], row["gbit"]): row["predicted"] for row in rows}
+    for (fig, system, gpus, gbit), sps in by.items():  # a faster network is never slower
+        if gbit == 10:
+            assert by[(fig, system, gpus, 100)] >= sps * (1 - TOL), system
+    for system in ("PyTorch-DDP", "Horovod"):  # ring allreduce: more GPUs never fewer images/s
+        curve = [sps for (fig, s, _, _), sps in sorted(by.items(), key=lambda kv: kv[0][2])
+                 if fig == "scalability_vgg16.png" and s == system]
+        assert len(curve) == 6 and curve == sorted(curve)
+    assert by[("e2e_vgg16_128.png", "Bagua (Asynchronous)", 128, 10)] == pytest.approx(
+        by[("e2e_vgg16_128.png", "Bagua (Asynchronous)", 128, 100)], rel=TOL)  # training never waits for it
+    assert set(r["unknown_inputs"]) >= {"cluster.nic_latency", "network_test.two_node"}
+    _figure(figures, "bagua-published-vgg16.png")
+
+
+def test_wagma_published_points(run_small):
+    results, figures = run_notebook("08-wagma-sgd.ipynb", run_small)
+    r, = _of(results, "wagma-published")
+    rows = r["rows"]
+    _published_rows_hold(r, rows, rows)  # nothing predicted was an input: the single-node throughput is no point
+    assert r["nodes"] == [4, 16] and {row["nodes"] for row in rows} == {4, 16}
+    assert {row["system"] for row in rows} == {"local SGD", "Allreduce-SGD", "D-PSGD", "AD-PSGD", "WAGMA-SGD"}
+    sps = {(row["system"], row["nodes"], row["stragglers"]): row["predicted"] for row in rows}
+    for (system, nodes, stragglers), x in sps.items():
+        # no run beats P x the single node's throughput (batch / pinned step); delays only take time away
+        assert x <= nodes * 128 / r["pinned_step_s"] * (1 + TOL)
+        if stragglers and (system, nodes, False) in sps:
+            assert x <= sps[(system, nodes, False)] * (1 + TOL)
+        if stragglers:
+            # WAGMA's groups do not wait for late members: never slower than a barrier on every rank each step
+            assert sps[("WAGMA-SGD", nodes, True)] >= sps[("Allreduce-SGD", nodes, True)] * (1 - TOL)
+    for system in {s for s, _, _ in sps}:  # more nodes, more images/s
+        curve = [sps[(system, n, True)] for n in r["nodes"]]
+        assert curve == sorted(curve)
+    _figure(figures, "wagma-published-resnet50.png")
 
 
 def test_tune_threshold(run_small):
