@@ -420,27 +420,28 @@ def _check_coverage_records(results: list[dict]) -> tuple[list[str], dict]:
     return names, overall
 
 
-def _bench_rows(out: str) -> dict[str, tuple[str, str]]:
-    """The bench's summary table: cluster -> (cov90, hw90) as printed."""
+def _assert_bench_prints_the_same(out: str, results: list[dict]) -> None:
+    """bench/collectives.py's output `out` prints the notebook's figures: on its last line the clusters, points and
+    90 % coverage overall, in its summary table each cluster's cov90 and hw90 (median relative half-width)."""
+    *per, overall = _of(results, "coverage-level")
+    clusters, points, cov90 = BENCH_LAST_LINE.fullmatch(out.strip().splitlines()[-1]).groups()
+    assert (int(clusters), int(points)) == (len(per), overall["points"])
+    assert float(cov90) == round(100 * overall["coverage"][2], 1)
     rows = re.findall(r"^(\S+)\s+\d+\s+\d+\s+[\d.]+%\s+[\d.]+%\s+([\d.]+%)\s+([\d.]+%)  ", out, re.M)
-    return {name: (cov, hw) for name, cov, hw in rows}
+    sources = {r["cluster"]: r for r in _of(results, "width-sources")}
+    assert {name: (cov, hw) for name, cov, hw in rows} == {
+        r["cluster"]: (f"{100 * r['coverage'][2]:.1f}%",
+                       f"{100 * sources[r['cluster']]['variants']['cross-cluster']['median_half_width']:.1f}%")
+        for r in per}
 
 
 def test_interval_coverage(run_small):
     results, figures = run_notebook(COVERAGE_NB, run_small)
-    names, overall = _check_coverage_records(results)
+    names, _ = _check_coverage_records(results)
     assert names == COVERAGE_SMALL_CLUSTERS
     # the subset's own figures, as the bench prints them for the same clusters (--only: simfog's shipped values of
     # the unidentified terms, each cluster's interval fitted on the other two)
-    out = _bench_collectives(*(a for n in names for a in ("--only", n)))
-    clusters, points, cov90 = BENCH_LAST_LINE.fullmatch(out.strip().splitlines()[-1]).groups()
-    assert (int(clusters), int(points)) == (len(names), overall["points"])
-    assert float(cov90) == round(100 * overall["coverage"][2], 1)
-    rows, levels = _bench_rows(out), _of(results, "coverage-level")
-    sources = {r["cluster"]: r for r in _of(results, "width-sources")}
-    for r in levels[:-1]:
-        half_width = sources[r["cluster"]]["variants"]["cross-cluster"]["median_half_width"]
-        assert rows[r["cluster"]] == (f"{100 * r['coverage'][2]:.1f}%", f"{100 * half_width:.1f}%")
+    _assert_bench_prints_the_same(_bench_collectives(*(a for n in names for a in ("--only", n))), results)
     _figure(figures, "coverage-reliability.png")
     _figure(figures, "coverage-held-out-points.png")
 
@@ -465,16 +466,9 @@ def test_committed_interval_coverage_adds_up_and_counts_the_shipped_table_s_poin
 @pytest.mark.slow
 def test_committed_interval_coverage_is_the_bench_s_coverage90():
     """The committed full-settings run's 90 % coverage is the one bench/collectives.py prints (every cluster, the
-    unidentified terms learned leave-one-cluster-out); ~1 minute."""
+    unidentified terms learned leave-one-cluster-out); a minute or more."""
     results = _committed_coverage_results()
-    levels = _of(results, "coverage-level")
     out = _bench_collectives()
-    clusters, points, cov90 = BENCH_LAST_LINE.fullmatch(out.strip().splitlines()[-1]).groups()
-    if int(clusters) != len(levels) - 1:
+    if int(BENCH_LAST_LINE.fullmatch(out.strip().splitlines()[-1])[1]) != len(_of(results, "coverage-level")) - 1:
         pytest.skip("the reference set (../shared/ref/nccl-tests) is not here as it was when the notebook ran")
-    assert (int(points), float(cov90)) == (levels[-1]["points"], round(100 * levels[-1]["coverage"][2], 1))
-    rows = _bench_rows(out)
-    sources = {r["cluster"]: r for r in _of(results, "width-sources")}
-    for r in levels[:-1]:
-        half_width = sources[r["cluster"]]["variants"]["cross-cluster"]["median_half_width"]
-        assert rows[r["cluster"]] == (f"{100 * r['coverage'][2]:.1f}%", f"{100 * half_width:.1f}%")
+    _assert_bench_prints_the_same(out, results)
