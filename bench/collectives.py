@@ -250,6 +250,25 @@ def leave_one_out(preps: list[Prepared], jobs: int = 1) -> tuple[dict[str, int],
     return learned, best(scored), outcomes
 
 
+def held_out(preps: list[Prepared], *, jobs: int = 1, learn: bool = True,
+             predict: bool = True) -> tuple[dict[str, tuple[Outcome, dict, str]], int | None]:
+    """Every cluster's outcome, with the setting of the unidentified terms it was predicted with (GRID's values)
+    and that setting in words: learned from the other clusters (`learn`, leave_one_out), else simfog's shipped
+    defaults for every cluster; and the index in GRID of the setting learned from all clusters (None unless
+    `learn`)."""
+    if not learn:
+        shipped = dict(nccl_fit.UNIDENTIFIED)
+        return {p.cluster.name: (evaluate(p, shipped, predict=predict), shipped,
+                                 _setting(shipped) + " (simfog's shipped defaults)") for p in preps}, None
+    learned, learned_all, outcomes = leave_one_out(preps, jobs)
+    chosen = {}
+    for p in preps:
+        i = learned.get(p.cluster.name, 0)
+        chosen[p.cluster.name] = (outcomes[p.cluster.name, i], GRID[i],
+                                  _setting(GRID[i]) + " (learned from the other clusters' held-out points)")
+    return chosen, learned_all
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ref", default=str(ROOT.parent / "shared" / "ref" / "nccl-tests"),
@@ -275,20 +294,14 @@ def main() -> None:
     print(f"{len(clusters)} clusters; disturbed points set aside: {nccl_corpus.DISTURBED_RULE}")
     preps = [prepare(c) for c in clusters]
     shipped = dict(nccl_fit.UNIDENTIFIED)
-    if args.fit_only or args.shipped or args.only:
-        chosen = {p.cluster.name: (evaluate(p, shipped, predict=not args.fit_only),
-                                   _setting(shipped) + " (simfog's shipped defaults)") for p in preps}
-        learned_all = None
-    else:
-        learned, learned_all, outcomes = leave_one_out(preps, args.jobs)
-        chosen = {p.cluster.name: (outcomes[p.cluster.name, learned.get(p.cluster.name, 0)],
-                                   _setting(GRID[learned.get(p.cluster.name, 0)]) + " (learned from the other "
-                                   "clusters' held-out points)") for p in preps}
+    chosen, learned_all = held_out(preps, jobs=args.jobs, learn=not (args.fit_only or args.shipped or args.only),
+                                   predict=not args.fit_only)
     for p in preps:
-        show(p, *chosen[p.cluster.name], show_points=args.points, fit_only=args.fit_only)
+        out, _, setting = chosen[p.cluster.name]
+        show(p, out, setting, show_points=args.points, fit_only=args.fit_only)
     if args.fit_only:
         return
-    scores = {name: nccl_intervals.scores_by_regime(out.points) for name, (out, _) in chosen.items() if out.points}
+    scores = {name: nccl_intervals.scores_by_regime(out.points) for name, (out, *_) in chosen.items() if out.points}
     print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s} {'cov90':>6s} {'hw90':>6s}"
           f"  status   (cov90: share inside the 90 % interval fitted on the other clusters; hw90: its median "
           "relative half-width)")
@@ -332,18 +345,25 @@ def main() -> None:
           f"worst={100 * np.max(e):.1f}")
 
 
-def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str) -> tuple[list[bool], list[float]]:
-    """For each of cluster `name`'s held-out points: inside its LEVEL interval fitted on the other clusters' scores
-    (a regime none of them has takes the unmeasured default), and that interval's relative half-width."""
-    others = {r: [x for n, by in scores.items() if n != name for x in by[r]] for r, _ in SIZE_REGIMES}
-    table = HalfWidths.from_scores(others, f"clusters other than {name}")
+def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
+             level: float = LEVEL) -> tuple[list[bool], list[float]]:
+    """For each of cluster `name`'s held-out points: inside its `level` interval fitted on the other clusters'
+    scores (a regime none of them has, or too few points for the level, takes the unmeasured default), and that
+    interval's relative half-width."""
+    table = cross_cluster_table(scores, name)
     inside, widths = [], []
     for q in points:
-        w = table.half_width(q.bytes, LEVEL)
+        w = table.half_width(q.bytes, level)
         w = UNMEASURED_HALF_WIDTH if w is None else w
         inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
         widths.append(nccl_intervals.relative_half_width(w))
     return inside, widths
+
+
+def cross_cluster_table(scores: dict[str, dict[str, list[float]]], name: str) -> HalfWidths:
+    """The half-widths for cluster `name`: conformal over the other clusters' held-out scores, per size regime."""
+    others = {r: [x for n, by in scores.items() if n != name for x in by[r]] for r, _ in SIZE_REGIMES}
+    return HalfWidths.from_scores(others, f"clusters other than {name}")
 
 
 def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args) -> None:
