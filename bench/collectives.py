@@ -348,13 +348,14 @@ def main() -> None:
 def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
              level: float = LEVEL) -> tuple[list[bool], list[float]]:
     """For each of cluster `name`'s held-out points: inside its `level` interval fitted on the other clusters'
-    scores (a regime none of them has, or too few points for the level, takes the unmeasured default), and that
+    scores (a regime none of them has, or too few points for the level, is unmeasured: the default, or what a
+    lower level measured where that is wider), and that
     interval's relative half-width."""
     table = cross_cluster_table(scores, name)
     inside, widths = [], []
     for q in points:
         w = table.half_width(q.bytes, level)
-        w = UNMEASURED_HALF_WIDTH if w is None else w
+        w = max(UNMEASURED_HALF_WIDTH, table.widest(q.bytes)) if w is None else w
         inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
         widths.append(nccl_intervals.relative_half_width(w))
     return inside, widths

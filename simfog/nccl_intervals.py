@@ -125,8 +125,9 @@ def network_part(calibrated: Calibrated | None, sizes: Sequence[float], level: f
             widths.append(w_bench)
             sources.add("the public held-out NCCL bench (other clusters, 1-2 nodes -> 3+)")
         else:
-            return Part.unmeasured("network", f"no held-out points for {units.format_bytes(size)} at level "
-                                   f"{level:g}")
+            seen = max(own.widest(size) if own is not None else 0.0, bench.widest(size))
+            return Part.unmeasured("network", f"too few held-out points for {units.format_bytes(size)} at level "
+                                   f"{level:g}", at_least=seen)
     if not widths:
         return Part("network", 0.0, 0.0, "no collective")
     note = " (the prediction leaves the logs: the wider of theirs and the bench's)" if extrapolated and own else ""

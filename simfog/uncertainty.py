@@ -198,6 +198,11 @@ class HalfWidths:
         at = next((i for i, lv in enumerate(LEVELS) if lv >= level - 1e-12), None)
         return None if row is None or at is None else row[at]
 
+    def widest(self, nbytes: float) -> float:
+        """The widest half-width stored for the regime of a message of `nbytes` (0 where it has none): a level too
+        high for its points is unmeasured, but never narrower than what a lower level measured."""
+        return max((w for w in self.by_regime.get(size_regime(nbytes), ()) if w is not None), default=0.0)
+
     def to_toml(self) -> dict:
         """Flat keys for a TOML section: interval_levels, interval_<regime> (nan where None), interval_points."""
         out: dict = {"interval_source": self.source, "interval_levels": list(LEVELS)}

@@ -88,8 +88,9 @@ def test_network_part_sources():
     # a size the own logs have no regime for: the bench's; the widest over the sizes a run sends
     mixed = network_part(covered, [1024, 2**30], 0.9)
     assert mixed.below == max(0.03, bench_table().half_width(2**30, 0.9))
-    # a level no table reaches: unmeasured, the default
-    assert network_part(None, [1024], 0.995).below == UNMEASURED_HALF_WIDTH
+    # a level no table reaches: unmeasured, never narrower than the widest level measured (the bench's 99 %)
+    assert network_part(None, [1024], 0.995).below == max(UNMEASURED_HALF_WIDTH, bench_table().widest(1024)) \
+        == bench_table().half_width(1024, 0.99)
     assert not network_part(None, [1024], 0.995).measured
 
 
@@ -140,3 +141,24 @@ def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path,
     assert small["extrapolated"] == [] and small["interval_source"] == covered.intervals.source
     assert math.log(small["time_hi_s"] / small["time_s"]) == pytest.approx(covered.intervals.half_width(1024, 0.9))
     assert "bench" in large["interval_source"]
+
+
+def test_a_level_too_high_for_its_points_is_never_narrower_than_a_lower_one(monkeypatch):
+    """A regime whose points bound 50 % and 80 % but not 90 %: at 90 % the part is unmeasured, at least as wide as
+    the 80 % width where that is wider than the default (ln 2), and the default otherwise."""
+    from simfog import nccl_intervals
+    from simfog.uncertainty import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths
+
+    def table(w80: float) -> HalfWidths:
+        row = tuple(w80 / 2 if lv == 0.5 else w80 if lv == 0.8 else None for lv in LEVELS)
+        return HalfWidths({"small": row}, {"small": 5}, "hand-made")
+
+    wide = table(1.5)
+    assert wide.widest(1024) == 1.5 and wide.widest(2**30) == 0.0  # no large points at all
+    monkeypatch.setattr(nccl_intervals, "bench_table", lambda: wide)
+    part = nccl_intervals.network_part(None, [1024], 0.9)
+    assert not part.measured and part.below == 1.5 and "too few held-out points" in part.source
+    monkeypatch.setattr(nccl_intervals, "bench_table", lambda: table(0.3))
+    assert nccl_intervals.network_part(None, [1024], 0.9).below == UNMEASURED_HALF_WIDTH
+    assert nccl_intervals.network_part(None, [1024], 0.8).below == 0.3 and \
+        nccl_intervals.network_part(None, [1024], 0.8).measured
