@@ -10,6 +10,7 @@ cells; and their small-mode outputs, committed beside them (notebooks/small/), m
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import math
@@ -32,6 +33,8 @@ ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-ba
        "04-tune-threshold.ipynb", "05-capacity-plan.ipynb", "06-sharded-data-parallel.ipynb",
        "07-shared-fabric-jobs.ipynb"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PUBLISHED = ROOT / "bench" / "data" / "published"
+MGWFBP_PUBLISHED_MARK = "**Against MG-WFBP's published points.**"  # notebook 01's prose that needs ../shared/ref
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
 nbrun = importlib.util.module_from_spec(_spec)
@@ -129,6 +132,45 @@ def test_mgwfbp_scaling(run_small):
     assert set(scaling["efficiency"]) == {"ddp", "horovod", "bagua", "mgwfbp", "wfbp"}
     _figure(figures, "mgwfbp-scaling.png")
     _figure(figures, "scaling-resnet50-v100.png")
+
+
+def test_mgwfbp_published_points(run_small):
+    """Notebook 01 predicts every published MG-WFBP throughput (from one node's throughput and the authors'
+    2-process OSU log, which lives in ../shared/ref: without it the comparison is skipped) and accounts for every
+    point outside a band."""
+    results, figures = run_notebook("01-mgwfbp-scaling.ipynb", run_small)
+    runs, coverage = _of(results, "mgwfbp-published"), _of(results, "mgwfbp-published-coverage")
+    if not REF.is_dir():
+        assert not runs and not coverage and not (figures / "mgwfbp-published.png").exists()
+        return
+    _figure(figures, "mgwfbp-published.png")
+    with open(PUBLISHED / "mgwfbp" / "points.csv", newline="") as f:
+        points = list(csv.DictReader(f))
+    assert sorted((r["model"], r["system"], n, p) for r in runs for n, p in zip(r["nodes"], r["published"])) == \
+        sorted((p["model"], p["system"], int(p["nodes"]), float(p["throughput_samples_per_s"])) for p in points)
+    c, = coverage
+    assert c["level"] == 0.9
+    assert c["overall"] == [sum(sum(r["inside"]) for r in runs), len(points)]
+    assert c["network_only_overall"] == [sum(sum(r["inside_network"]) for r in runs), len(points)]
+    assert [sum(x) for x in zip(*c["per_system"].values())] == c["overall"]
+    by = {(r["model"], r["system"]): r for r in runs}
+    for r in runs:
+        assert r["estimated"] is True  # compute pinned to the 1-node throughput, per-layer split estimated
+        rows = zip(r["nodes"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
+                   r["inside"], r["inside_network"], r["reasons"], strict=True)
+        one = r["published"][r["nodes"].index(1)]
+        for n, p, x, lo, hi, nlo, nhi, inside, inside_net, why in rows:
+            # the network part alone is one of the parts the interval combines: never wider than the interval
+            assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
+            assert inside == (lo * (1 - TOL) <= p <= hi * (1 + TOL))
+            assert inside_net == (nlo * (1 - TOL) <= p <= nhi * (1 + TOL))
+            assert (why != "") == (not inside or not inside_net)  # every outside point says why
+            assert x <= n * one * (1 + TOL)  # n nodes never beat n x one node
+            if n == 1:
+                assert x == pytest.approx(p, rel=TOL)  # the point the trace is pinned to
+    for model in {r["model"] for r in runs}:  # MG-WFBP's merges are optimal for the affine ring cost of the fit
+        wfbp, single, mg = (by[model, s]["predicted"] for s in ("WFBP", "SyncEASGD", "MG-WFBP"))
+        assert all(m >= max(w, s) * (1 - TOL) for w, s, m in zip(wfbp, single, mg, strict=True))
 
 
 def test_bluefog_neighbour_averaging(run_small):
@@ -267,11 +309,12 @@ def test_committed_notebook_is_executed_with_full_settings(name):
 
 
 def _drop_reference_data(outputs: dict) -> dict:
-    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs and its link comparison)."""
+    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs, its link comparison and its
+    comparison with the published points)."""
     return {"results": [r for r in outputs["results"] if "GoogLeNet" not in json.dumps(r)
-                        and r.get("study") != "mgwfbp-links"],
+                        and r.get("study") != "mgwfbp-links" and not r["study"].startswith("mgwfbp-published")],
             "markdown": ["\n".join(line for line in m.splitlines() if "GoogLeNet" not in line)
-                         for m in outputs["markdown"]]}
+                         for m in outputs["markdown"] if not m.startswith(MGWFBP_PUBLISHED_MARK)]}
 
 
 def _same(fresh, golden, where="") -> None:
