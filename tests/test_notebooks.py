@@ -188,6 +188,42 @@ def test_bluefog_neighbour_averaging(run_small):
     _figure(figures, "bluefog-resnet50-v100.png")
 
 
+def test_bluefog_published_points(run_small):
+    """Notebook 02 predicts every published BlueFog/Horovod throughput from the inputs (one GPU's throughput, the
+    NIC rate, the frameworks' settings) and accounts for every point outside a band."""
+    results, figures = run_notebook("02-bluefog-neighbour-averaging.ipynb", run_small)
+    runs = _of(results, "bluefog-published")
+    c, = _of(results, "bluefog-published-coverage")
+    with open(PUBLISHED / "bluefog" / "points.csv", newline="") as f:
+        points = list(csv.DictReader(f))
+    system = {"Horovod": "Horovod", "BlueFog (N_AR: neighbor allreduce)": "N_AR",
+              "BlueFog (H_N_AR: hierarchical neighbor allreduce)": "H_N_AR"}
+    assert sorted((r["batch"], r["system"], g, lay, p, u) for r in runs
+                  for g, lay, p, u in zip(r["gpus"], r["layout"], r["published"], r["reading"], strict=True)) == sorted(
+        (int(p["batch_per_gpu"]), system[p["system"]], int(p["gpus"]), f"{p['nodes']}x{p['gpus_per_node']}",
+         float(p["throughput_samples_per_s"]), float(p["throughput_uncertainty_samples_per_s"])) for p in points)
+    assert c["level"] == 0.9
+    assert c["overall"] == [sum(sum(r["inside"]) for r in runs), len(points)]
+    assert c["network_only_overall"] == [sum(sum(r["inside_network"]) for r in runs), len(points)]
+    assert [sum(x) for x in zip(*c["per_system"].values())] == c["overall"]
+    for r in runs:
+        assert r["estimated"] is True  # compute pinned to the one-GPU throughput, per-layer split estimated
+        rows = zip(r["gpus"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
+                   r["inside"], r["inside_network"], r["reasons"], r["ideal"], strict=True)
+        one_gpu = r["ideal"][0] / r["gpus"][0]
+        for gpus, p, x, lo, hi, nlo, nhi, inside, inside_net, why, ideal in rows:
+            assert ideal == pytest.approx(gpus * one_gpu, rel=TOL) and x <= ideal * (1 + TOL)  # n GPUs <= n x one
+            assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
+            assert inside == (lo * (1 - TOL) <= p <= hi * (1 + TOL))
+            assert inside_net == (nlo * (1 - TOL) <= p <= nhi * (1 + TOL))
+            assert (why != "") == (not inside or not inside_net)  # every outside point says why
+        # more GPUs at 8 per machine never lower the predicted throughput of these algorithms (weak scaling:
+        # the bytes a machine's NIC carries per iteration do not grow with the machine count)
+        line = sorted((g, x) for g, lay, x in zip(r["gpus"], r["layout"], r["predicted"]) if lay != "4x4")
+        assert all(b[1] >= a[1] for a, b in zip(line, line[1:]))
+    _figure(figures, "bluefog-published.png")
+
+
 def test_bagua_algorithms(run_small):
     results, figures = run_notebook("03-bagua-algorithms.ipynb", run_small)
     r, = _of(results, "bagua")
