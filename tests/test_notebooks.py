@@ -10,6 +10,7 @@ cells; and their small-mode outputs, committed beside them (notebooks/small/), m
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import math
@@ -38,6 +39,8 @@ ALL += ["08-wagma-sgd.ipynb"]  # published points (issue 25): WAGMA-SGD
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 ALL += ["09-interval-coverage.ipynb"]  # notebook 09: its tests are the last of this file
+PUBLISHED = ROOT / "bench" / "data" / "published"
+MGWFBP_PUBLISHED_MARK = "**Against MG-WFBP's published points.**"  # notebook 01's prose that needs ../shared/ref
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
 nbrun = importlib.util.module_from_spec(_spec)
@@ -137,6 +140,45 @@ def test_mgwfbp_scaling(run_small):
     _figure(figures, "scaling-resnet50-v100.png")
 
 
+def test_mgwfbp_published_points(run_small):
+    """Notebook 01 predicts every published MG-WFBP throughput (from one node's throughput and the authors'
+    2-process OSU log, which lives in ../shared/ref: without it the comparison is skipped) and accounts for every
+    point outside a band."""
+    results, figures = run_notebook("01-mgwfbp-scaling.ipynb", run_small)
+    runs, coverage = _of(results, "mgwfbp-published"), _of(results, "mgwfbp-published-coverage")
+    if not REF.is_dir():
+        assert not runs and not coverage and not (figures / "mgwfbp-published.png").exists()
+        return
+    _figure(figures, "mgwfbp-published.png")
+    with open(PUBLISHED / "mgwfbp" / "points.csv", newline="") as f:
+        points = list(csv.DictReader(f))
+    assert sorted((r["model"], r["system"], n, p) for r in runs for n, p in zip(r["nodes"], r["published"])) == \
+        sorted((p["model"], p["system"], int(p["nodes"]), float(p["throughput_samples_per_s"])) for p in points)
+    c, = coverage
+    assert c["level"] == 0.9
+    assert c["overall"] == [sum(sum(r["inside"]) for r in runs), len(points)]
+    assert c["network_only_overall"] == [sum(sum(r["inside_network"]) for r in runs), len(points)]
+    assert [sum(x) for x in zip(*c["per_system"].values())] == c["overall"]
+    by = {(r["model"], r["system"]): r for r in runs}
+    for r in runs:
+        assert r["estimated"] is True  # compute pinned to the 1-node throughput, per-layer split estimated
+        rows = zip(r["nodes"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
+                   r["inside"], r["inside_network"], r["reasons"], strict=True)
+        one = r["published"][r["nodes"].index(1)]
+        for n, p, x, lo, hi, nlo, nhi, inside, inside_net, why in rows:
+            # the network part alone is one of the parts the interval combines: never wider than the interval
+            assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
+            assert inside == (lo * (1 - TOL) <= p <= hi * (1 + TOL))
+            assert inside_net == (nlo * (1 - TOL) <= p <= nhi * (1 + TOL))
+            assert (why != "") == (not inside or not inside_net)  # every outside point says why
+            assert x <= n * one * (1 + TOL)  # n nodes never beat n x one node
+            if n == 1:
+                assert x == pytest.approx(p, rel=TOL)  # the point the trace is pinned to
+    for model in {r["model"] for r in runs}:  # MG-WFBP's merges are optimal for the affine ring cost of the fit
+        wfbp, single, mg = (by[model, s]["predicted"] for s in ("WFBP", "SyncEASGD", "MG-WFBP"))
+        assert all(m >= max(w, s) * (1 - TOL) for w, s, m in zip(wfbp, single, mg, strict=True))
+
+
 def test_bluefog_neighbour_averaging(run_small):
     results, figures = run_notebook("02-bluefog-neighbour-averaging.ipynb", run_small)
     r, = _of(results, "bluefog")
@@ -150,6 +192,43 @@ def test_bluefog_neighbour_averaging(run_small):
     for s in series.values():
         assert all(0 < e <= 1 + TOL for e in s["scaling_efficiency"])
     _figure(figures, "bluefog-resnet50-v100.png")
+
+
+def test_bluefog_published_points(run_small):
+    """Notebook 02 predicts every published BlueFog/Horovod throughput from the inputs (one GPU's throughput, the
+    NIC rate, the frameworks' settings) and accounts for every point outside a band."""
+    results, figures = run_notebook("02-bluefog-neighbour-averaging.ipynb", run_small)
+    runs = _of(results, "bluefog-published")
+    c, = _of(results, "bluefog-published-coverage")
+    with open(PUBLISHED / "bluefog" / "points.csv", newline="") as f:
+        points = list(csv.DictReader(f))
+    system = {"Horovod": "Horovod", "BlueFog (N_AR: neighbor allreduce)": "N_AR",
+              "BlueFog (H_N_AR: hierarchical neighbor allreduce)": "H_N_AR"}
+    assert sorted((r["batch"], r["system"], g, lay, p, u) for r in runs
+                  for g, lay, p, u in zip(r["gpus"], r["layout"], r["published"], r["reading"], strict=True)) == sorted(
+        (int(p["batch_per_gpu"]), system[p["system"]], int(p["gpus"]), f"{p['nodes']}x{p['gpus_per_node']}",
+         float(p["throughput_samples_per_s"]), float(p["throughput_uncertainty_samples_per_s"])) for p in points)
+    assert c["level"] == 0.9
+    assert c["overall"] == [sum(sum(r["inside"]) for r in runs), len(points)]
+    assert c["network_only_overall"] == [sum(sum(r["inside_network"]) for r in runs), len(points)]
+    assert [sum(x) for x in zip(*c["per_system"].values())] == c["overall"]
+    for r in runs:
+        assert r["estimated"] is True  # compute pinned to the one-GPU throughput, per-layer split estimated
+        rows = zip(r["gpus"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
+                   r["inside"], r["inside_network"], r["reasons"], r["ideal"], strict=True)
+        one_gpu = r["ideal"][0] / r["gpus"][0]
+        for gpus, p, x, lo, hi, nlo, nhi, inside, inside_net, why, ideal in rows:
+            assert ideal == pytest.approx(gpus * one_gpu, rel=TOL) and x <= ideal * (1 + TOL)  # n GPUs <= n x one
+            assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
+            assert inside == (lo * (1 - TOL) <= p <= hi * (1 + TOL))
+            assert inside_net == (nlo * (1 - TOL) <= p <= nhi * (1 + TOL))
+            assert (why != "") == (not inside or not inside_net)  # every outside point says why
+        # more GPUs at 8 per machine never lower the predicted throughput: a machine's NIC carries at most twice the
+        # model per iteration whatever the machine count (ring; once for the one-peer graphs), which at 25 Gbit/s
+        # takes less than an iteration's compute: doubling the GPUs cannot double the iteration time
+        line = sorted((g, x) for g, lay, x in zip(r["gpus"], r["layout"], r["predicted"]) if lay != "4x4")
+        assert all(b[1] >= a[1] for a, b in zip(line, line[1:]))
+    _figure(figures, "bluefog-published.png")
 
 
 def test_bagua_algorithms(run_small):
@@ -345,11 +424,12 @@ def test_committed_notebook_is_executed_with_full_settings(name):
 
 
 def _drop_reference_data(outputs: dict) -> dict:
-    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs and its link comparison)."""
+    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs, its link comparison and its
+    comparison with the published points)."""
     return {"results": [r for r in outputs["results"] if "GoogLeNet" not in json.dumps(r)
-                        and r.get("study") != "mgwfbp-links"],
+                        and r.get("study") != "mgwfbp-links" and not r["study"].startswith("mgwfbp-published")],
             "markdown": ["\n".join(line for line in m.splitlines() if "GoogLeNet" not in line)
-                         for m in outputs["markdown"]]}
+                         for m in outputs["markdown"] if not m.startswith(MGWFBP_PUBLISHED_MARK)]}
 
 
 def _same(fresh, golden, where="") -> None:
