@@ -54,7 +54,7 @@ for _d in (
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TORCH_DEFAULT = "torch"  # per layer kind, as PyTorch does by default (see the module docstring)
 DEFAULT_EFFICIENCY = 0.5   # fraction of peak reached by real kernels: an assumption, stated in every output
-DEFAULT_LAUNCH_S = 10e-6   # per layer and pass: a few kernel launches of ~3-5 us each
+DEFAULT_LAUNCH_S = 40e-6   # per layer and pass: launches and dispatch, learned across models (bench/compute_estimates)
 OPTIMIZER_ACCESSES = 5     # SGD momentum: read param, grad, momentum; write param, momentum
 
 
@@ -109,6 +109,8 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
         raise ConfigError("precision", precision, f"one of {', '.join(PRECISIONS + (TORCH_DEFAULT,))}")
     if not 0 < efficiency <= 1:
         raise ConfigError("efficiency", efficiency, "a fraction of peak in (0, 1]")
+    if not 0 <= launch_s < 1:
+        raise ConfigError("launch", launch_s, "seconds >= 0 (and under 1 s) per layer and pass")
     missing = [layer.name for layer in trace.layers if layer.flops is None or layer.bytes_accessed is None]
     if missing:
         raise ConfigError("layers", missing[0], "layers with flops and bytes_accessed (collect the trace with "
@@ -130,7 +132,7 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
     return replace(
         trace, device={"kind": "gpu", "name": dev.name, "estimated": True, "precision": precision},
         provenance=Provenance(command=f"simfog retarget {trace.model} --device {dev.name} --precision {precision} "
-                              f"--efficiency {efficiency:g}",
+                              f"--efficiency {efficiency:g} --launch {launch_s * 1e6:g}us",
                               date=datetime.now(UTC).replace(microsecond=0).isoformat(),
                               host=trace.provenance.host, source="estimated", estimated=True, notes=notes),
         layers=tuple(layers), optimizer_s=(optimizer,), host_s=(),
