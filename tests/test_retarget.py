@@ -51,3 +51,41 @@ def test_bad_arguments(kwargs, field):
 def test_needs_flops():
     with pytest.raises(ConfigError, match="flops"):
         retarget(make_trace([0.1], [0.2], [10]), "v100")
+
+
+def test_launch_floor_is_refused_when_negative_and_named_in_the_provenance(tmp_path):
+    with pytest.raises(ConfigError, match="launch"):
+        retarget(_trace(), "v100", launch_s=-1e-6)
+    out = retarget(_trace(), "v100", efficiency=0.5, launch_s=25e-6)
+    assert out.layers[1].forward_s == pytest.approx((0.002 + 25e-6,))
+    assert out.provenance.command.endswith("--launch 25us")
+    from simfog import cli
+    from simfog.trace import load_model_trace
+
+    src = tmp_path / "t.json.gz"
+    _trace().save(src)
+    assert cli.main(["retarget", str(src), "--device", "v100", "--efficiency", "0.5", "--launch", "25us",
+                     "-o", str(tmp_path / "o.json.gz")]) == 0
+    assert load_model_trace(tmp_path / "o.json.gz").layers[1].forward_s == pytest.approx((0.002 + 25e-6,))
+
+
+def test_shipped_floor_and_scores_are_the_benchs_leave_one_model_out():
+    """simfog ships the floor bench/compute_estimates.py learns from every H200-measured model, and the interval's
+    scores are its leave-one-model-out scores (each model estimated with the floor learned from the others)."""
+    import math
+    import sys
+    from pathlib import Path
+
+    from simfog.prediction_interval import estimate_scores
+    from simfog.retarget import DEFAULT_LAUNCH_S
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import compute_estimates as bench
+
+    rows = bench.pairs()
+    models = {cpu for cpu, *_ in rows}
+    assert len(models) == 7 and len(rows) == 14
+    assert bench.learned_floor(rows, models) == DEFAULT_LAUNCH_S
+    floors = {cpu: bench.learned_floor(rows, models - {cpu}) for cpu in models}
+    lomo = [abs(math.log(meas / est[floors[cpu]])) for cpu, _, est, meas in rows]
+    assert list(estimate_scores()) == pytest.approx(lomo, abs=1e-6)
