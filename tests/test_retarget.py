@@ -89,3 +89,49 @@ def test_shipped_floor_and_scores_are_the_benchs_leave_one_model_out():
     floors = {cpu: bench.learned_floor(rows, models - {cpu}) for cpu in models}
     lomo = [abs(math.log(meas / est[floors[cpu]])) for cpu, _, est, meas in rows]
     assert list(estimate_scores()) == pytest.approx(lomo, abs=1e-6)
+
+
+def test_pinned_estimate_takes_the_measured_step_and_the_pinned_error(tmp_path):
+    """pin_step scales every layer and the optimizer by one factor so the mean step is the measured one; the split
+    over layers is the estimate's; saved and loaded it stays marked, and its compute part is the pinned estimates'
+    error (the table's pinned_scores), not the roofline's."""
+    import math
+
+    from simfog.prediction_interval import compute_part, estimate_scores, step_samples
+    from simfog.retarget import pin_step
+    from simfog.trace import load_model_trace
+    from simfog.uncertainty import conformal_quantile
+
+    est = retarget(_trace(), "v100", efficiency=0.5, launch_s=0.0)  # 0.2 + 0.4 + 0.002 + 0.004 + optimizer
+    step = float(step_samples(est).mean())
+    pinned = pin_step(est, 2 * step, "a measured 1 GPU run")
+    assert float(step_samples(pinned).mean()) == pytest.approx(2 * step, rel=1e-12)
+    ratio = [p.forward_s[0] / e.forward_s[0] for p, e in zip(pinned.layers, est.layers, strict=True)]
+    assert ratio == pytest.approx([2.0, 2.0], rel=1e-12)
+    assert pinned.provenance.estimated and "PINNED" in pinned.provenance.notes
+    pinned.save(tmp_path / "p.json.gz")
+    back = load_model_trace(tmp_path / "p.json.gz")
+    assert back.extra["pinned_step_s"] == pytest.approx(2 * step)
+    part = compute_part(back, 0.9)
+    assert part.below == pytest.approx(conformal_quantile(estimate_scores(key="pinned_scores"), 0.9))
+    assert part.below < compute_part(est, 0.9).below and "pinned" in part.source
+    for bad in (0.0, -1.0, math.inf, True):
+        with pytest.raises(ConfigError, match="step"):
+            pin_step(est, bad, "x")
+
+
+def test_cli_pins_to_a_measured_throughput(tmp_path, capsys):
+    from simfog import cli
+    from simfog.prediction_interval import step_samples
+    from simfog.trace import load_model_trace
+
+    src = tmp_path / "t.json.gz"
+    _trace().save(src)
+    assert cli.main(["retarget", str(src), "--device", "v100", "--samples-per-s", "2", "-o",
+                     str(tmp_path / "o.json.gz")]) == 0
+    out = load_model_trace(tmp_path / "o.json.gz")
+    assert float(step_samples(out).mean()) == pytest.approx(out.batch_size / 2, rel=1e-12)
+    assert "--samples-per-s 2" in out.extra["pinned_to"]
+    assert cli.main(["retarget", str(src), "--device", "v100", "--samples-per-s", "0", "-o",
+                     str(tmp_path / "z.json")]) != 0
+    assert "--samples-per-s = 0.0" in capsys.readouterr().err and not (tmp_path / "z.json").exists()
