@@ -89,6 +89,8 @@ def test_shipped_floor_and_scores_are_the_benchs_leave_one_model_out():
     floors = {cpu: bench.learned_floor(rows, models - {cpu}) for cpu in models}
     lomo = [abs(math.log(meas / est[floors[cpu]])) for cpu, _, est, meas in rows]
     assert list(estimate_scores()) == pytest.approx(lomo, abs=1e-6)
+    pinned = [x for *_, x in bench.pinned_scores(rows, floors)]
+    assert list(estimate_scores(key="pinned_scores")) == pytest.approx(pinned, abs=1e-6)
 
 
 def test_pinned_estimate_takes_the_measured_step_and_the_pinned_error(tmp_path):
