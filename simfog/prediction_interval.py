@@ -6,8 +6,11 @@ Parts, each a half-width (ln) at the level:
 - compute: for a measured trace, the spread of its own samples: the conformal half-width of |ln(step_i / mean)|
   over its recorded iterations (and ranks), step_i = forward + backward + optimizer + host of sample i; for an
   estimated trace (retargeted, roofline), the measured error of such estimates against real GPU traces
-  (simfog/data/compute_estimates.toml, bench/compute_estimates.py; its 14 scores are 7 models x 2 runs, so they
-  are less independent than their count says). A trace of one sample, or too few for the level, is unmeasured;
+  (simfog/data/compute_estimates.toml, bench/compute_estimates.py, leave one model out; its 14 scores are 7 models
+  x 2 runs, so they are less independent than their count says); for an estimate pinned to a measured step
+  (simfog.retarget.pin_step), the error such pinned estimates make of a distributed run's iteration (the table's
+  pinned_scores; the measured step itself is taken as exact). A trace of one sample, or too few for the level, is
+  unmeasured;
 - network: simfog.nccl_intervals.network_part for a run on a network file (its NCCL collectives, the run's bucket
   sizes, extrapolated when simfog.nccl.calibrated says so); for links calibrated from microbenchmarks (a
   network_trace, or validate's calibration), the conformal half-width of those microbenchmarks' residuals against
@@ -65,12 +68,13 @@ COMPUTE_ESTIMATES = Path(__file__).parent / "data" / "compute_estimates.toml"
 
 
 @cache
-def estimate_scores(path: Path = COMPUTE_ESTIMATES) -> tuple[float, ...]:
-    """The roofline estimate's scores against real GPU steps (module docstring). Raises ConfigError naming the file."""
+def estimate_scores(path: Path = COMPUTE_ESTIMATES, key: str = "scores") -> tuple[float, ...]:
+    """The roofline estimate's scores against real GPU steps (module docstring; `key` "pinned_scores": those of
+    estimates pinned to a measured step). Raises ConfigError naming the file."""
     try:
-        scores = tomllib.loads(path.read_text())["estimates"]["scores"]
+        scores = tomllib.loads(path.read_text())["estimates"][key]
     except (OSError, KeyError, tomllib.TOMLDecodeError):
-        raise ConfigError("estimates.scores", "(unreadable)", "the table bench/compute_estimates.py --write writes",
+        raise ConfigError(f"estimates.{key}", "(unreadable)", "the table bench/compute_estimates.py --write writes",
                           source=str(path)) from None
     return tuple(float(s) for s in scores)
 
@@ -89,6 +93,14 @@ def step_samples(trace) -> np.ndarray:
 
 def compute_part(trace, level: float) -> Part:
     """The compute part of a run on `trace` (module docstring)."""
+    if trace.provenance.estimated and isinstance(trace.extra, dict) and trace.extra.get("pinned_step_s"):
+        scores = estimate_scores(key="pinned_scores")
+        w = conformal_quantile(scores, level)
+        what = (f"estimate pinned to a measured step ({trace.extra.get('pinned_to', 'a measurement')}, taken as "
+                f"exact): such estimates' error on {len(scores)} real H200 runs x clusters")
+        if w is None:
+            return Part.unmeasured("compute", f"{what}: too few for level {level:g}", at_least=max(scores))
+        return Part.symmetric("compute", w, what)
     if trace.provenance.estimated:
         scores = estimate_scores()
         w = conformal_quantile(scores, level)

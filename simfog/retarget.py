@@ -54,7 +54,7 @@ for _d in (
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TORCH_DEFAULT = "torch"  # per layer kind, as PyTorch does by default (see the module docstring)
 DEFAULT_EFFICIENCY = 0.5   # fraction of peak reached by real kernels: an assumption, stated in every output
-DEFAULT_LAUNCH_S = 10e-6   # per layer and pass: a few kernel launches of ~3-5 us each
+DEFAULT_LAUNCH_S = 40e-6   # per layer and pass: launches and dispatch, learned across models (bench/compute_estimates)
 OPTIMIZER_ACCESSES = 5     # SGD momentum: read param, grad, momentum; write param, momentum
 
 
@@ -109,6 +109,8 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
         raise ConfigError("precision", precision, f"one of {', '.join(PRECISIONS + (TORCH_DEFAULT,))}")
     if not 0 < efficiency <= 1:
         raise ConfigError("efficiency", efficiency, "a fraction of peak in (0, 1]")
+    if not 0 <= launch_s < 1:
+        raise ConfigError("launch", launch_s, "seconds >= 0 (and under 1 s) per layer and pass")
     missing = [layer.name for layer in trace.layers if layer.flops is None or layer.bytes_accessed is None]
     if missing:
         raise ConfigError("layers", missing[0], "layers with flops and bytes_accessed (collect the trace with "
@@ -130,8 +132,40 @@ def retarget(trace: ModelTrace, device: str, *, precision: str = TORCH_DEFAULT,
     return replace(
         trace, device={"kind": "gpu", "name": dev.name, "estimated": True, "precision": precision},
         provenance=Provenance(command=f"simfog retarget {trace.model} --device {dev.name} --precision {precision} "
-                              f"--efficiency {efficiency:g}",
+                              f"--efficiency {efficiency:g} --launch {launch_s * 1e6:g}us",
                               date=datetime.now(UTC).replace(microsecond=0).isoformat(),
                               host=trace.provenance.host, source="estimated", estimated=True, notes=notes),
         layers=tuple(layers), optimizer_s=(optimizer,), host_s=(),
         extra={"retargeted_from": {"device": dict(trace.device), "date": trace.provenance.date}})
+
+
+def pin_step(trace: ModelTrace, step_s: float, source: str) -> ModelTrace:
+    """`trace` with every layer's forward and backward and its optimizer times scaled by one factor, so that one
+    step (their means, summed) takes `step_s`: the step a user measured (one GPU's throughput: batch / samples per
+    second), its split over layers the trace's (typically a roofline estimate). The trace stays estimated; its notes
+    say what it was pinned to (`source`), and `extra["pinned_step_s"]` marks it, so that its interval's compute part
+    is the error of such pinned estimates (simfog.prediction_interval), not that of a roofline's total. Raises
+    ConfigError for a step that is not a positive time, or a trace without compute."""
+    import math
+
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not (math.isfinite(step_s) and step_s > 0):
+        raise ConfigError("step", step_s, "a measured step time in seconds > 0")
+    def mean(x) -> float:
+        return sum(x) / len(x) if len(x) else 0.0
+
+    now = sum(mean(layer.forward_s) + mean(layer.backward_s) for layer in trace.layers) \
+        + mean(trace.optimizer_s) + mean(trace.host_s)
+    if not now > 0:
+        raise ConfigError("trace", trace.model, "a trace with compute times > 0 to pin")
+    factor = step_s / now
+
+    def times(x):
+        return tuple(v * factor for v in x)
+
+    layers = tuple(replace(layer, forward_s=times(layer.forward_s), backward_s=times(layer.backward_s))
+                   for layer in trace.layers)
+    notes = (f"{trace.provenance.notes} PINNED to a measured step of {step_s * 1e3:.4g} ms ({source}): every layer "
+             f"and the optimizer x {factor:.4g}; the split over layers stays as estimated.")
+    return replace(trace, layers=layers, optimizer_s=times(trace.optimizer_s), host_s=times(trace.host_s),
+                   provenance=replace(trace.provenance, estimated=True, source="estimated", notes=notes.strip()),
+                   extra={**dict(trace.extra), "pinned_step_s": float(step_s), "pinned_to": source})

@@ -51,3 +51,89 @@ def test_bad_arguments(kwargs, field):
 def test_needs_flops():
     with pytest.raises(ConfigError, match="flops"):
         retarget(make_trace([0.1], [0.2], [10]), "v100")
+
+
+def test_launch_floor_is_refused_when_negative_and_named_in_the_provenance(tmp_path):
+    with pytest.raises(ConfigError, match="launch"):
+        retarget(_trace(), "v100", launch_s=-1e-6)
+    out = retarget(_trace(), "v100", efficiency=0.5, launch_s=25e-6)
+    assert out.layers[1].forward_s == pytest.approx((0.002 + 25e-6,))
+    assert out.provenance.command.endswith("--launch 25us")
+    from simfog import cli
+    from simfog.trace import load_model_trace
+
+    src = tmp_path / "t.json.gz"
+    _trace().save(src)
+    assert cli.main(["retarget", str(src), "--device", "v100", "--efficiency", "0.5", "--launch", "25us",
+                     "-o", str(tmp_path / "o.json.gz")]) == 0
+    assert load_model_trace(tmp_path / "o.json.gz").layers[1].forward_s == pytest.approx((0.002 + 25e-6,))
+
+
+def test_shipped_floor_and_scores_are_the_benchs_leave_one_model_out():
+    """simfog ships the floor bench/compute_estimates.py learns from every H200-measured model, and the interval's
+    scores are its leave-one-model-out scores (each model estimated with the floor learned from the others)."""
+    import math
+    import sys
+    from pathlib import Path
+
+    from simfog.prediction_interval import estimate_scores
+    from simfog.retarget import DEFAULT_LAUNCH_S
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import compute_estimates as bench
+
+    rows = bench.pairs()
+    models = {cpu for cpu, *_ in rows}
+    assert len(models) == 7 and len(rows) == 14
+    assert bench.learned_floor(rows, models) == DEFAULT_LAUNCH_S
+    floors = {cpu: bench.learned_floor(rows, models - {cpu}) for cpu in models}
+    lomo = [abs(math.log(meas / est[floors[cpu]])) for cpu, _, est, meas in rows]
+    assert list(estimate_scores()) == pytest.approx(lomo, abs=1e-6)
+    pinned = [x for *_, x in bench.pinned_scores(rows, floors)]
+    assert list(estimate_scores(key="pinned_scores")) == pytest.approx(pinned, abs=1e-6)
+
+
+def test_pinned_estimate_takes_the_measured_step_and_the_pinned_error(tmp_path):
+    """pin_step scales every layer and the optimizer by one factor so the mean step is the measured one; the split
+    over layers is the estimate's; saved and loaded it stays marked, and its compute part is the pinned estimates'
+    error (the table's pinned_scores), not the roofline's."""
+    import math
+
+    from simfog.prediction_interval import compute_part, estimate_scores, step_samples
+    from simfog.retarget import pin_step
+    from simfog.trace import load_model_trace
+    from simfog.uncertainty import conformal_quantile
+
+    est = retarget(_trace(), "v100", efficiency=0.5, launch_s=0.0)  # 0.2 + 0.4 + 0.002 + 0.004 + optimizer
+    step = float(step_samples(est).mean())
+    pinned = pin_step(est, 2 * step, "a measured 1 GPU run")
+    assert float(step_samples(pinned).mean()) == pytest.approx(2 * step, rel=1e-12)
+    ratio = [p.forward_s[0] / e.forward_s[0] for p, e in zip(pinned.layers, est.layers, strict=True)]
+    assert ratio == pytest.approx([2.0, 2.0], rel=1e-12)
+    assert pinned.provenance.estimated and "PINNED" in pinned.provenance.notes
+    pinned.save(tmp_path / "p.json.gz")
+    back = load_model_trace(tmp_path / "p.json.gz")
+    assert back.extra["pinned_step_s"] == pytest.approx(2 * step)
+    part = compute_part(back, 0.9)
+    assert part.below == pytest.approx(conformal_quantile(estimate_scores(key="pinned_scores"), 0.9))
+    assert part.below < compute_part(est, 0.9).below and "pinned" in part.source
+    for bad in (0.0, -1.0, math.inf, True):
+        with pytest.raises(ConfigError, match="step"):
+            pin_step(est, bad, "x")
+
+
+def test_cli_pins_to_a_measured_throughput(tmp_path, capsys):
+    from simfog import cli
+    from simfog.prediction_interval import step_samples
+    from simfog.trace import load_model_trace
+
+    src = tmp_path / "t.json.gz"
+    _trace().save(src)
+    assert cli.main(["retarget", str(src), "--device", "v100", "--samples-per-s", "2", "-o",
+                     str(tmp_path / "o.json.gz")]) == 0
+    out = load_model_trace(tmp_path / "o.json.gz")
+    assert float(step_samples(out).mean()) == pytest.approx(out.batch_size / 2, rel=1e-12)
+    assert "--samples-per-s 2" in out.extra["pinned_to"]
+    assert cli.main(["retarget", str(src), "--device", "v100", "--samples-per-s", "0", "-o",
+                     str(tmp_path / "z.json")]) != 0
+    assert "--samples-per-s = 0.0" in capsys.readouterr().err and not (tmp_path / "z.json").exists()
