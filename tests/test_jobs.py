@@ -13,6 +13,7 @@ import pytest
 
 from simfog import jobs
 from simfog.errors import ConfigError
+from simfog.simulation import simulate
 
 from .conftest import REPO, make_trace
 
@@ -68,7 +69,7 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
     is C (compute) + c (one allreduce), no overlap; alone c = k. Beside a job communicating a share d of its time,
     a step's β is (1 − d)·1 + d·2 = (1 + d) times the NIC's, so c = k·x with x = 1 + d. Symmetric jobs have one
     duty, d = c / (C + c) = k·x / (C + k·x): (x − 1)(C + k·x) = k·x, i.e. k·x² + (C − 2k)·x − C = 0."""
-    result = jobs.run(two_rings(folder))
+    result = jobs.run(two_rings(folder), model="expectation")
     a, b = result.jobs
     assert result.converged and result.rounds > 1
     k = a.duty_alone * a.alone_s
@@ -80,7 +81,25 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
         assert job.duty_together == pytest.approx(x - 1, rel=1e-8)
         assert job.slowdown == pytest.approx((C + k * x) / (C + k), rel=1e-8)
     assert 1.0 < a.slowdown < 2.0 and a.nodes == (0, 2) and b.nodes == (1, 3)
-    assert jobs.run(two_rings(folder)) == result  # deterministic: the same rounds, the same floats
+    assert jobs.run(two_rings(folder), model="expectation") == result  # deterministic: the same rounds and floats
+
+
+def test_two_rings_started_together_replay_with_their_collectives_side_by_side(folder):
+    """The jobs above under the timeline model (simfog.fabric.cosim), both starting at 0: identical, so their one
+    allreduce per iteration always runs beside the other's, at half the uplink each: c = 2k, every iteration
+    C + 2k. Over the start phases the collectives (4 ms of an 86 ms iteration) also miss each other entirely:
+    the band's low end is no slowdown at all, exactly."""
+    result = jobs.run(two_rings(folder))
+    assert result.model == "timeline" and result.rounds == 0
+    k = 2 * 2e6 / 1e9
+    for job in result.jobs:
+        C = job.alone_s - job.duty_alone * job.alone_s
+        assert job.duty_alone * job.alone_s == pytest.approx(k, rel=1e-12)
+        assert job.together_s == pytest.approx(C + 2 * k, rel=1e-9)
+        assert job.slowdown_hi == job.slowdown and job.slowdown_lo == 1.0
+    assert jobs.run(two_rings(folder)) == result  # deterministic
+    with pytest.raises(ConfigError, match="model = 'guess': one of timeline, expectation"):
+        jobs.run(two_rings(folder), model="guess")
 
 
 def test_a_job_that_starts_after_the_other_ends_runs_as_alone(folder):
@@ -91,11 +110,11 @@ def test_a_job_that_starts_after_the_other_ends_runs_as_alone(folder):
 
 
 def test_half_overlapping_runs_see_half_the_other_jobs_duty(folder):
-    """b starts when a has run half its iterations (a alone: 3·t); overlap is then half of a's run (if b's run is
+    """The expectation model: b starts when a has run half its iterations (a alone: 3·t); overlap is then half of a's run (if b's run is
     at least as long), so a sees b at half its duty: a slowdown between none and the full overlap's."""
-    full = jobs.run(two_rings(folder)).jobs[0]
+    full = jobs.run(two_rings(folder), model="expectation").jobs[0]
     t = full.alone_s
-    half = jobs.run(two_rings(folder, second_start=f"{1.5 * t * 1e3}ms")).jobs[0]
+    half = jobs.run(two_rings(folder, second_start=f"{1.5 * t * 1e3}ms"), model="expectation").jobs[0]
     assert 1.0 < half.slowdown < full.slowdown
 
 
@@ -146,12 +165,13 @@ def test_simulate_prints_each_jobs_times_and_slowdown(folder):
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "slowdown" in out.stdout and "converged" in out.stdout
+    assert "slowdown" in out.stdout and "over phases" in out.stdout  # the timeline model's band
     assert [line.split()[0] for line in out.stdout.splitlines()[1:3]] == ["a", "b"]
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path), "--json"], capture_output=True,
                          text=True, timeout=120)
     s = json.loads(out.stdout)
     assert s["converged"] and [j["name"] for j in s["jobs"]] == ["a", "b"] and s["jobs"][0]["slowdown"] > 1.0
+    assert s["model"] == "timeline" and s["jobs"][0]["slowdown_lo"] <= s["jobs"][0]["slowdown"]
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path), "--ranks", "4"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--ranks" in out.stderr and "Traceback" not in out.stderr
@@ -164,3 +184,15 @@ def test_the_shipped_jobs_examples_run_and_converge(name):
     assert all(j.together_s >= j.alone_s and 0 < j.duty_alone <= j.duty_together <= 1 for j in result.jobs)
     assert max(j.slowdown for j in result.jobs) > 1.01  # 4:1 leaves: sharing them costs something
     assert not set(result.jobs[0].nodes) & set(result.jobs[1].nodes)
+
+
+@pytest.mark.parametrize("algorithm", ['merge = "single"', 'algorithm = "fsdp"'])
+def test_one_job_replayed_alone_is_its_run_alone_bit_for_bit(folder, algorithm):
+    """The timeline model's replay of one job (simfog.jobs.replayed) gives back its run: the same records and the
+    same summary, float for float (an allreduce and an FSDP job, whose all-gathers gate its compute)."""
+    text = HEAD + JOB.format(name="a", placement="[0, 2]").replace('merge = "single"', algorithm)
+    [job] = jobs.load(write(folder, text))
+    alone = simulate(job.experiment)
+    [again] = jobs.replayed([job], [alone], jobs.timelines([job], [alone]), [0.0])
+    assert again.interval_records() == list(alone.interval_records())
+    assert again.summary() == alone.summary()

@@ -128,7 +128,7 @@ def run_jobs(args) -> int:
     result = jobs.run(jobs.load(args.file))
     if args.json:
         print_json({"jobs": [{**asdict(r), "slowdown": r.slowdown} for r in result.jobs], "rounds": result.rounds,
-                    "converged": result.converged})
+                    "converged": result.converged, "model": result.model})
     else:
         print(jobs.format_result(result))
     return 0
