@@ -32,8 +32,8 @@ its collectives, which raises its duty), so the rounds rise to the fixed point; 
 moves by more than TOLERANCE (relative) or after MOST_ROUNDS (`converged` says which). On a flat fabric jobs share
 no link (each NIC is its own node's, the core non-blocking or oversubscribed per NIC) and run as alone.
 
-That is the "expectation" model: each job sees the others at random phases. The default, "timeline", runs the jobs
-in time instead (simfog.fabric.cosim): each job's run alone is replayed from its `start` beside the others', its
+That is the "expectation" model (`run`'s default): each job sees the others at random phases. The "timeline" model
+(`simfog simulate` of a jobs file, validate) runs the jobs in time instead (simfog.fabric.cosim): each job's run alone is replayed from its `start` beside the others', its
 collectives slowed, while others' collectives run beside them, by what the fabric makes of the traffic that is on
 at that instant (the job simulated with each set of the others' traffic on, `beside`). A job's together time and
 duty are then its replayed run's; `slowdown_lo` and `slowdown_hi` are the band over PHASES start phases: for phase
@@ -215,7 +215,7 @@ def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: 
     return Job(name, replace(exp, cluster=replace(c, fabric=JobFabric(c.fabric.fabric, placed))), placed, start)
 
 
-def run(jobs: list[Job], *, model: str = "timeline") -> JobsResult:
+def run(jobs: list[Job], *, model: str = "expectation") -> JobsResult:
     """Each job's iteration time and duty alone and together under `model`, "timeline" or "expectation" (module
     docstring)."""
     if model not in MODELS:

@@ -1,6 +1,6 @@
 """Several jobs on one fabric (simfog.jobs): the duty-cycle fixed point on a hand-worked two-job case, jobs that do
-not overlap in time or share no link left alone, bad jobs files refused by file, field and value, and `simfog
-simulate` of a jobs file end to end."""
+not overlap in time or share no link left alone, the timeline model's replay (two rings side by side, one job bit
+for bit), bad jobs files refused by file, field and value, and `simfog simulate` of a jobs file end to end."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
     is C (compute) + c (one allreduce), no overlap; alone c = k. Beside a job communicating a share d of its time,
     a step's β is (1 − d)·1 + d·2 = (1 + d) times the NIC's, so c = k·x with x = 1 + d. Symmetric jobs have one
     duty, d = c / (C + c) = k·x / (C + k·x): (x − 1)(C + k·x) = k·x, i.e. k·x² + (C − 2k)·x − C = 0."""
-    result = jobs.run(two_rings(folder), model="expectation")
+    result = jobs.run(two_rings(folder))
     a, b = result.jobs
     assert result.converged and result.rounds > 1
     k = a.duty_alone * a.alone_s
@@ -81,7 +81,7 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
         assert job.duty_together == pytest.approx(x - 1, rel=1e-8)
         assert job.slowdown == pytest.approx((C + k * x) / (C + k), rel=1e-8)
     assert 1.0 < a.slowdown < 2.0 and a.nodes == (0, 2) and b.nodes == (1, 3)
-    assert jobs.run(two_rings(folder), model="expectation") == result  # deterministic: the same rounds and floats
+    assert jobs.run(two_rings(folder)) == result  # deterministic: the same rounds, the same floats
 
 
 def test_two_rings_started_together_replay_with_their_collectives_side_by_side(folder):
@@ -89,7 +89,7 @@ def test_two_rings_started_together_replay_with_their_collectives_side_by_side(f
     allreduce per iteration always runs beside the other's, at half the uplink each: c = 2k, every iteration
     C + 2k. Over the start phases the collectives (4 ms of an 86 ms iteration) also miss each other entirely:
     the band's low end is no slowdown at all, exactly."""
-    result = jobs.run(two_rings(folder))
+    result = jobs.run(two_rings(folder), model="timeline")
     assert result.model == "timeline" and result.rounds == 0
     k = 2 * 2e6 / 1e9
     for job in result.jobs:
@@ -97,7 +97,7 @@ def test_two_rings_started_together_replay_with_their_collectives_side_by_side(f
         assert job.duty_alone * job.alone_s == pytest.approx(k, rel=1e-12)
         assert job.together_s == pytest.approx(C + 2 * k, rel=1e-9)
         assert job.slowdown_hi == job.slowdown and job.slowdown_lo == 1.0
-    assert jobs.run(two_rings(folder)) == result  # deterministic
+    assert jobs.run(two_rings(folder), model="timeline") == result  # deterministic
     with pytest.raises(ConfigError, match="model = 'guess': one of timeline, expectation"):
         jobs.run(two_rings(folder), model="guess")
 
@@ -110,11 +110,11 @@ def test_a_job_that_starts_after_the_other_ends_runs_as_alone(folder):
 
 
 def test_half_overlapping_runs_see_half_the_other_jobs_duty(folder):
-    """The expectation model: b starts when a has run half its iterations (a alone: 3·t); overlap is then half of a's run (if b's run is
+    """b starts when a has run half its iterations (a alone: 3·t); overlap is then half of a's run (if b's run is
     at least as long), so a sees b at half its duty: a slowdown between none and the full overlap's."""
-    full = jobs.run(two_rings(folder), model="expectation").jobs[0]
+    full = jobs.run(two_rings(folder)).jobs[0]
     t = full.alone_s
-    half = jobs.run(two_rings(folder, second_start=f"{1.5 * t * 1e3}ms"), model="expectation").jobs[0]
+    half = jobs.run(two_rings(folder, second_start=f"{1.5 * t * 1e3}ms")).jobs[0]
     assert 1.0 < half.slowdown < full.slowdown
 
 
