@@ -169,7 +169,8 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
     """Jobs a (nodes 0, 2) and b (1, 3) of the jobs file above: each alone, then both at once. Every row is
     there and error-free; each together row carries both slowdowns, its prediction > 1 (the jobs share both
     uplinks), and the two jobs overlapped for most of the measured window (the start gate, the stretched
-    iterations)."""
+    iterations). The prediction starts each job at its measured start offset, and falls in its band over start
+    phases."""
     _skip_without_emulation()
     out = tmp_path / "v.csv"
     assert main(["validate", _jobs_file(tmp_path), "--warmup", "2", "--csv", str(out)]) == 0
@@ -188,6 +189,10 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
         assert p > 1.05 and m > 0
         assert float(r["slowdown_rel_error"]) == pytest.approx((p - m) / m)
         assert float(r["overlap"]) > 0.5
+        # the prediction replays the jobs from their measured start offsets, one of its start phases
+        assert float(r["predicted_slowdown_lo"]) <= p <= float(r["predicted_slowdown_hi"])
+    offsets = [float(r["start_offset_s"]) for r in rows[2:]]
+    assert min(offsets) == 0.0 and max(offsets) < 1.0  # the first job to start is the clock's 0; the gate holds
     printed = capsys.readouterr().out.splitlines()
     table = printed[next(i for i, line in enumerate(printed) if "slowdown measured" in line) + 1:]
     assert [line.split()[0] for line in table] == ["a", "b"]  # one line per job
