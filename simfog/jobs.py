@@ -33,12 +33,13 @@ moves by more than TOLERANCE (relative) or after MOST_ROUNDS (`converged` says w
 no link (each NIC is its own node's, the core non-blocking or oversubscribed per NIC) and run as alone.
 
 That is the "expectation" model (`run`'s default): each job sees the others at random phases. The "timeline" model
-(`simfog simulate` of a jobs file, validate) runs the jobs in time instead (simfog.fabric.cosim): each job's run alone is replayed from its `start` beside the others', its
-collectives slowed, while others' collectives run beside them, by what the fabric makes of the traffic that is on
-at that instant (the job simulated with each set of the others' traffic on, `beside`). A job's together time and
-duty are then its replayed run's; `slowdown_lo` and `slowdown_hi` are the band over PHASES start phases: for phase
-k, job i >= 1 starts (k·i mod PHASES)/PHASES of its iteration alone after its `start` (phase 0: the starts as
-given). Jobs whose collectives never run together, and a single job, come back as alone, bit for bit.
+(`simfog simulate` of a jobs file, validate) runs the jobs in time instead (simfog.fabric.cosim): each job's run
+alone is replayed from its `start` beside the others', its collectives slowed, while other jobs' collectives run
+beside them, by what the fabric makes of the traffic on at that instant (`timelines`: the job simulated with each
+set of the others' traffic always on). A job's together time and duty are then its replayed run's; `slowdown_lo`
+and `slowdown_hi` are the band over PHASES start phases: for phase k, job i >= 1 starts (k·i mod PHASES)/PHASES of
+its iteration alone after its `start` (phase 0: the starts as given). Jobs whose collectives never run together,
+and a single job, come back as alone, bit for bit.
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ def timelines(jobs: list[Job], alone: list[Result]) -> list[Timeline]:
             own = collectives(records)
             for size in range(1, len(on_fabric) + 1):
                 for chosen in itertools.combinations(on_fabric, size):
-                    exp = _with_traffic(job.experiment, [jobs[k].traffic(1.0) for k in chosen])
+                    exp = with_traffic(job.experiment, [jobs[k].traffic(1.0) for k in chosen])
                     durations = collectives(simulate(exp).interval_records())
                     if durations.keys() != own.keys():
                         raise Infeasible(f"job {job.name}: its collectives beside other jobs are not those it runs "
@@ -306,7 +307,8 @@ def _times(result: Result) -> tuple[float, float]:
     return t, min(1.0, s["comm_s"] / t) if t > 0 else 0.0
 
 
-def _with_traffic(exp: Experiment, others: list[Traffic]) -> Experiment:
+def with_traffic(exp: Experiment, others: list[Traffic]) -> Experiment:
+    """`exp` (a job's experiment on a fabric) with `others`' traffic beside it."""
     return replace(exp, cluster=replace(exp.cluster, fabric=replace(exp.cluster.fabric, others=tuple(others))))
 
 
@@ -324,7 +326,7 @@ def _beside(j: int, jobs: list[Job], times: list[tuple[float, float]]) -> Experi
         share = max(0.0, min(hi, windows[k][1]) - max(lo, windows[k][0])) / (hi - lo) if hi > lo else 0.0
         if duty * share > 0.0:
             others.append(job.traffic(min(1.0, duty * share)))
-    return _with_traffic(exp, others)
+    return with_traffic(exp, others)
 
 
 def format_result(result: JobsResult) -> str:

@@ -13,6 +13,8 @@ import pytest
 
 from simfog import jobs
 from simfog.errors import ConfigError
+from simfog.fabric import cosim
+from simfog.results import Result
 from simfog.simulation import simulate
 
 from .conftest import REPO, make_trace
@@ -196,3 +198,22 @@ def test_one_job_replayed_alone_is_its_run_alone_bit_for_bit(folder, algorithm):
     [again] = jobs.replayed([job], [alone], jobs.timelines([job], [alone]), [0.0])
     assert again.interval_records() == list(alone.interval_records())
     assert again.summary() == alone.summary()
+
+
+@pytest.mark.parametrize("algorithm", ['merge = "wfbp"', 'algorithm = "fsdp"'])
+def test_replayed_beside_a_job_that_never_stops_communicating_is_the_run_beside_it(folder, algorithm):
+    """Job a replayed beside a job whose collective never ends runs every collective at its speed beside that job
+    all the way: the replay's timeline must then be the engine's run of a with the other's traffic always on
+    (bucketed backward overlap, FSDP's all-gathers gating compute), to rounding."""
+    text = HEAD + "".join(JOB.format(name=n, placement=p).replace('merge = "single"', algorithm)
+                          for n, p in (("a", "[0, 2]"), ("b", "[1, 3]")))
+    a, b = jobs.load(write(folder, text))
+    alone = [simulate(a.experiment), simulate(b.experiment)]
+    line = jobs.timelines([a, b], alone)[0]
+    forever = cosim.Timeline(((0, 0, "comm", "x", 0.0, 1e6),), {})
+    [records, _] = cosim.cosimulate([line, forever], [0.0, 0.0])
+    beside = simulate(jobs.with_traffic(a.experiment, [b.traffic(1.0)])).summary()
+    replay = Result(a.experiment, records, symmetric=alone[0].symmetric, single_rank_time_s=0.0).summary()
+    assert beside["iteration_time_s"] > 1.01 * alone[0].summary()["iteration_time_s"]  # the uplink is shared
+    for key in ("iteration_time_s", "comm_s", "comm_exposed_s"):
+        assert replay[key] == pytest.approx(beside[key], rel=1e-9)
