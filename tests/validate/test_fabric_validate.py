@@ -130,6 +130,29 @@ def test_rows_name_the_fabric_and_placement_and_jobs_are_stretched_to_overlap(tm
     assert min(j.experiment.iterations for j in out) == 4
 
 
+def test_the_together_prediction_replays_the_jobs_from_their_measured_start_offsets(tmp_path):
+    """validate.jobs' prediction together: the jobs' predicted runs alone (here simulated) replayed from the offsets
+    at which their first measured iterations started, relative to the first; a job that did not run starts with the
+    first. The prediction is simfog.jobs.replayed at those offsets, and one of the start phases of the band."""
+    from types import SimpleNamespace
+
+    from simfog.simulation import simulate
+    from validate.comparison.compare import steady_iteration_s
+    from validate.jobs import _predicted
+
+    loaded = jobs.load(_jobs_file(tmp_path))
+    alone = [simulate(j.experiment) for j in loaded]
+    groups = [SimpleNamespace(prepared=[SimpleNamespace(predicted=r)]) for r in alone]
+    lines = jobs.timelines(loaded, alone)
+    offsets, predicted, bands = _predicted(groups, [(5.25, 9.0), (5.0, 9.5)], loaded, lines)
+    assert offsets == [0.25, 0.0]
+    expected = jobs.replayed(loaded, alone, lines, [0.25, 0.0])
+    for p, e, a, (lo, hi) in zip(predicted, expected, alone, bands):
+        assert p.interval_records() == e.interval_records()
+        assert lo <= steady_iteration_s(p) / steady_iteration_s(a) <= hi and hi > 1.0
+    assert _predicted(groups, [None, (2.0, 3.0)], loaded, lines)[0] == [0.0, 0.0]
+
+
 # ---- real runs on emulated tiers ----
 
 def _skip_without_emulation():
