@@ -36,6 +36,8 @@ from pathlib import Path
 from simfog import jobs as simfog_jobs
 from simfog import units
 from simfog.errors import ConfigError
+from simfog.prediction_interval import attach
+from simfog.results import Result
 from validate.cluster import netemu
 from validate.cluster.fabric_emu import TieredCluster, check_fabric
 from validate.cluster.hostload import HostSampler
@@ -172,6 +174,8 @@ def _predicted(alone: list[GroupRun], windows, calibrated, lines) -> tuple[list[
     offsets = [w[0] - min(known) if w is not None else 0.0 for w in windows]
     predicted_alone = [g.prepared[0].predicted for g in alone]
     predicted = simfog_jobs.replayed(calibrated, predicted_alone, lines, offsets)
+    for together, alone_ in zip(predicted, predicted_alone):
+        together.interval = _interval_beside(alone_, together)
     steady = [compare.steady_iteration_s(r) for r in predicted_alone]
     alone_s = [r.summary()["iteration_time_s"] for r in predicted_alone]
     slowdowns = [[compare.steady_iteration_s(r) / a for r, a in zip(predicted, steady)]]
@@ -179,6 +183,18 @@ def _predicted(alone: list[GroupRun], windows, calibrated, lines) -> tuple[list[
         phased = simfog_jobs.replayed(calibrated, predicted_alone, lines, simfog_jobs.phased(offsets, alone_s, k))
         slowdowns.append([compare.steady_iteration_s(r) / a for r, a in zip(phased, steady)])
     return offsets, predicted, [(min(s), max(s)) for s in zip(*slowdowns)]
+
+
+def _interval_beside(alone: Result, together: Result) -> dict:
+    """The prediction interval of a replayed run (its experiment alone does not see the others, so its interval is
+    not computed on it): the run alone's interval (simfog.prediction_interval, attached when missing) with the same
+    relative bounds around the time together."""
+    s = (alone.interval and alone.summary()) or attach(alone).summary()
+    ratio = together.summary()["iteration_time_s"] / s["iteration_time_s"]
+    scaled = {k: s[k] * ratio for k in ("iteration_time_lo_s", "iteration_time_hi_s")}
+    scaled.update({k: s[k] / ratio for k in ("samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo",
+                                             "scaling_efficiency_hi")})
+    return {**alone.interval, **scaled}
 
 
 def _together_rows(jobs, alone: list[GroupRun], results, prediction, host, drops, load) -> list[dict]:

@@ -151,6 +151,12 @@ def test_the_together_prediction_replays_the_jobs_from_their_measured_start_offs
         assert p.interval_records() == e.interval_records()
         assert lo <= steady_iteration_s(p) / steady_iteration_s(a) <= hi and hi > 1.0
     assert _predicted(groups, [None, (2.0, 3.0)], loaded, lines)[0] == [0.0, 0.0]
+    # its interval: the run alone's relative bounds around the time together (the replay's experiment is alone's)
+    t = steady_iteration_s(predicted[0])
+    keys = compare.interval_keys(predicted[0], t, t)
+    a = compare.interval_keys(alone[0], 1.0, 1.0)
+    assert keys["predicted_iteration_lo_s"] == pytest.approx(t * a["predicted_iteration_lo_s"], rel=1e-12)
+    assert keys["predicted_iteration_hi_s"] == pytest.approx(t * a["predicted_iteration_hi_s"], rel=1e-12)
 
 
 # ---- real runs on emulated tiers ----
