@@ -9,15 +9,17 @@ the last validate bench.
    concurrent steps share the links. Timed per row: placing the job(s), building the step's flows, routing them
    and their bottleneck (the closed form alone, the max-min filling for two jobs), wall seconds in this process
    (building the fabric included; its link table is cached across rows of one fabric).
-3. Two training jobs on that fat tree at 8,192 ranks (simfog.jobs; the jobs file is written to a temporary folder):
+3. Two training jobs on that fat tree at 8,192 ranks (simfog.jobs' timeline model, its band over start phases
+   included; the jobs file is written to a temporary folder):
    BERT-base with DDP over NCCL's tree and GPT-2 with FSDP (traces measured on an H200), half the nodes each,
    scattered (seeds 1 and 2), one NIC of 3.2 Tbit/s per node (the 8 NICs' sum: the jobs file's cluster has no
    network file). Timed: loading the jobs, each alone and the fixed point together, wall seconds in this process.
 4. The fabric rows (id starting "fabric-") of the validate bench CSV (`simfog validate --bench` writes
    bench-validation/bench-validation.csv by default; --csv picks another): their count and the median and worst
    |relative error| of the iteration time (validate.jobs: two jobs on 2 leaves at 2:1, placed contiguous and
-   scattered, each alone and together), and each together row's measured and predicted slowdown; rows=0 and nan
-   without any.
+   scattered, each alone and together), and each together row's measured and predicted slowdown, with the
+   predicted range over start phases and whether the measured slowdown falls in it where the CSV has them;
+   rows=0 and nan without any.
 
 Last line: cases=<n> exact=<n> rows=<n> median=<pct> worst=<pct> seconds_8192=<worst 8,192-rank row of 2 and 3, s>
 
@@ -125,7 +127,7 @@ def two_jobs(ranks: int):
         path = Path(tmp) / "jobs.toml"
         path.write_text(JOBS.format(nodes=ranks // GPUS, half=ranks // 2, fabric=fabric, traces=REPO / "traces"))
         t0 = time.perf_counter()
-        result = jobs.run(jobs.load(path))
+        result = jobs.run(jobs.load(path), model="timeline")
         return time.perf_counter() - t0, result
 
 
@@ -136,11 +138,21 @@ def fabric_rows(path: Path) -> tuple[int, float, float]:
         return 0, math.nan, math.nan
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("id", "").startswith("fabric-") and not r.get("error")]
+    inside = banded = 0
     for r in rows:
         if r.get("slowdown_rel_error"):
+            band = ""
+            if r.get("predicted_slowdown_lo"):  # the timeline model's range over start phases (simfog.jobs)
+                lo, hi, m = float(r["predicted_slowdown_lo"]), float(r["predicted_slowdown_hi"]), \
+                    float(r["measured_slowdown"])
+                banded, inside = banded + 1, inside + (lo <= m <= hi)
+                band = f" over phases {lo:.3f}-{hi:.3f}{'' if lo <= m <= hi else ' (outside)'}, start offset " \
+                       f"{float(r['start_offset_s']) * 1e3:.2f} ms"
             print(f"    {r['id']:28} slowdown measured {float(r['measured_slowdown']):.3f} predicted "
                   f"{float(r['predicted_slowdown']):.3f} ({float(r['slowdown_rel_error']):+.1%}); iteration "
-                  f"{float(r['rel_error']):+.1%}")
+                  f"{float(r['rel_error']):+.1%}{band}")
+    if banded:
+        print(f"    measured slowdowns inside the predicted band over start phases: {inside} of {banded}")
     errors = [abs(float(r["rel_error"])) for r in rows if r.get("rel_error")]
     errors = [e for e in errors if math.isfinite(e)]
     if not errors:
@@ -171,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'converged' if result.converged else 'NOT converged'}): {seconds:.3f} s")
         for j in result.jobs:
             print(f"    {j.name:13} {j.ranks:>5} ranks  alone {j.alone_s * 1e3:9.3f} ms  together "
-                  f"{j.together_s * 1e3:9.3f} ms  slowdown {j.slowdown:.4f}  duty {j.duty_alone:.3f} -> "
-                  f"{j.duty_together:.3f}")
+                  f"{j.together_s * 1e3:9.3f} ms  slowdown {j.slowdown:.4f} (over start phases "
+                  f"{j.slowdown_lo:.4f}-{j.slowdown_hi:.4f})  duty {j.duty_alone:.3f} -> {j.duty_together:.3f}")
         worst_8192 = seconds if math.isnan(worst_8192) else max(worst_8192, seconds)
     rows, median, worst = fabric_rows(args.csv)
     pct = lambda x: "nan" if math.isnan(x) else f"{x:.1%}"

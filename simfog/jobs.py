@@ -31,23 +31,38 @@ others' duties of the round before (from the duties alone). The map is monotone 
 its collectives, which raises its duty), so the rounds rise to the fixed point; they stop when no iteration time
 moves by more than TOLERANCE (relative) or after MOST_ROUNDS (`converged` says which). On a flat fabric jobs share
 no link (each NIC is its own node's, the core non-blocking or oversubscribed per NIC) and run as alone.
+
+That is the "expectation" model (`run`'s default): each job sees the others at random phases. The "timeline" model
+(`simfog simulate` of a jobs file, validate) runs the jobs in time instead (simfog.fabric.cosim): each job's run
+alone is replayed from its `start` beside the others', its collectives slowed, while other jobs' collectives run
+beside them, by what the fabric makes of the traffic on at that instant (`timelines`: the job simulated with each
+set of the others' traffic always on). A job's together time and duty are then its replayed run's; `slowdown_lo`
+and `slowdown_hi` are the band over PHASES start phases: for phase k, job i >= 1 starts (k·i mod PHASES)/PHASES of
+its iteration alone after its `start` (phase 0: the starts as given). Jobs whose collectives never run together,
+and a single job, come back as alone, bit for bit.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simfog import files, units
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Experiment, from_dict
+from simfog.fabric.cosim import Timeline, collectives, cosimulate
 from simfog.fabric.job import PATTERN_OF, JobFabric, Traffic, attach
 from simfog.fabric.placement import place
+from simfog.results import Result
 from simfog.simulation import simulate
 
 TOLERANCE = 1e-9
 MOST_ROUNDS = 50
 MOST_JOBS = 8
+PHASES = 16
+MODELS = ("timeline", "expectation")
 _TOP = {"seed", "iterations", "cluster", "fabric", "job"}
 _JOB = {"name", "workload", "ranks", "placement", "placement_seed", "start"}
 
@@ -81,6 +96,8 @@ class JobTimes:
     together_s: float
     duty_alone: float
     duty_together: float
+    slowdown_lo: float = math.nan  # the timeline model's band over start phases (module docstring)
+    slowdown_hi: float = math.nan
 
     @property
     def slowdown(self) -> float:
@@ -92,6 +109,7 @@ class JobsResult:
     jobs: tuple[JobTimes, ...]
     rounds: int
     converged: bool
+    model: str = "expectation"
 
 
 def load(path: str | Path) -> list[Job]:
@@ -198,8 +216,13 @@ def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: 
     return Job(name, replace(exp, cluster=replace(c, fabric=JobFabric(c.fabric.fabric, placed))), placed, start)
 
 
-def run(jobs: list[Job]) -> JobsResult:
-    """Each job's iteration time and duty alone and together (module docstring)."""
+def run(jobs: list[Job], *, model: str = "expectation") -> JobsResult:
+    """Each job's iteration time and duty alone and together under `model`, "timeline" or "expectation" (module
+    docstring)."""
+    if model not in MODELS:
+        raise ConfigError("model", model, f"one of {', '.join(MODELS)}")
+    if model == "timeline":
+        return _run_timeline(jobs)
     alone = [_measure(job.experiment) for job in jobs]
     times = list(alone)
     rounds, converged = 0, len(jobs) < 2 or all(job.experiment.cluster.fabric is None for job in jobs)
@@ -213,15 +236,80 @@ def run(jobs: list[Job]) -> JobsResult:
     return JobsResult(rows, rounds, converged)
 
 
+def _run_timeline(jobs: list[Job]) -> JobsResult:
+    alone = [simulate(job.experiment) for job in jobs]
+    times = [_times(r) for r in alone]
+    lines = timelines(jobs, alone)
+    starts = [job.start_s for job in jobs]
+    together = [_times(r) for r in replayed(jobs, alone, lines, starts)]
+    band = [[t] for t, _ in together]
+    for k in range(1, PHASES if _shared(jobs) else 1):
+        for j, r in enumerate(replayed(jobs, alone, lines, phased(starts, [t for t, _ in times], k))):
+            band[j].append(_times(r)[0])
+    rows = tuple(JobTimes(job.name, job.experiment.ranks, job.nodes, job.start_s, a[0], t[0], a[1], t[1],
+                          min(b) / a[0], max(b) / a[0]) for job, a, t, b in zip(jobs, times, together, band))
+    return JobsResult(rows, 0, True, "timeline")
+
+
+def phased(starts: list[float], alone_s: list[float], k: int) -> list[float]:
+    """The jobs' starts for start phase k of PHASES (module docstring)."""
+    return [s + (k * i % PHASES) / PHASES * t if i else s for i, (s, t) in enumerate(zip(starts, alone_s))]
+
+
+def _shared(jobs: list[Job]) -> bool:
+    return len(jobs) > 1 and sum(job.experiment.cluster.fabric is not None for job in jobs) > 1
+
+
+def timelines(jobs: list[Job], alone: list[Result]) -> list[Timeline]:
+    """Each job's run alone (`alone`, its Result) as simfog.fabric.cosim replays it: its records, and its
+    collectives' durations beside every set of the other jobs' traffic (each such set on all the time). Raises
+    Infeasible where a job's collectives beside others are not those alone (a merge policy deciding at run time)."""
+    out = []
+    for j, (job, result) in enumerate(zip(jobs, alone)):
+        records = tuple(result.interval_records())
+        on_fabric = [k for k, other in enumerate(jobs) if k != j and other.experiment.cluster.fabric is not None]
+        beside = {}
+        if job.experiment.cluster.fabric is not None:
+            own = collectives(records)
+            for size in range(1, len(on_fabric) + 1):
+                for chosen in itertools.combinations(on_fabric, size):
+                    exp = with_traffic(job.experiment, [jobs[k].traffic(1.0) for k in chosen])
+                    durations = collectives(simulate(exp).interval_records())
+                    if durations.keys() != own.keys():
+                        raise Infeasible(f"job {job.name}: its collectives beside other jobs are not those it runs "
+                                         "alone; the timeline model cannot replay it (use the expectation model)")
+                    beside[frozenset(chosen)] = durations
+        out.append(Timeline(records, beside))
+    return out
+
+
+def replayed(jobs: list[Job], alone: list[Result], lines: list[Timeline], starts: list[float]) -> list[Result]:
+    """Each job's Result when the jobs run together from `starts` (s, on one clock): its run alone replayed by
+    simfog.fabric.cosim beside the others'."""
+    records = cosimulate(lines, starts)
+    return [Result(job.experiment, recs, symmetric=r.symmetric, single_rank_time_s=r.single_rank_time_s,
+                   buckets=r.buckets, memory=r.memory, path=r.path) for job, r, recs in zip(jobs, alone, records)]
+
+
 def together(j: int, jobs: list[Job], result: JobsResult) -> Experiment:
     """Job j's experiment beside the others at `result`'s fixed point: what its together time is the time of."""
     return _beside(j, jobs, [(t.together_s, t.duty_together) for t in result.jobs])
 
 
 def _measure(exp: Experiment) -> tuple[float, float]:
-    s = simulate(exp).summary()
+    return _times(simulate(exp))
+
+
+def _times(result: Result) -> tuple[float, float]:
+    """(mean iteration time, duty) of a run."""
+    s = result.summary()
     t = s["iteration_time_s"]
     return t, min(1.0, s["comm_s"] / t) if t > 0 else 0.0
+
+
+def with_traffic(exp: Experiment, others: list[Traffic]) -> Experiment:
+    """`exp` (a job's experiment on a fabric) with `others`' traffic beside it."""
+    return replace(exp, cluster=replace(exp.cluster, fabric=replace(exp.cluster.fabric, others=tuple(others))))
 
 
 def _beside(j: int, jobs: list[Job], times: list[tuple[float, float]]) -> Experiment:
@@ -238,20 +326,24 @@ def _beside(j: int, jobs: list[Job], times: list[tuple[float, float]]) -> Experi
         share = max(0.0, min(hi, windows[k][1]) - max(lo, windows[k][0])) / (hi - lo) if hi > lo else 0.0
         if duty * share > 0.0:
             others.append(job.traffic(min(1.0, duty * share)))
-    view = replace(exp.cluster.fabric, others=tuple(others))
-    return replace(exp, cluster=replace(exp.cluster, fabric=view))
+    return with_traffic(exp, others)
 
 
 def format_result(result: JobsResult) -> str:
     """The table `simfog simulate` prints for a jobs file."""
+    timeline = result.model == "timeline"
     lines = [f"{'job':12} {'ranks':>7} {'start':>9} {'alone':>10} {'together':>10} {'slowdown':>8} "
-             f"{'duty alone':>10} {'together':>8}"]
+             f"{'duty alone':>10} {'together':>8}" + (f" {'over phases':>13}" if timeline else "")]
     for r in result.jobs:
         lines.append(f"{r.name[:12]:12} {r.ranks:>7} {units.format_time(r.start_s):>9} "
                      f"{units.format_time(r.alone_s):>10} {units.format_time(r.together_s):>10} "
-                     f"{r.slowdown:>8.3f} {100 * r.duty_alone:>9.1f}% {100 * r.duty_together:>7.1f}%")
+                     f"{r.slowdown:>8.3f} {100 * r.duty_alone:>9.1f}% {100 * r.duty_together:>7.1f}%"
+                     + (f" {r.slowdown_lo:>6.3f}-{r.slowdown_hi:<6.3f}" if timeline else ""))
+    if timeline:
+        lines.append(f"iteration times per job; together: the jobs' runs replayed in time from their starts; over "
+                     f"phases: the slowdown's range over {PHASES} start phases")
+        return "\n".join(lines)
     state = "converged" if result.converged else f"NOT converged (stopped after {MOST_ROUNDS})"
     lines.append(f"iteration times per job; together: the fixed point over the jobs' duty cycles, {state} in "
                  f"{result.rounds} round(s)")
     return "\n".join(lines)
-

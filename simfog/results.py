@@ -58,6 +58,11 @@ class Result:
             self.records = self.make_records() if self.make_records is not None else []
         return self.records
 
+    def interval_records(self) -> list:
+        """Every recorded interval as a (rank, iteration, kind, name, start_s, end_s) tuple, in record order; on the
+        symmetric fast path rank 0's only."""
+        return self._records()
+
     def intervals(self) -> pd.DataFrame:
         """Every interval of every rank: columns rank, iteration, kind, name, start_s, end_s. On the symmetric
         fast path rank 0 was simulated and stands for every rank."""

@@ -1,6 +1,6 @@
 """Several jobs on one fabric (simfog.jobs): the duty-cycle fixed point on a hand-worked two-job case, jobs that do
-not overlap in time or share no link left alone, bad jobs files refused by file, field and value, and `simfog
-simulate` of a jobs file end to end."""
+not overlap in time or share no link left alone, the timeline model's replay (two rings side by side, one job bit
+for bit), bad jobs files refused by file, field and value, and `simfog simulate` of a jobs file end to end."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import pytest
 
 from simfog import jobs
 from simfog.errors import ConfigError
+from simfog.fabric import cosim
+from simfog.results import Result
+from simfog.simulation import simulate
 
 from .conftest import REPO, make_trace
 
@@ -83,6 +86,24 @@ def test_two_rings_through_one_uplink_meet_at_the_hand_worked_fixed_point(folder
     assert jobs.run(two_rings(folder)) == result  # deterministic: the same rounds, the same floats
 
 
+def test_two_rings_started_together_replay_with_their_collectives_side_by_side(folder):
+    """The jobs above under the timeline model (simfog.fabric.cosim), both starting at 0: identical, so their one
+    allreduce per iteration always runs beside the other's, at half the uplink each: c = 2k, every iteration
+    C + 2k. Over the start phases the collectives (4 ms of an 86 ms iteration) also miss each other entirely:
+    the band's low end is no slowdown at all, exactly."""
+    result = jobs.run(two_rings(folder), model="timeline")
+    assert result.model == "timeline" and result.rounds == 0
+    k = 2 * 2e6 / 1e9
+    for job in result.jobs:
+        C = job.alone_s - job.duty_alone * job.alone_s
+        assert job.duty_alone * job.alone_s == pytest.approx(k, rel=1e-12)
+        assert job.together_s == pytest.approx(C + 2 * k, rel=1e-9)
+        assert job.slowdown_hi == job.slowdown and job.slowdown_lo == 1.0
+    assert jobs.run(two_rings(folder), model="timeline") == result  # deterministic
+    with pytest.raises(ConfigError, match="model = 'guess': one of timeline, expectation"):
+        jobs.run(two_rings(folder), model="guess")
+
+
 def test_a_job_that_starts_after_the_other_ends_runs_as_alone(folder):
     result = jobs.run(two_rings(folder, second_start="10s"))
     for job in result.jobs:
@@ -146,12 +167,13 @@ def test_simulate_prints_each_jobs_times_and_slowdown(folder):
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "slowdown" in out.stdout and "converged" in out.stdout
+    assert "slowdown" in out.stdout and "over phases" in out.stdout  # the timeline model's band
     assert [line.split()[0] for line in out.stdout.splitlines()[1:3]] == ["a", "b"]
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path), "--json"], capture_output=True,
                          text=True, timeout=120)
     s = json.loads(out.stdout)
     assert s["converged"] and [j["name"] for j in s["jobs"]] == ["a", "b"] and s["jobs"][0]["slowdown"] > 1.0
+    assert s["model"] == "timeline" and s["jobs"][0]["slowdown_lo"] <= s["jobs"][0]["slowdown"]
     out = subprocess.run([sys.executable, "-m", "simfog.cli", "simulate", str(path), "--ranks", "4"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--ranks" in out.stderr and "Traceback" not in out.stderr
@@ -164,3 +186,34 @@ def test_the_shipped_jobs_examples_run_and_converge(name):
     assert all(j.together_s >= j.alone_s and 0 < j.duty_alone <= j.duty_together <= 1 for j in result.jobs)
     assert max(j.slowdown for j in result.jobs) > 1.01  # 4:1 leaves: sharing them costs something
     assert not set(result.jobs[0].nodes) & set(result.jobs[1].nodes)
+
+
+@pytest.mark.parametrize("algorithm", ['merge = "single"', 'algorithm = "fsdp"'])
+def test_one_job_replayed_alone_is_its_run_alone_bit_for_bit(folder, algorithm):
+    """The timeline model's replay of one job (simfog.jobs.replayed) gives back its run: the same records and the
+    same summary, float for float (an allreduce and an FSDP job, whose all-gathers gate its compute)."""
+    text = HEAD + JOB.format(name="a", placement="[0, 2]").replace('merge = "single"', algorithm)
+    [job] = jobs.load(write(folder, text))
+    alone = simulate(job.experiment)
+    [again] = jobs.replayed([job], [alone], jobs.timelines([job], [alone]), [0.0])
+    assert again.interval_records() == list(alone.interval_records())
+    assert again.summary() == alone.summary()
+
+
+@pytest.mark.parametrize("algorithm", ['merge = "wfbp"', 'algorithm = "fsdp"'])
+def test_replayed_beside_a_job_that_never_stops_communicating_is_the_run_beside_it(folder, algorithm):
+    """Job a replayed beside a job whose collective never ends runs every collective at its speed beside that job
+    all the way: the replay's timeline must then be the engine's run of a with the other's traffic always on
+    (bucketed backward overlap, FSDP's all-gathers gating compute), to rounding."""
+    text = HEAD + "".join(JOB.format(name=n, placement=p).replace('merge = "single"', algorithm)
+                          for n, p in (("a", "[0, 2]"), ("b", "[1, 3]")))
+    a, b = jobs.load(write(folder, text))
+    alone = [simulate(a.experiment), simulate(b.experiment)]
+    line = jobs.timelines([a, b], alone)[0]
+    forever = cosim.Timeline(((0, 0, "comm", "x", 0.0, 1e6),), {})
+    [records, _] = cosim.cosimulate([line, forever], [0.0, 0.0])
+    beside = simulate(jobs.with_traffic(a.experiment, [b.traffic(1.0)])).summary()
+    replay = Result(a.experiment, records, symmetric=alone[0].symmetric, single_rank_time_s=0.0).summary()
+    assert beside["iteration_time_s"] > 1.01 * alone[0].summary()["iteration_time_s"]  # the uplink is shared
+    for key in ("iteration_time_s", "comm_s", "comm_exposed_s"):
+        assert replay[key] == pytest.approx(beside[key], rel=1e-9)

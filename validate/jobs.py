@@ -12,9 +12,12 @@ the file places them. Then:
    lines their first iterations up, and each job runs as many iterations as keep it busy while the slowest runs
    its own (from simfog.jobs' prediction), so that the jobs overlap from end to end (`overlap` says how much
    they did: the share of the job's measured window in which another job was running);
-3. the prediction together is simfog.jobs' fixed point over the calibrated experiments (simfog.jobs.together); the
-   "<job>-together" rows compare the measured and predicted iteration times together, and carry both slowdowns
-   (together / alone, steady state on each side) and the slowdown's relative error.
+3. the prediction together is simfog.jobs' timeline model over the calibrated experiments: each job's predicted
+   run alone replayed beside the others' (simfog.fabric.cosim), each job starting when its first measured
+   iteration started, relative to the first job to start (`start_offset_s`: the measured phase, not an assumed
+   one); the "<job>-together" rows compare the measured and predicted iteration times together, and carry both
+   slowdowns (together / alone, steady state on each side), the slowdown's relative error, and the predicted
+   slowdown's range over simfog.jobs.PHASES start phases (`predicted_slowdown_lo`, `predicted_slowdown_hi`).
 
 Figures measured on a loaded host are the emulation's, not accuracy claims: a job's ranks and the other job's
 share the host's cores, which a real cluster's do not (host_cpu_busy and host_limited say when that ruled).
@@ -31,8 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simfog import jobs as simfog_jobs
+from simfog import units
 from simfog.errors import ConfigError
-from simfog.simulation import new_simulation
+from simfog.prediction_interval import attach
+from simfog.results import Result
 from validate.cluster import netemu
 from validate.cluster.fabric_emu import TieredCluster, check_fabric
 from validate.cluster.hostload import HostSampler
@@ -123,10 +128,10 @@ def validate_jobs(jobs: Sequence[simfog_jobs.Job], options: Options | None = Non
 
 def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work: Path, log):
     """Every job's configuration in one launch per job, all at once behind the start gate: (per job (per-rank
-    records or None, error), the predicted Results together, the host sampler, dropped packets, load average)."""
+    records or None, error), the calibrated jobs and their timelines (simfog.jobs.timelines), the host sampler,
+    dropped packets, load average)."""
     calibrated = [replace(job, experiment=p.experiment) for job, p in zip(jobs, prepared, strict=True)]
-    fixed_point = simfog_jobs.run(calibrated)
-    predicted = [new_simulation(simfog_jobs.together(k, calibrated, fixed_point)).run() for k in range(len(jobs))]
+    lines = simfog_jobs.timelines(calibrated, [p.predicted for p in prepared])
     gate_dir = work / "gate"
     gate_dir.mkdir(parents=True, exist_ok=True)
     total = sum(p.experiment.cluster.ranks for p in prepared)
@@ -154,7 +159,7 @@ def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work:
             t.start()
         for t in threads:
             t.join()
-    return results, predicted, host, dropped_packets(tiered) - drops, load
+    return results, (calibrated, lines), host, dropped_packets(tiered) - drops, load
 
 
 def _window(per_rank) -> tuple[float, float]:
@@ -162,8 +167,39 @@ def _window(per_rank) -> tuple[float, float]:
     return min(it["start"] for it in its), max(it["end"] for it in its)
 
 
-def _together_rows(jobs, alone: list[GroupRun], results, predicted, host, drops, load) -> list[dict]:
+def _predicted(alone: list[GroupRun], windows, calibrated, lines) -> tuple[list[float], list, list[tuple]]:
+    """(each job's start offset, its predicted Result together from the measured offsets, its predicted slowdown's
+    range over start phases). A job that did not run starts with the first."""
+    known = [w[0] for w in windows if w is not None]
+    offsets = [w[0] - min(known) if w is not None else 0.0 for w in windows]
+    predicted_alone = [g.prepared[0].predicted for g in alone]
+    predicted = simfog_jobs.replayed(calibrated, predicted_alone, lines, offsets)
+    for together, alone_ in zip(predicted, predicted_alone):
+        together.interval = _interval_beside(alone_, together)
+    steady = [compare.steady_iteration_s(r) for r in predicted_alone]
+    alone_s = [r.summary()["iteration_time_s"] for r in predicted_alone]
+    slowdowns = [[compare.steady_iteration_s(r) / a for r, a in zip(predicted, steady)]]
+    for k in range(1, simfog_jobs.PHASES):
+        phased = simfog_jobs.replayed(calibrated, predicted_alone, lines, simfog_jobs.phased(offsets, alone_s, k))
+        slowdowns.append([compare.steady_iteration_s(r) / a for r, a in zip(phased, steady)])
+    return offsets, predicted, [(min(s), max(s)) for s in zip(*slowdowns)]
+
+
+def _interval_beside(alone: Result, together: Result) -> dict:
+    """The prediction interval of a replayed run (its experiment alone does not see the others, so its interval is
+    not computed on it): the run alone's interval (simfog.prediction_interval, attached when missing) with the same
+    relative bounds around the time together."""
+    s = (alone.interval and alone.summary()) or attach(alone).summary()
+    ratio = together.summary()["iteration_time_s"] / s["iteration_time_s"]
+    scaled = {k: s[k] * ratio for k in ("iteration_time_lo_s", "iteration_time_hi_s")}
+    scaled.update({k: s[k] / ratio for k in ("samples_per_s_lo", "samples_per_s_hi", "scaling_efficiency_lo",
+                                             "scaling_efficiency_hi")})
+    return {**alone.interval, **scaled}
+
+
+def _together_rows(jobs, alone: list[GroupRun], results, prediction, host, drops, load) -> list[dict]:
     windows = [None if ranks is None else _window([r["configs"][0] for r in ranks]) for ranks, _ in results]
+    offsets, predicted, bands = _predicted(alone, windows, *prediction)
     out = []
     for k, (job, group) in enumerate(zip(jobs, alone, strict=True)):
         # the alone row's keys, less what was of the alone run: its load and its prediction without the host probe
@@ -185,17 +221,22 @@ def _together_rows(jobs, alone: list[GroupRun], results, predicted, host, drops,
         shared = max((min(hi, b) - max(lo, a) for a, b in others), default=0.0)
         row.update({"measured_alone_s": m_alone, "predicted_alone_s": p_alone, "measured_slowdown": m_slow,
                     "predicted_slowdown": p_slow, "slowdown_rel_error": (p_slow - m_slow) / m_slow,
-                    "overlap": max(0.0, shared) / (hi - lo) if hi > lo else 0.0})
+                    "overlap": max(0.0, shared) / (hi - lo) if hi > lo else 0.0, "start_offset_s": offsets[k],
+                    "predicted_slowdown_lo": bands[k][0], "predicted_slowdown_hi": bands[k][1]})
         out.append(row)
     return out
 
 
 def format_slowdowns(rows_: Sequence[dict]) -> str:
-    """Per job: measured and predicted slowdown together, and the slowdown's relative error."""
-    lines = [f"{'job':24} {'slowdown measured':>17} {'predicted':>9} {'error':>7} {'overlap':>7}"]
+    """Per job: measured and predicted slowdown together, the slowdown's relative error, the measured start offset
+    the prediction took and its slowdown's range over start phases."""
+    lines = [f"{'job':24} {'slowdown measured':>17} {'predicted':>9} {'error':>7} {'overlap':>7} {'offset':>9} "
+             f"{'over phases':>13}"]
     for r in rows_:
         if not r.get("id", "").endswith("-together") or r.get("error"):
             continue
         lines.append(f"{r['job'][:24]:24} {r['measured_slowdown']:17.3f} {r['predicted_slowdown']:9.3f} "
-                     f"{r['slowdown_rel_error']:+7.1%} {r['overlap']:7.0%}")
+                     f"{r['slowdown_rel_error']:+7.1%} {r['overlap']:7.0%} "
+                     f"{units.format_time(r['start_offset_s']):>9} "
+                     f"{r['predicted_slowdown_lo']:>6.3f}-{r['predicted_slowdown_hi']:<6.3f}")
     return "\n".join(lines)

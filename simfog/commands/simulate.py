@@ -126,10 +126,10 @@ def run_jobs(args) -> int:
         if getattr(args, option, None) is not None:
             raise ConfigError(f"--{option}", getattr(args, option), f"left out for a jobs file ({args.file}): set it "
                               "per job in the file")
-    result = jobs.run(jobs.load(args.file))
+    result = jobs.run(jobs.load(args.file), model="timeline")  # the jobs in time, and the band over phases
     if args.json:
         print_json({"jobs": [{**asdict(r), "slowdown": r.slowdown} for r in result.jobs], "rounds": result.rounds,
-                    "converged": result.converged})
+                    "converged": result.converged, "model": result.model})
     else:
         print(jobs.format_result(result))
     return 0

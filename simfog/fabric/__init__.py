@@ -9,6 +9,7 @@ Modules, one concept each:
 - schedules: ring, tree and hierarchical collectives' step patterns and their per-step bottleneck
 - job: a job's view of the fabric (`JobFabric`: its placement, other jobs' `Traffic`), `attach` to a cluster, and
   the slowdown a collective's inter-node hops get (`inter_slowdown`)
+- cosim: several jobs' timelines replayed together in time, their collectives slowed by the traffic on beside them
 
 Units are SI inside (bytes, seconds, bytes/s); human units only in the [fabric] table.
 """

@@ -130,6 +130,35 @@ def test_rows_name_the_fabric_and_placement_and_jobs_are_stretched_to_overlap(tm
     assert min(j.experiment.iterations for j in out) == 4
 
 
+def test_the_together_prediction_replays_the_jobs_from_their_measured_start_offsets(tmp_path):
+    """validate.jobs' prediction together: the jobs' predicted runs alone (here simulated) replayed from the offsets
+    at which their first measured iterations started, relative to the first; a job that did not run starts with the
+    first. The prediction is simfog.jobs.replayed at those offsets, and one of the start phases of the band."""
+    from types import SimpleNamespace
+
+    from simfog.simulation import simulate
+    from validate.comparison.compare import steady_iteration_s
+    from validate.jobs import _predicted
+
+    loaded = jobs.load(_jobs_file(tmp_path))
+    alone = [simulate(j.experiment) for j in loaded]
+    groups = [SimpleNamespace(prepared=[SimpleNamespace(predicted=r)]) for r in alone]
+    lines = jobs.timelines(loaded, alone)
+    offsets, predicted, bands = _predicted(groups, [(5.25, 9.0), (5.0, 9.5)], loaded, lines)
+    assert offsets == [0.25, 0.0]
+    expected = jobs.replayed(loaded, alone, lines, [0.25, 0.0])
+    for p, e, a, (lo, hi) in zip(predicted, expected, alone, bands):
+        assert p.interval_records() == e.interval_records()
+        assert lo <= steady_iteration_s(p) / steady_iteration_s(a) <= hi and hi > 1.0
+    assert _predicted(groups, [None, (2.0, 3.0)], loaded, lines)[0] == [0.0, 0.0]
+    # its interval: the run alone's relative bounds around the time together (the replay's experiment is alone's)
+    t = steady_iteration_s(predicted[0])
+    keys = compare.interval_keys(predicted[0], t, t)
+    a = compare.interval_keys(alone[0], 1.0, 1.0)
+    assert keys["predicted_iteration_lo_s"] == pytest.approx(t * a["predicted_iteration_lo_s"], rel=1e-12)
+    assert keys["predicted_iteration_hi_s"] == pytest.approx(t * a["predicted_iteration_hi_s"], rel=1e-12)
+
+
 # ---- real runs on emulated tiers ----
 
 def _skip_without_emulation():
@@ -169,7 +198,8 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
     """Jobs a (nodes 0, 2) and b (1, 3) of the jobs file above: each alone, then both at once. Every row is
     there and error-free; each together row carries both slowdowns, its prediction > 1 (the jobs share both
     uplinks), and the two jobs overlapped for most of the measured window (the start gate, the stretched
-    iterations)."""
+    iterations). The prediction starts each job at its measured start offset, and falls in its band over start
+    phases."""
     _skip_without_emulation()
     out = tmp_path / "v.csv"
     assert main(["validate", _jobs_file(tmp_path), "--warmup", "2", "--csv", str(out)]) == 0
@@ -188,6 +218,10 @@ def test_two_jobs_on_one_fabric_alone_and_together(tmp_path, capsys):
         assert p > 1.05 and m > 0
         assert float(r["slowdown_rel_error"]) == pytest.approx((p - m) / m)
         assert float(r["overlap"]) > 0.5
+        # the prediction replays the jobs from their measured start offsets, one of its start phases
+        assert float(r["predicted_slowdown_lo"]) <= p <= float(r["predicted_slowdown_hi"])
+    offsets = [float(r["start_offset_s"]) for r in rows[2:]]
+    assert min(offsets) == 0.0 and max(offsets) < 1.0  # the first job to start is the clock's 0; the gate holds
     printed = capsys.readouterr().out.splitlines()
     table = printed[next(i for i, line in enumerate(printed) if "slowdown measured" in line) + 1:]
     assert [line.split()[0] for line in table] == ["a", "b"]  # one line per job

@@ -49,7 +49,8 @@ COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks
            "note", "error"]
 # switch tiers and several jobs on them (validate.jobs): where the job ran, and its slowdown beside the others
 COLUMNS[-2:-2] = ["fabric", "placement", "job", "measured_alone_s", "predicted_alone_s", "measured_slowdown",
-                  "predicted_slowdown", "slowdown_rel_error", "overlap"]
+                  "predicted_slowdown", "slowdown_rel_error", "overlap", "start_offset_s",
+                  "predicted_slowdown_lo", "predicted_slowdown_hi"]
 
 
 def measured_result(experiment, ranks: Sequence[Mapping], *, bucket_prefix: str = "bucket",
