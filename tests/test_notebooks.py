@@ -112,6 +112,15 @@ def _figure(folder: Path, name: str) -> None:
     assert data.startswith(PNG_MAGIC) and len(data) > 10_000, f"{name} is not a plausible PNG figure"
 
 
+def _pinned_half_width(level: float = 0.9) -> float:
+    """The compute half-width (ln) simfog gives an estimate pinned to a measured step (simfog.retarget.pin_step):
+    the conformal quantile of such estimates' measured errors, not the roofline's."""
+    from simfog.prediction_interval import estimate_scores
+    from simfog.uncertainty import conformal_quantile
+
+    return conformal_quantile(estimate_scores(key="pinned_scores"), level)
+
+
 def _of(results: list[dict], study: str) -> list[dict]:
     return [r for r in results if r["study"] == study]
 
@@ -160,11 +169,13 @@ def test_mgwfbp_published_points(run_small):
     assert c["network_only_overall"] == [sum(sum(r["inside_network"]) for r in runs), len(points)]
     assert [sum(x) for x in zip(*c["per_system"].values())] == c["overall"]
     by = {(r["model"], r["system"]): r for r in runs}
+    w = _pinned_half_width()
     for r in runs:
         assert r["estimated"] is True  # compute pinned to the 1-node throughput, per-layer split estimated
         rows = zip(r["nodes"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
                    r["inside"], r["inside_network"], r["reasons"], strict=True)
         one = r["published"][r["nodes"].index(1)]
+        assert r["pinned_step_s"] == pytest.approx(r["batch"] / one, rel=TOL)  # marked pinned to one node's step
         for n, p, x, lo, hi, nlo, nhi, inside, inside_net, why in rows:
             # the network part alone is one of the parts the interval combines: never wider than the interval
             assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
@@ -174,6 +185,8 @@ def test_mgwfbp_published_points(run_small):
             assert x <= n * one * (1 + TOL)  # n nodes never beat n x one node
             if n == 1:
                 assert x == pytest.approx(p, rel=TOL)  # the point the trace is pinned to
+                # one rank: no network, nothing drawn at random; the band is the pinned estimate's compute part alone
+                assert lo == pytest.approx(x * math.exp(-w), rel=TOL) and hi == pytest.approx(x * math.exp(w), rel=TOL)
     for model in {r["model"] for r in runs}:  # MG-WFBP's merges are optimal for the affine ring cost of the fit
         wfbp, single, mg = (by[model, s]["predicted"] for s in ("WFBP", "SyncEASGD", "MG-WFBP"))
         assert all(m >= max(w, s) * (1 - TOL) for w, s, m in zip(wfbp, single, mg, strict=True))
@@ -217,6 +230,7 @@ def test_bluefog_published_points(run_small):
         rows = zip(r["gpus"], r["published"], r["predicted"], r["lo"], r["hi"], r["net_lo"], r["net_hi"],
                    r["inside"], r["inside_network"], r["reasons"], r["ideal"], strict=True)
         one_gpu = r["ideal"][0] / r["gpus"][0]
+        assert r["pinned_step_s"] == pytest.approx(r["batch"] / one_gpu, rel=TOL)  # marked pinned to one GPU's step
         for gpus, p, x, lo, hi, nlo, nhi, inside, inside_net, why, ideal in rows:
             assert ideal == pytest.approx(gpus * one_gpu, rel=TOL) and x <= ideal * (1 + TOL)  # n GPUs <= n x one
             assert lo * (1 - TOL) <= nlo <= x * (1 + TOL) and x * (1 - TOL) <= nhi <= hi * (1 + TOL)
@@ -274,12 +288,17 @@ def test_bagua_published_points(run_small):
     held_out = [row for row in rows if row["held_out"]]
     _published_rows_hold(r, rows, held_out)
     assert r["held_out"] == len(held_out) and r["pinned"] == len(rows) - len(held_out) == 3
+    assert r["trace_pinned_step_s"] == pytest.approx(r["pinned_step_s"], rel=TOL)  # the trace is marked pinned
     # the single-GPU points are the input: one rank, no communication, 32 images in the pinned step time (Horovod
-    # may wait up to one 1 ms cycle for its last gradient)
+    # may wait up to one 1 ms cycle for its last gradient); their band is the pinned estimate's compute part alone
+    w = _pinned_half_width()
     for row in rows:
         if not row["held_out"]:
             assert row["gpus"] == 1 and row["reason"].startswith("not held out")
             assert 32 / (r["pinned_step_s"] + 1e-3) <= row["predicted"] <= 32 / r["pinned_step_s"] * (1 + TOL)
+            rel = 1e-2 if row["system"] == "Horovod" else TOL  # the cycle rounds Horovod's bounds too
+            assert row["lo"] == pytest.approx(row["predicted"] * math.exp(-w), rel=rel)
+            assert row["hi"] == pytest.approx(row["predicted"] * math.exp(w), rel=rel)
     by = {(row["figure"], row["system"], row["gpus"], row["gbit"]): row["predicted"] for row in rows}
     for (fig, system, gpus, gbit), sps in by.items():  # a faster network is never slower
         if gbit == 10:
@@ -299,6 +318,7 @@ def test_wagma_published_points(run_small):
     r, = _of(results, "wagma-published")
     rows = r["rows"]
     _published_rows_hold(r, rows, rows)  # nothing predicted was an input: the single-node throughput is no point
+    assert r["trace_pinned_step_s"] == pytest.approx(r["pinned_step_s"], rel=TOL)  # the trace is marked pinned
     assert r["nodes"] == [4, 16] and {row["nodes"] for row in rows} == {4, 16}
     assert {row["system"] for row in rows} == {"local SGD", "Allreduce-SGD", "D-PSGD", "AD-PSGD", "WAGMA-SGD"}
     sps = {(row["system"], row["nodes"], row["stragglers"]): row["predicted"] for row in rows}
