@@ -9,8 +9,8 @@ Parts, each a half-width (ln) at the level:
   (simfog/data/compute_estimates.toml, bench/compute_estimates.py, leave one model out; its 14 scores are 7 models
   x 2 runs, so they are less independent than their count says); for an estimate pinned to a measured step
   (simfog.retarget.pin_step), the error such pinned estimates make of a distributed run's iteration (the table's
-  pinned_scores; the measured step itself is taken as exact). A trace of one sample, or too few for the level, is
-  unmeasured;
+  pinned_scores; the measured step itself is taken as exact: a single rank's run has no compute part, and no
+  run's interval reaches below that step). A trace of one sample, or too few for the level, is unmeasured;
 - network: simfog.nccl_intervals.network_part for a run on a network file (its NCCL collectives, the run's bucket
   sizes, extrapolated when simfog.nccl.calibrated says so); for links calibrated from microbenchmarks (a
   network_trace, or validate's calibration), the conformal half-width of those microbenchmarks' residuals against
@@ -277,7 +277,12 @@ def intervals(result, level: float, *, extrapolated: list[str] | None = None) ->
     exp = result.experiment
     s = result.summary()
     t, eff = s["iteration_time_s"], s["scaling_efficiency"]
-    parts = [compute_part(exp.workload.trace, level), network_part(exp, result.buckets, level, extrapolated)]
+    step = pinned_step_s(exp.workload.trace)
+    compute = compute_part(exp.workload.trace, level)
+    if step is not None and exp.ranks == 1:
+        compute = Part("compute", 0.0, 0.0, "one rank of a trace pinned to its measured step: that step, taken as "
+                       "exact (its split over layers matters only beside communication)")
+    parts = [compute, network_part(exp, result.buckets, level, extrapolated)]
     on_time, on_eff = [], []
     for p in parts:
         if p.below == 0 and p.above == 0:
@@ -294,7 +299,17 @@ def intervals(result, level: float, *, extrapolated: list[str] | None = None) ->
         on_time.append(effect(p.name, t, *(r["iteration_time_s"] for r in runs), p.source, p.measured))
         on_eff.append(effect(p.name, eff, *(r["scaling_efficiency"] for r in runs), p.source, p.measured))
     seed_time, seed_eff = run_to_run_parts(exp, s, level)
-    return combine(t, level, on_time + [seed_time]), combine(eff, level, on_eff + [seed_eff])
+    on_iteration = combine(t, level, on_time + [seed_time])
+    if step is not None and on_iteration.lo < step:  # no run's iteration is shorter than the measured step
+        on_iteration = replace(on_iteration, lo=min(step, t))
+    return on_iteration, combine(eff, level, on_eff + [seed_eff])
+
+
+def pinned_step_s(trace) -> float | None:
+    """The measured step an estimated trace was pinned to (simfog.retarget.pin_step), else None."""
+    extra = trace.extra if isinstance(trace.extra, dict) else {}
+    step = extra.get("pinned_step_s")
+    return float(step) if trace.provenance.estimated and isinstance(step, int | float) else None
 
 
 def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAULT_LEVEL) -> Interval:
