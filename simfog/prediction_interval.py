@@ -93,7 +93,7 @@ def step_samples(trace) -> np.ndarray:
 
 def compute_part(trace, level: float) -> Part:
     """The compute part of a run on `trace` (module docstring)."""
-    if trace.provenance.estimated and isinstance(trace.extra, dict) and trace.extra.get("pinned_step_s"):
+    if pinned_step_s(trace) is not None:
         scores = estimate_scores(key="pinned_scores")
         w = conformal_quantile(scores, level)
         what = (f"estimate pinned to a measured step ({trace.extra.get('pinned_to', 'a measurement')}, taken as "

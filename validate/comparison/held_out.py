@@ -15,6 +15,7 @@ Pure: works on rows (a run's, or a CSV's read back), so a bench CSV can be re-ju
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 from simfog.uncertainty import DEFAULT_LEVEL, conformal_quantile
@@ -73,10 +74,8 @@ def held_out_line(rows: Sequence[Mapping], level: float = DEFAULT_LEVEL) -> str:
     if not keys:
         return ""
     inside = sum(k["inside_held_out"] for _, k in keys)
-    widths = sorted((k["held_out_hi_s"] - k["held_out_lo_s"]) / 2 / float(r["predicted_iteration_s"])
-                    for r, k in keys)
-    mid = len(widths) // 2
-    median = widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2
+    median = statistics.median((k["held_out_hi_s"] - k["held_out_lo_s"]) / 2 / float(r["predicted_iteration_s"])
+                               for r, k in keys)
     q = host_half_width(rows, level)
     host = (f"; every row's error gives the next configuration here a relative half-width of {math.sinh(q):.1%}"
             if q is not None else "")
