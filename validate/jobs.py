@@ -9,7 +9,8 @@ the file places them. Then:
    time, the others' nodes idle: the "<job>-alone" rows;
 2. together: the same configurations (the same plans and compute draws) of every job in one launch per job, all
    at once; a start gate in the worker (validate.ranks.worker: every rank of every job ready before any starts)
-   lines their first iterations up, and each job runs as many iterations as keep it busy while the slowest runs
+   lines their first iterations up, an end gate keeps every rank until all have finished (a job's teardown would
+   slow the others' last iterations), and each job runs as many iterations as keep it busy while the slowest runs
    its own (from simfog.jobs' prediction), so that the jobs overlap from end to end (`overlap` says how much
    they did: the share of the job's measured window in which another job was running);
 3. the prediction together is simfog.jobs' timeline model over the calibrated experiments: each job's predicted
@@ -140,7 +141,8 @@ def _run_together(tiered: TieredCluster, jobs, prepared, options: Options, work:
     def one(k: int) -> None:
         folder = work / f"together-{k}"
         folder.mkdir(parents=True, exist_ok=True)
-        gate = {"dir": str(gate_dir), "ranks": total, "job": k, "timeout_s": STARTUP_S}
+        gate = {"dir": str(gate_dir), "end_dir": str(work / "end-gate"), "ranks": total, "job": k,
+                "timeout_s": STARTUP_S, "end_timeout_s": STARTUP_S}
         results[k] = _run_ranks(tiered.job(k), prepared[k].experiment.cluster, [prepared[k]], options, folder,
                                 said, gate)
 

@@ -109,7 +109,7 @@ def test_nic_capacity_is_the_tbf_rates_tcp_payload_on_emulated_clusters_only():
     from validate.run import nic_capacity
 
     shape = Cluster(4, 2, Link(0.0, 1e9), Link(0.0, 125e6))
-    assert nic_capacity(shape, True) == pytest.approx(125e6 * 1448 / 1514, rel=1e-12)
+    assert nic_capacity(shape, True) == pytest.approx(125e6 * 8948 / 9014, rel=1e-12)
     assert nic_capacity(shape, False) is None
 
 

@@ -13,8 +13,8 @@ no interface ever appears in the host namespace. Shaping uses `tc ... tbf` (this
 so latency cannot be added): the node-side "sf-nic" egress shapes the node's upload, the switch-side "sf-p<i>"
 egress shapes its download. Ranks of one node reach each other through the node's own address, which the kernel
 routes over the namespace's loopback, so intra-node traffic is never shaped (tests/validate/test_netemu.py
-measures both). TCP goodput is ~95.6 % of the tbf rate at MTU 1500: tbf counts the 14 B Ethernet header, and
-IP + TCP with timestamps add 52 B, so a 1514 B frame carries 1448 B of payload.
+measures both). The links carry jumbo frames (MTU 9000, see MTU). TCP goodput is ~99.3 % of the tbf rate: tbf
+counts the 14 B Ethernet header, and IP + TCP with timestamps add 52 B, so a 9014 B frame carries 8948 B of payload.
 
 Teardown (kill every process left in the namespaces, delete them) runs on leaving the with-block, on SIGTERM and
 SIGINT (handlers are installed for the block's duration and the old ones restored), and at interpreter exit. A
@@ -52,19 +52,26 @@ PORT_IFNAME = "{prefix}-p{index}"  # switch side, inside the switch namespace
 BRIDGE_IFNAME = "{prefix}-br"
 MOST_NODES = 250  # addresses of SUBNET
 NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace under its name
-MTU = 1500  # what a real Ethernet NIC uses; the 1448/1514 payload share is then part of what is measured
-# Payload bytes per byte tbf counts at MTU 1500: a 1514 B frame (14 B Ethernet header, counted by tbf) carries
-# 1448 B of TCP payload (IP 20 + TCP 20 + timestamps 12). What all the TCP flows through one shaped NIC carry at
-# most: the NIC capacity of simfog's flow-level point-to-point model (validate.run).
+# Jumbo frames, as the Ethernet fabrics of training clusters are set up (9000 B; RoCE and EFA also run frames of
+# 4-9 kB). Every frame costs the emulation CPU at each hop (veth, tbf, bridge, htb), and on this 2-core host that
+# cost made the network's speed follow the CPU's: at MTU 1500, two 2-rank MLP jobs at 200 Mbit/s kept the cores
+# 75 % busy where the compute is only waited, and a launch came out 5-12 % slow at random (single runs of one
+# configuration: 48.9-55.9 ms; the together rows host-limited); at 9000 the same rows keep them 21 % busy and
+# eight launches of one configuration gave 46.9-49.1 ms.
+MTU = 9000
+# Payload bytes per byte tbf counts: a frame of MTU + 14 B (the Ethernet header, counted by tbf) carries MTU - 52 B
+# of TCP payload (IP 20 + TCP 20 + timestamps 12). What all the TCP flows through one shaped NIC carry at most: the
+# NIC capacity of simfog's flow-level point-to-point model (validate.run).
 TCP_GOODPUT = (MTU - 52) / (MTU + 14)
 
 # tbf defaults, why these numbers (Linux sch_tbf.c; tc-tbf(8)):
 # - burst: the bucket must hold the largest packet it passes (else tbf segments GSO packets first), and the
 #   qdisc watchdog is an hrtimer that fires with tens of µs of jitter, so the bucket must cover a few such gaps at
 #   high rates. Every byte of bucket is also sent at veth speed after an idle period, i.e. an error of burst/rate
-#   seconds per idle gap. rate × 1 ms, at least 16 KiB (~11 frames), keeps that error at 1 ms per idle gap (more
-#   below 131 Mbit/s, where the floor rules). Measured here, 2 cores, one TCP flow: 0.96 of the rate from 50 Mbit/s
-#   to 10 Gbit/s with these sizes; a 1600 B bucket gave 0.45 at 1 Gbit/s and 0.07 at 5 Gbit/s.
+#   seconds per idle gap. rate × 1 ms, at least 16 KiB (~11 frames of 1500 B, ~2 of 9000), keeps that error at
+#   1 ms per idle gap (more below 131 Mbit/s, where the floor rules). Measured here at MTU 1500, 2 cores, one TCP
+#   flow: 0.96 of the rate from 50 Mbit/s to 10 Gbit/s with these sizes; a 1600 B bucket gave 0.45 at 1 Gbit/s
+#   and 0.07 at 5 Gbit/s.
 BURST_S = 1e-3
 MIN_BURST_BYTES = 16 * 1024
 # - limit: bytes that may queue behind the bucket. Too small and TCP's bursts overflow it (drops, retransmits,
