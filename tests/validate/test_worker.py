@@ -257,21 +257,21 @@ def test_the_end_gate_holds_each_rank_until_every_job_s_ranks_are_done(tmp_path)
     A gate without an end folder (a single job) is no gate."""
     import threading
 
-    from validate.ranks.worker import _leave_at_gate
+    from validate.ranks.gate import leave_at_end
 
     gate = {"dir": str(tmp_path / "start"), "end_dir": str(tmp_path / "end"), "ranks": 3, "job": 0,
             "timeout_s": 60.0, "end_timeout_s": 60.0}
     left = []
-    waiting = threading.Thread(target=lambda: (_leave_at_gate(gate, 0, wait=True), left.append(0)))
+    waiting = threading.Thread(target=lambda: (leave_at_end(gate, 0, wait=True), left.append(0)))
     waiting.start()
-    _leave_at_gate({**gate, "job": 1}, 0, wait=False)  # job 1's rank 0 failed: marked, gone
+    leave_at_end({**gate, "job": 1}, 0, wait=False)  # job 1's rank 0 failed: marked, gone
     time.sleep(0.1)
     assert left == [] and waiting.is_alive()  # job 0's rank 0 still waits for the third rank
-    _leave_at_gate({**gate, "job": 1}, 1, wait=True)
+    leave_at_end({**gate, "job": 1}, 1, wait=True)
     waiting.join(5.0)
     assert left == [0]
     assert sorted(p.name for p in (tmp_path / "end").iterdir()) == ["0-rank0", "1-rank0", "1-rank1"]
     started = time.monotonic()
-    _leave_at_gate({**gate, "end_dir": str(tmp_path / "alone"), "end_timeout_s": 0.2}, 0, wait=True)
+    leave_at_end({**gate, "end_dir": str(tmp_path / "alone"), "end_timeout_s": 0.2}, 0, wait=True)
     assert time.monotonic() - started >= 0.2  # it waited out its bound: nobody else came
-    _leave_at_gate({k: v for k, v in gate.items() if k != "end_dir"}, 0, wait=True)  # returns at once
+    leave_at_end({k: v for k, v in gate.items() if k != "end_dir"}, 0, wait=True)  # returns at once

@@ -61,6 +61,7 @@ from simfog.trace import load_model_trace
 from validate.cluster.scheduling import raise_priority
 from validate.launch.launcher import end_with_launcher, note_step
 from validate.ranks.buckets import BucketedAllreduce
+from validate.ranks.gate import leave_at_end, wait_at_start
 from validate.ranks.replay import SPIN_S, LayerTimes, ReplayModel, wait_until
 from validate.ranks.timing import HostClock, clock_for, to_seconds
 
@@ -330,35 +331,6 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _wait_at_gate(gate: dict, rank: int) -> None:
-    """Several jobs on one fabric (validate.jobs) start together: each rank, once its process group is up, marks
-    itself ready in the folder `gate["dir"]` and waits until all `gate["ranks"]` ranks of every job have."""
-    folder = Path(gate["dir"])
-    (folder / f"{gate['job']}-rank{rank}").touch()
-    deadline = time.monotonic() + float(gate["timeout_s"])
-    while len(os.listdir(folder)) < int(gate["ranks"]):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"start gate {folder}: {len(os.listdir(folder))} of {gate['ranks']} ranks ready "
-                               f"after {gate['timeout_s']} s")
-        time.sleep(0.002)
-
-
-def _leave_at_gate(gate: dict, rank: int, wait: bool) -> None:
-    """Several jobs on one fabric (validate.jobs) also end together: a job done first would otherwise tear down its
-    processes (interpreter and torch exit, a CPU burst on the shared host) while the others still measure, and their
-    last iterations came out 1.4-2.9 times the others. Each rank marks itself done in `gate["end_dir"]` (also when it
-    failed, so that nobody waits for it) and, when `wait`, waits until every rank of every job has, at most
-    `gate["end_timeout_s"]`: its own measurements are taken, so a late job costs time, never the row."""
-    if not gate.get("end_dir"):
-        return
-    folder = Path(gate["end_dir"])
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{gate['job']}-rank{rank}").touch()
-    deadline = time.monotonic() + float(gate.get("end_timeout_s", gate["timeout_s"]))
-    while wait and len(os.listdir(folder)) < int(gate["ranks"]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
 def main(argv: list[str] | None = None) -> int:
     end_with_launcher()  # a rank never outlives the process that launched it
     p = argparse.ArgumentParser(description="one rank of a simfog validation run (started by validate.run)")
@@ -380,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = clock_for(device)
     applied = raise_priority(spec.get("priority", "none"))
     if spec.get("gate"):
-        _wait_at_gate(spec["gate"], rank)
+        wait_at_start(spec["gate"], rank)
     started = time.perf_counter()
     results = []
     finished = False
@@ -395,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if spec.get("gate"):
             note_step("end gate")
-            _leave_at_gate(spec["gate"], rank, wait=finished)
+            leave_at_end(spec["gate"], rank, wait=finished)
         dist.destroy_process_group()
     _write(Path(a.out) / f"rank{rank}.json", {"rank": rank, "world": world, "configs": results,
                                               "wall_s": time.perf_counter() - started, "priority_applied": applied,
