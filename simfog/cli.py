@@ -8,6 +8,7 @@ import json
 import sys
 import warnings
 
+from simfog import interrupts
 from simfog.data import DEFAULT_EXPERIMENT  # noqa: F401  (the commands' default, named here too)
 from simfog.errors import SimfogError, SimfogWarning
 
@@ -104,7 +105,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
 
 
 def main(argv: list[str] | None = None) -> int:
-    with warnings.catch_warnings():  # restores Python's display when main returns (tests call it in-process)
+    with warnings.catch_warnings(), interrupts.handled():  # both restored when main returns (tests call it)
         warnings.showwarning = _show_warning
         return _main(argv)
 

@@ -124,6 +124,7 @@ def test_no_import_circles():
 LAYERS = [
     ("foundations: errors, units, files, registries", ["simfog.errors", "simfog.units", "simfog.registry",
                                                        "simfog.files", "simfog.processes", "simfog.progress",
+                                                       "simfog.interrupts",
                                                        "simfog.dask_backend", "simfog.data"]),
     ("models: traces, clusters, pure cost functions, results", [
         "simfog.trace", "simfog.cluster", "simfog.topology", "simfog.merge", "simfog.overheads", "simfog.memory",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
+from simfog import interrupts
 from simfog.progress import bar
 
 if TYPE_CHECKING:  # SimPy is imported only when a run takes the event engine (start-up of every command)
@@ -67,6 +68,8 @@ def run_events(env: simpy.Environment, *, progress: bool = False) -> int:
                 events += 1
                 if not events & 0xFFFF:  # every 65,536 events: a bar update per event would cost more than it shows
                     shown.update(0x10000)
+                    if interrupts.requested():  # Ctrl-C that a process's generator caught (simfog.interrupts)
+                        raise KeyboardInterrupt
     finally:
         if collecting:
             gc.enable()
