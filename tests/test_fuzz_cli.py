@@ -137,10 +137,17 @@ def test_ctrl_c_while_starting_up_exits_130_with_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "simfog: interrupted\n"
 
 
+def _unblock_sigint() -> None:
+    # A child inherits its parent's blocked signals. Some test before these leaves SIGINT blocked in pytest's main
+    # thread now and then (not found yet); a child started from a shell has it open, as these must.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def _subprocess(argv, **kw):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "simfog.cli", *argv], cwd=kw.pop("cwd", None), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_unblock_sigint,
+                            **kw)
 
 
 def test_sigint_during_a_run_exits_130_without_traceback(tmp_path):
@@ -164,9 +171,9 @@ def test_fifo_input_is_refused_without_blocking(tmp_path):
 
 
 def test_ctrl_c_that_a_simulated_process_catches_still_stops_the_run():
-    """SimPy resumes the engine's processes inside `except BaseException`: Ctrl-C landing in one would fail that
-    process and let the run go on. The noted request (simfog.interrupts) stops the event loop all the same; outside
-    the command line's block nothing is noted and the handler is Python's."""
+    """Ctrl-C swallowed where it landed (a destructor, a process SimPy resumed inside `except BaseException`) is
+    noted all the same (simfog.interrupts), and the event loop stops on the note at its first check; outside the
+    command line's block nothing is noted and the handler is Python's."""
     import simpy
 
     from simfog import interrupts
@@ -176,6 +183,7 @@ def test_ctrl_c_that_a_simulated_process_catches_still_stops_the_run():
         while True:
             yield env.timeout(1.0)
 
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # see _unblock_sigint
     with interrupts.handled():
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         env = simpy.Environment()
@@ -189,3 +197,4 @@ def test_ctrl_c_that_a_simulated_process_catches_still_stops_the_run():
             run_events(env)  # would never end: the request stops it at the first check
         assert 0xFFFF <= env.now < 0x10000 + 1  # the first check, after 65,536 events (the first starts the process)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not interrupts.requested()
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
