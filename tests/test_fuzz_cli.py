@@ -138,8 +138,10 @@ def test_ctrl_c_while_starting_up_exits_130_with_one_line(monkeypatch, capsys):
 
 
 def _unblock_sigint() -> None:
-    # A child inherits its parent's blocked signals. Some test before these leaves SIGINT blocked in pytest's main
-    # thread now and then (not found yet); a child started from a shell has it open, as these must.
+    # A child inherits its parent's ignored and blocked signals. Some test before these leaves SIGINT ignored or
+    # blocked in pytest's process now and then (not found yet); a child started from a shell has it open, as these
+    # must.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
@@ -184,6 +186,7 @@ def test_ctrl_c_that_a_simulated_process_catches_still_stops_the_run():
             yield env.timeout(1.0)
 
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # see _unblock_sigint
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
     with interrupts.handled():
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         env = simpy.Environment()
@@ -197,4 +200,5 @@ def test_ctrl_c_that_a_simulated_process_catches_still_stops_the_run():
             run_events(env)  # would never end: the request stops it at the first check
         assert 0xFFFF <= env.now < 0x10000 + 1  # the first check, after 65,536 events (the first starts the process)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not interrupts.requested()
+    signal.signal(signal.SIGINT, before)
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
