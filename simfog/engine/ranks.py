@@ -68,7 +68,7 @@ def run_events(env: simpy.Environment, *, progress: bool = False) -> int:
                 events += 1
                 if not events & 0xFFFF:  # every 65,536 events: a bar update per event would cost more than it shows
                     shown.update(0x10000)
-                    if interrupts.requested():  # Ctrl-C that a process's generator caught (simfog.interrupts)
+                    if interrupts.requested():  # Ctrl-C swallowed where it landed (simfog.interrupts)
                         raise KeyboardInterrupt
     finally:
         if collecting:

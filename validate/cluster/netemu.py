@@ -55,8 +55,8 @@ NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace under i
 # Jumbo frames, as the Ethernet fabrics of training clusters are set up (9000 B; RoCE and EFA also run frames of
 # 4-9 kB). Every frame costs the emulation CPU at each hop (veth, tbf, bridge, htb), and on this 2-core host that
 # cost made the network's speed follow the CPU's: at MTU 1500, two 2-rank MLP jobs at 200 Mbit/s kept the cores
-# 75 % busy where the compute is only waited, and a launch came out 5-12 % slow at random (single runs of one
-# configuration: 48.9-55.9 ms; the together rows host-limited); at 9000 the same rows keep them 21 % busy and
+# 71-87 % busy where the compute is only waited, and a launch came out 5-12 % slow at random (single runs of one
+# configuration: 48.9-55.9 ms; the together rows host-limited); at 9000 the same rows keep them 19-31 % busy and
 # eight launches of one configuration gave 46.9-49.1 ms.
 MTU = 9000
 # Payload bytes per byte tbf counts: a frame of MTU + 14 B (the Ethernet header, counted by tbf) carries MTU - 52 B
