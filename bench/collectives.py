@@ -2,7 +2,7 @@
 
 Each cluster (bench/nccl_corpus.py: every folder of bench/data/nccl-tests, and the two reference clusters of
 shared/ref/nccl-tests with their facts in bench/data/nccl-tests-ref-facts) is calibrated as `simfog calibrate` does
-(simfog.nccl_fit) on its single-node and 2-node logs, with the facts its provenance states, then every larger log
+(simfog.nccl.fit) on its single-node and 2-node logs, with the facts its provenance states, then every larger log
 (3+ nodes, or more GPUs per node than any calibration log) is predicted at every size and collective and compared
 with the measured time (the least of out-of-place and in-place). Disturbed points are set aside by one fixed rule
 (nccl_corpus.DISTURBED_RULE) and counted.
@@ -11,14 +11,14 @@ Logs of at most 2 nodes cannot identify two of simfog's terms: the tree's pipeli
 depth) and the bandwidth a 2-node tree delivers relative to the ring of 3+ nodes. Their values where the logs cannot
 tell are learned across clusters, leave-one-cluster-out: cluster k is predicted with the grid values (GRID) that
 give the least mean of the per-cluster median errors over the held-out points of the OTHER clusters; the figures
-printed are those. simfog's shipped defaults (simfog.nccl_fit.UNIDENTIFIED) are the values learned from all
+printed are those. simfog's shipped defaults (simfog.nccl.fit.UNIDENTIFIED) are the values learned from all
 clusters; the bench says whether they still are.
 
-Intervals (simfog.uncertainty, simfog.nccl_intervals): each cluster's 90 % interval is fitted WITHOUT that cluster,
+Intervals (simfog.bands, simfog.nccl.bands): each cluster's 90 % interval is fitted WITHOUT that cluster,
 as its point predictions are: the conformal half-width per message-size regime of the OTHER clusters' held-out
 scores |ln(measured / predicted)|; the bench reports the share of the cluster's held-out points inside it (coverage)
 and the median relative half-width, per cluster and overall. `--write-intervals FILE` writes the half-widths of
-every cluster's held-out points together (simfog/data/nccl_intervals.toml, the table simfog ships), with provenance.
+every cluster's held-out points together (simfog/data/nccl_bands.toml, the table simfog ships), with provenance.
 
 Prints a table per cluster (per held-out log and collective: points, median and worst error, the worst row), a line
 saying why where a cluster misses the targets (median <= 8 %, worst <= 25 %), a summary over the clusters, and last
@@ -45,9 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nccl_corpus  # noqa: E402  (bench/ is not a package)
 
-from simfog import nccl_fit, nccl_intervals, units  # noqa: E402
+from simfog import units  # noqa: E402
+from simfog.bands import SIZE_REGIMES, UNMEASURED_HALF_WIDTH, HalfWidths, size_regime  # noqa: E402
 from simfog.errors import SimfogError  # noqa: E402
-from simfog.uncertainty import SIZE_REGIMES, UNMEASURED_HALF_WIDTH, HalfWidths, size_regime  # noqa: E402
+from simfog.nccl import bands as nccl_bands
+from simfog.nccl import fit as nccl_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_WORST = 0.08, 0.25
@@ -283,7 +285,7 @@ def main() -> None:
                         help="simfog's shipped defaults for every cluster instead of leave-one-cluster-out")
     parser.add_argument("--write-intervals", metavar="FILE",
                         help="write the half-widths of every cluster's held-out points "
-                        "(simfog/data/nccl_intervals.toml)")
+                        "(simfog/data/nccl_bands.toml)")
     args = parser.parse_args()
     if args.write_intervals and (args.only or args.shipped or args.fit_only):
         parser.error("--write-intervals needs the whole leave-one-cluster-out run (no --only, --shipped, --fit-only)")
@@ -301,7 +303,7 @@ def main() -> None:
         show(p, out, setting, show_points=args.points, fit_only=args.fit_only)
     if args.fit_only:
         return
-    scores = {name: nccl_intervals.scores_by_regime(out.points) for name, (out, *_) in chosen.items() if out.points}
+    scores = {name: nccl_bands.scores_by_regime(out.points) for name, (out, *_) in chosen.items() if out.points}
     print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s} {'cov90':>6s} {'hw90':>6s}"
           f"  status   (cov90: share inside the 90 % interval fitted on the other clusters; hw90: its median "
           "relative half-width)")
@@ -335,7 +337,7 @@ def main() -> None:
         u = GRID[learned_all]
         same = all(shipped[k] == u[k] for k in u)
         print(f"# learned from every cluster: {_setting(u)}; simfog ships {_setting(shipped)}"
-              + ("" if same else " -- NOT the learned values: update simfog.nccl_fit.UNIDENTIFIED"))
+              + ("" if same else " -- NOT the learned values: update simfog.nccl.fit.UNIDENTIFIED"))
     counted = sum(1 for p in preps if chosen[p.cluster.name][0].points)
     e = np.array(everything) if everything else np.array([np.nan])
     print(f"# {len(everything)} held-out points of {counted} clusters, {aside} set aside as disturbed "
@@ -357,7 +359,7 @@ def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
         w = table.half_width(q.bytes, level)
         w = max(UNMEASURED_HALF_WIDTH, table.widest(q.bytes)) if w is None else w
         inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
-        widths.append(nccl_intervals.relative_half_width(w))
+        widths.append(nccl_bands.relative_half_width(w))
     return inside, widths
 
 
@@ -368,7 +370,7 @@ def cross_cluster_table(scores: dict[str, dict[str, list[float]]], name: str) ->
 
 
 def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args) -> None:
-    """The table simfog ships (simfog.nccl_intervals.BENCH_TABLE): half-widths of every cluster's held-out points."""
+    """The table simfog ships (simfog.nccl.bands.BENCH_TABLE): half-widths of every cluster's held-out points."""
     import json
     import subprocess
     from datetime import UTC, datetime
@@ -384,7 +386,7 @@ def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args)
     lines = ["# Conformal half-widths (ln(measured / predicted)) of simfog's NCCL model on the held-out points of",
              "# bench/collectives.py (every cluster under the unidentified terms learned from the others).",
              "# Generated; do not edit. Regenerate: python bench/collectives.py --write-intervals "
-             "simfog/data/nccl_intervals.toml", "[intervals]"]
+             "simfog/data/nccl_bands.toml", "[intervals]"]
     lines += [f"{k} = {value(v)}" for k, v in table.to_toml().items()]
     lines += ["", "[provenance]", f"generated = {value(datetime.now(UTC).strftime('%Y-%m-%d'))}",
               f"commit = {value(commit.strip())}", f"clusters = {json.dumps(sorted(scores))}",

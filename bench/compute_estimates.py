@@ -1,7 +1,7 @@
 """How far simfog's roofline compute estimate (`simfog retarget CPU-TRACE --device h200`, its defaults) is from the
 same models measured on a real H200 (traces/h200/*-run1/-run2, traces/README.md): per model and run, the step
 (medians of forward + backward + optimizer) estimated and measured, and |ln(measured / estimated)|, the score an
-estimated trace's compute interval is conformal on (simfog.prediction_interval). `--write FILE` writes the scores
+estimated trace's compute interval is conformal on (simfog.run_bands). `--write FILE` writes the scores
 (simfog/data/compute_estimates.toml, the table simfog ships) with their provenance.
 
 The estimate's one free constant, the per-layer-and-pass floor (`simfog.retarget.DEFAULT_LAUNCH_S`: launches and
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from simfog.bands import LEVELS, conformal_quantile
 from simfog.retarget import DEFAULT_LAUNCH_S, pin_step, retarget
 from simfog.trace import load_model_trace
-from simfog.uncertainty import LEVELS, conformal_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "h200"
@@ -84,7 +84,7 @@ def pinned_scores(rows: list, floors: dict) -> list[tuple[str, str, float]]:
 
     import simfog
     from simfog import units
-    from simfog.prediction_interval import step_samples
+    from simfog.run_bands import step_samples
 
     base = simfog.load()
     out = []

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from simfog import units
 from simfog.importers import import_file
-from simfog.nccl_facts import DEFAULTS
-from simfog.nccl_intervals import subset
+from simfog.nccl.bands import subset
+from simfog.nccl.facts import DEFAULTS
 from simfog.trace import NetworkTrace
 
 SLOWER = 1.2

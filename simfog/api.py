@@ -76,9 +76,9 @@ def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None 
         >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
 
     `level`: the summary carries the prediction interval at that level, as the CLI's (iteration_time_lo_s, ...,
-    simfog.prediction_interval; it simulates the run again at each part's bounds); None: no interval.
+    simfog.run_bands; it simulates the run again at each part's bounds); None: no interval.
     """
-    from simfog.prediction_interval import attach
+    from simfog.run_bands import attach
     from simfog.simulation import simulate as run
 
     result = run(_experiment(experiment))
@@ -124,7 +124,7 @@ def sweep(experiment: Experiment | str | os.PathLike, ranks: int | Iterable[int]
         points = sweeps.checked_points(exp, _values(ranks, "ranks"), _values(merge, "merge"),
                                        _values(collective, "collective"), thresholds)
     if level is not None:
-        from simfog.uncertainty import check_level
+        from simfog.bands import check_level
 
         level = check_level(level, "level")
     if output is None:

@@ -31,7 +31,7 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     sizes = ["8B", "8GiB"]
     collectives = ["allreduce"]
     interval_source = "leave-a-scale-out: ..."  # the model's error on the logs' own larger scales, each predicted
-    interval_levels = [0.5, 0.8, 0.9, 0.95, 0.99]   # from a fit of the smaller ones (simfog.nccl_intervals):
+    interval_levels = [0.5, 0.8, 0.9, 0.95, 0.99]   # from a fit of the smaller ones (simfog.nccl.bands):
     interval_small = [0.03, 0.06, 0.08, 0.1, nan]   # conformal half-widths, ln(measured / predicted), per level,
     interval_medium = [...]                         # by message size: small < 64 KiB <= medium < 16 MiB <= large;
     interval_large = [...]                          # nan: too few points for that level
@@ -222,7 +222,7 @@ def load_named(value: object, base_dir: str | Path, *, field: str, source: str |
 
 def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None, where: str) -> None:
     """One NetworkFileWarning per way the cluster leaves what the file was calibrated on."""
-    from simfog.nccl_facts import arch_of_name
+    from simfog.nccl.facts import arch_of_name
 
     said = []
     covered = net.calibrated

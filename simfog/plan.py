@@ -42,6 +42,7 @@ from pathlib import Path
 import pandas as pd
 
 from simfog import files, units
+from simfog.bands import one_sided_level
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, check_name, override
@@ -49,7 +50,6 @@ from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
 from simfog.network_file import NetworkFile
 from simfog.titles import input_columns, plan_title
-from simfog.uncertainty import one_sided_level
 
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
@@ -263,7 +263,7 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     """The cheapest configurations of `catalogue` reaching `target_samples_per_s` for the workload of `exp`.
     `epoch_samples`: also report the time and cost of one epoch, and rank by cost per epoch. `confidence` (e.g.
     0.9): a configuration meets the target only when the lower bound of its throughput's interval at that one-sided
-    confidence does (simfog.prediction_interval; rows gain samples_per_s_lo/hi, iteration_time_lo_s/hi_s and
+    confidence does (simfog.run_bands; rows gain samples_per_s_lo/hi, iteration_time_lo_s/hi_s and
     interval_unmeasured; 5 simulations a configuration). Returns a PlanResult. Raises ConfigError for a target <= 0,
     a bad confidence or a "threshold" merge without a threshold in the workload; Infeasible when no configuration
     reaches the target (its message names the best reachable; `.result` holds the PlanResult)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from simfog.bands import one_sided_level
 from simfog.errors import ConfigError
 from simfog.experiment import MAX_RANK_ITERATIONS, Experiment
 from simfog.plan import (
@@ -18,7 +19,6 @@ from simfog.plan import (
     series,
 )
 from simfog.titles import input_columns, plan_title
-from simfog.uncertainty import one_sided_level
 
 
 def option_named(catalogue: Catalogue, name: str | None) -> ClusterOption:

@@ -32,7 +32,7 @@ ITERATION_COLUMNS = ["rank", "iteration", "start_s", "end_s", "iteration_s", "co
 class Result:
     """What a run gives. Every path fills `columns`, per (rank, iteration) numpy arrays (simulated ranks, iterations)
     of the ITERATION_COLUMNS it computes: the closed forms (simfog.algorithms) from their recurrence, the event
-    engine from its records (simfog.interval_log). The per-interval `records` are built only when `intervals()` asks
+    engine from its records (simfog.span_log). The per-interval `records` are built only when `intervals()` asks
     (`make_records`); a Result made from records alone (a measured run, validate) computes its columns from them
     when first asked. `path` names the path taken: "events", "analytic" or "fluid". pandas is imported only by the
     methods that return frames. A simulated run's Result is built in one place, simfog.simulation.Simulation.result."""
@@ -50,7 +50,7 @@ class Result:
     path: str = PATH_EVENTS
     make_records: Callable[[], list] | None = field(default=None, repr=False)
     make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
-    # the prediction interval's summary keys (simfog.prediction_interval.summary_fields), once computed
+    # the prediction interval's summary keys (simfog.run_bands.summary_fields), once computed
     interval: dict | None = None
 
     def _records(self) -> list:
@@ -86,9 +86,9 @@ class Result:
     def _columns(self) -> dict:
         """The per (rank, iteration) columns; from the records when the Result was made from records alone."""
         if self.columns is None:
-            from simfog.interval_log import IntervalLog, iteration_columns
+            from simfog.span_log import SpanLog, iteration_columns
 
-            log = IntervalLog.of(self._records())
+            log = SpanLog.of(self._records())
             self.columns = iteration_columns(log, *log.shape())
         return self.columns
 
@@ -120,7 +120,7 @@ class Result:
     def summary(self) -> dict:
         """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was
         simulated: "analytic" (a family's closed form, schedules fixed before the run), "fluid" or "events" (the event
-        engine). With `interval` set (simfog.prediction_interval.attach): the interval's keys too."""
+        engine). With `interval` set (simfog.run_bands.attach): the interval's keys too."""
         exp = self.experiment
         ends, compute_s, comm_s, exposed, idle_s = self._stats()
         per_iteration = np.diff(np.concatenate([[0.0], ends]))

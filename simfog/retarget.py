@@ -144,7 +144,7 @@ def pin_step(trace: ModelTrace, step_s: float, source: str) -> ModelTrace:
     step (their means, summed) takes `step_s`: the step a user measured (one GPU's throughput: batch / samples per
     second), its split over layers the trace's (typically a roofline estimate). The trace stays estimated; its notes
     say what it was pinned to (`source`), and `extra["pinned_step_s"]` marks it, so that its interval's compute part
-    is the error of such pinned estimates (simfog.prediction_interval), not that of a roofline's total. Raises
+    is the error of such pinned estimates (simfog.run_bands), not that of a roofline's total. Raises
     ConfigError for a step that is not a positive time, or a trace without compute."""
     import math
 

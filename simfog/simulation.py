@@ -20,8 +20,8 @@ from simfog.engine.compute import ComputeModel
 from simfog.engine.ranks import rank_program, run_events
 from simfog.errors import Handover, Infeasible, SimfogError
 from simfog.experiment import Experiment
-from simfog.interval_log import IntervalLog, iteration_columns
 from simfog.results import PATH_ANALYTIC, PATH_EVENTS, Result
+from simfog.span_log import SpanLog, iteration_columns
 from simfog.units import LIMITS
 
 # The longest run simfog simulates (s) and how it is said: the longest time a quantity may say, so that a bandwidth
@@ -52,9 +52,9 @@ class Simulation:
         rng = np.random.default_rng(exp.seed)
         self.draws = self.compute.draw(rng, exp.iterations, self.ranks, replay=exp.workload.compute == "replay")
         self.slowdown, self.delays = _heterogeneity(exp, rng)
-        # Every interval recorded, as numpy columns (simfog.interval_log). Algorithms call
+        # Every interval recorded, as numpy columns (simfog.span_log). Algorithms call
         # `record(rank, iteration, kind, name, start, end)` for one, `log.record_block` for a block of ranks.
-        self.log = IntervalLog()
+        self.log = SpanLog()
         self.record = self.log.record
         self.finished = [0] * self.simulated_ranks  # iterations each simulated rank has completed
         self.algorithm = algorithm(self)

@@ -28,7 +28,7 @@ SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "c
 # experiment writes its links itself: a stated value rather than an empty cell, which reads as a lost one).
 RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "experiment_sha256", "network_file",
                   "network_trace"]
-# A row's prediction interval (simfog.prediction_interval) at the sweep's level (`--level`; 5 simulations a row
+# A row's prediction interval (simfog.run_bands) at the sweep's level (`--level`; 5 simulations a row
 # instead of 1): NO_INTERVAL in interval_level and the rest empty when the sweep was asked for none.
 # interval_unmeasured: the parts nothing measured (they took a stated width), comma-separated.
 INTERVAL_COLUMNS = ["interval_level", "iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo",
@@ -75,7 +75,7 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
     try:
         result = simulate(point.apply(exp))
         if level is not None:
-            from simfog.prediction_interval import attach
+            from simfog.run_bands import attach
 
             attach(result, level)
         s = result.summary()
@@ -89,9 +89,9 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
 def against_fastest(exp: Experiment, rows: list[dict], level: float) -> list[dict]:
     """`rows` (a sweep's, as run returns them) each with vs_fastest (its iteration time over that of the fastest row
     of the same rank count, less 1) and within_uncertainty: whether the interval at `level` of that ratio (the same
-    model error moved through both runs: simfog.prediction_interval.ratio_interval) reaches 1, i.e. the model cannot
+    model error moved through both runs: simfog.run_bands.ratio_interval) reaches 1, i.e. the model cannot
     tell the row's configuration from the fastest. The fastest row: 0 and False; rows with an error: "" in both."""
-    from simfog.prediction_interval import ratio_interval
+    from simfog.run_bands import ratio_interval
 
     def point(row: dict) -> Point:
         t = row["threshold_bytes"]
@@ -233,7 +233,7 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     out = Path(out)
     record = record_of(exp)
     if level is not None:
-        from simfog.uncertainty import check_level
+        from simfog.bands import check_level
 
         level = check_level(level, "level")
     # A torn last line (a killed write) does not count as done (it was, then cut and lost), and is cut only once

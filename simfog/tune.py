@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from simfog import merge
+from simfog.bands import DEFAULT_LEVEL, Interval, check_level
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
-from simfog.uncertainty import DEFAULT_LEVEL, Interval, check_level
 
 #: Policies the best threshold is compared with, each with its own default sizes; "optimal" is the exact least
 #: iteration over every contiguous plan (simfog.merge.optimal_groups), so no threshold can beat it.
@@ -43,9 +43,9 @@ class TuneResult:
     `plateau_bytes`: the widest run of neighbouring thresholds within 1 % of the best (simfog.tune.widest_plateau),
     `recommended_*`: its threshold nearest the run's middle (log scale), the answer robust to a flat curve.
     `versus_defaults`: per framework default (FRAMEWORK_DEFAULTS), the interval at `level` of its iteration time over
-    the best threshold's (simfog.prediction_interval.ratio_interval: the same model error through both runs);
+    the best threshold's (simfog.run_bands.ratio_interval: the same model error through both runs);
     `distinct(p)` says whether it excludes 1. `best_interval`: the best threshold's run's interval at `level`
-    (simfog.prediction_interval.summary_fields: iteration_time_lo_s / _hi_s, samples_per_s_lo / _hi, ...)."""
+    (simfog.run_bands.summary_fields: iteration_time_lo_s / _hi_s, samples_per_s_lo / _hi, ...)."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -99,8 +99,8 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     The frameworks' defaults are weighed against the best at `level` (TuneResult.versus_defaults). Returns a
     TuneResult. Raises ConfigError for bad bounds, counts or level, or a trace without gradients; whatever
     simulate raises for the experiment itself (e.g. Infeasible for rhd on 6 ranks)."""
-    from simfog.prediction_interval import attach, ratio_interval
     from simfog.progress import bar as progress_bar
+    from simfog.run_bands import attach, ratio_interval
     from simfog.simulation import simulate
 
     level = check_level(level, "level")

@@ -13,7 +13,7 @@ the model's own uncertainty:
    (Horovod), a setting changing one knob is preferred when it reaches the tolerance; else the plateau of the first
    knob's profile (its best over the second) picks the first, then the second's plateau at that value;
 3. keep the default after all when the model cannot vouch for the change: the interval of the default's time over
-   the choice's (simfog.prediction_interval.ratio_interval, at `level`: the same model error moved through both
+   the choice's (simfog.run_bands.ratio_interval, at `level`: the same model error moved through both
    runs) reaches down to within the tolerance. The answer prints the gain with its interval either way.
 
 Layer times are fixed at their means, as in simfog.tune.
@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from simfog import merge, units
+from simfog.bands import DEFAULT_LEVEL, Interval, check_level
 from simfog.errors import ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
 from simfog.tune import gradients, widest_plateau
-from simfog.uncertainty import DEFAULT_LEVEL, Interval, check_level
 
 FRAMEWORKS = ("ddp", "horovod", "bagua")
 #: The tolerance when the caller states none: 1 % of the best iteration time.
@@ -165,8 +165,8 @@ def tune_framework(exp: Experiment, framework: str, *, tolerance: float = TOLERA
     model's interval at `level` cannot tell the change from the tolerance, else the middle of the widest plateau
     (module docstring). `tolerance_source` says where the tolerance came from, for the output. Raises ConfigError
     for another framework, a bad tolerance or level, or a model without gradients."""
-    from simfog.prediction_interval import ratio_interval
     from simfog.progress import bar as progress_bar
+    from simfog.run_bands import ratio_interval
     from simfog.simulation import simulate
 
     if framework not in FRAMEWORKS:

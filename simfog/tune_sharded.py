@@ -37,10 +37,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from simfog.bands import DEFAULT_LEVEL, Interval
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import Comm, Experiment
 from simfog.titles import run_title
-from simfog.uncertainty import DEFAULT_LEVEL, Interval
 
 ALGORITHMS = ("fsdp", "hsdp", "zero3")
 #: [comm] key -> Comm field, for the knobs searched.
@@ -113,10 +113,10 @@ class ShardedTuneResult:
               level: float = DEFAULT_LEVEL) -> tuple[dict, bool, str, Interval | None]:
         """(setting, keep_default, why kept, interval): `recommend`'s answer, then the model's uncertainty weighed:
         the defaults are kept after all when the interval at `level` of their time over the change's
-        (simfog.prediction_interval.ratio_interval: the same model error through both runs) reaches down to within
+        (simfog.run_bands.ratio_interval: the same model error through both runs) reaches down to within
         `tolerance`. The interval is None where nothing was weighed (defaults kept within the tolerance, or
         infeasible)."""
-        from simfog.prediction_interval import ratio_interval
+        from simfog.run_bands import ratio_interval
 
         choice, keep = self.recommend(tolerance)
         if keep:

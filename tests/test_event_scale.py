@@ -1,5 +1,5 @@
 """The event engine's speed-ups (issue 14) change no bit: iteration times pinned from the code before them, and the
-numpy summary of the engine's records (simfog.interval_log) equal to the pandas one it replaced.
+numpy summary of the engine's records (simfog.span_log) equal to the pandas one it replaced.
 
 PINNED holds summary numbers (float.hex) that the code before the change computed for the configurations of
 CONFIGS: algorithms only the event engine runs (horovod's cycles, 2 streams, WAGMA, async) and win_put (then on the
@@ -302,7 +302,7 @@ def test_numpy_summary_equals_pandas(name):
 def test_numpy_summary_of_overlapping_and_unsorted_intervals():
     """Records out of time order, comm intervals overlapping (ends not in order) and reaching outside the window,
     a group without backward, pieces of backward: the union and sums as pandas took them."""
-    from simfog.interval_log import IntervalLog, iteration_columns
+    from simfog.span_log import SpanLog, iteration_columns
 
     rng = np.random.default_rng(3)
     rows = []
@@ -320,7 +320,7 @@ def test_numpy_summary_of_overlapping_and_unsorted_intervals():
             rows.append((r, it, "optimizer", "optimizer", t0 + 5, t0 + 6))
     rng.shuffle(rows)
     want = pandas_iterations(rows)
-    log = IntervalLog.of(rows)
+    log = SpanLog.of(rows)
     cols = iteration_columns(log, 6, 3)
     for c in ("start_s", "end_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "comm_exposed_s", "idle_s",
               "wait_s"):

@@ -12,11 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfog import cli, nccl, nccl_facts, nccl_fit, network_file
+from simfog import cli, nccl, network_file
 from simfog.errors import ConfigError
 from simfog.importers.nccl_debug import read_debug
 from simfog.importers.nccl_tests import import_nccl_tests
 from simfog.nccl import batch
+from simfog.nccl import facts as nccl_facts
+from simfog.nccl import fit as nccl_fit
 from simfog.nccl.calibrated import Calibrated, note_line
 from simfog.trace import Measurement, NetworkTrace, Provenance
 

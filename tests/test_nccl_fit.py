@@ -1,4 +1,4 @@
-"""simfog.nccl_fit, the network file and `simfog calibrate` / `simfog collective` on NCCL logs."""
+"""simfog.nccl.fit, the network file and `simfog calibrate` / `simfog collective` on NCCL logs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simfog import cli, nccl, nccl_fit, network_file
+from simfog import cli, nccl, network_file
 from simfog.errors import ConfigError, Infeasible
 from simfog.importers import import_file
+from simfog.nccl import fit as nccl_fit
 from simfog.trace import Measurement, NetworkTrace, Provenance
 
 from .conftest import REF, REPO

@@ -613,12 +613,12 @@ def _committed_coverage_results() -> list[dict]:
 
 def test_committed_interval_coverage_adds_up_and_counts_the_shipped_table_s_points():
     """The committed full-settings run: its records hold what any run's must, and it counts the points of the
-    table simfog ships (simfog/data/nccl_intervals.toml, written by the same bench over every cluster)."""
+    table simfog ships (simfog/data/nccl_bands.toml, written by the same bench over every cluster)."""
     import tomllib
 
     results = _committed_coverage_results()
     names, overall = _check_coverage_records(results)
-    shipped = tomllib.loads((ROOT / "simfog" / "data" / "nccl_intervals.toml").read_text())
+    shipped = tomllib.loads((ROOT / "simfog" / "data" / "nccl_bands.toml").read_text())
     assert sorted(names) == shipped["provenance"]["clusters"]
     per_regime = {r["regime"]: r["points"] for r in _of(results, "coverage-regime") if r["cluster"] == "all"}
     assert [per_regime.get(r, 0) for r in ("small", "medium", "large")] == shipped["intervals"]["interval_points"]

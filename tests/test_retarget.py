@@ -76,8 +76,8 @@ def test_shipped_floor_and_scores_are_the_benchs_leave_one_model_out():
     import sys
     from pathlib import Path
 
-    from simfog.prediction_interval import estimate_scores
     from simfog.retarget import DEFAULT_LAUNCH_S
+    from simfog.run_bands import estimate_scores
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import compute_estimates as bench
@@ -99,10 +99,10 @@ def test_pinned_estimate_takes_the_measured_step_and_the_pinned_error(tmp_path):
     error (the table's pinned_scores), not the roofline's."""
     import math
 
-    from simfog.prediction_interval import compute_part, estimate_scores, step_samples
+    from simfog.bands import conformal_quantile
     from simfog.retarget import pin_step
+    from simfog.run_bands import compute_part, estimate_scores, step_samples
     from simfog.trace import load_model_trace
-    from simfog.uncertainty import conformal_quantile
 
     est = retarget(_trace(), "v100", efficiency=0.5, launch_s=0.0)  # 0.2 + 0.4 + 0.002 + 0.004 + optimizer
     step = float(step_samples(est).mean())
@@ -124,7 +124,7 @@ def test_pinned_estimate_takes_the_measured_step_and_the_pinned_error(tmp_path):
 
 def test_cli_pins_to_a_measured_throughput(tmp_path, capsys):
     from simfog import cli
-    from simfog.prediction_interval import step_samples
+    from simfog.run_bands import step_samples
     from simfog.trace import load_model_trace
 
     src = tmp_path / "t.json.gz"

@@ -17,7 +17,7 @@ import pytest
 import simfog
 from simfog import cli
 from simfog.errors import ConfigError
-from simfog.prediction_interval import ratio_interval
+from simfog.run_bands import ratio_interval
 from simfog.tune import tune, widest_plateau
 from simfog.tune_framework import knobs_of, tune_framework
 from simfog.tune_sharded import tune_sharded

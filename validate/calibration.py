@@ -35,7 +35,7 @@ from simfog.trace import NetworkTrace, Provenance
 # two would calibrate that artifact into every size.
 CALIBRATION_SIZES = (1_000, 10_000, 100_000, 300_000, 1_000_000, 3_000_000)
 # NCCL on GPUs: nccl-tests' `-b 8 -e 1G -f 2`, so the fit sees every protocol and algorithm regime NCCL switches
-# between (simfog.nccl_fit needs the 64 KiB-4 MiB transitions, where buckets lie).
+# between (simfog.nccl.fit needs the 64 KiB-4 MiB transitions, where buckets lie).
 NCCL_CALIBRATION_SIZES = tuple(2**k for k in range(3, 31))
 
 

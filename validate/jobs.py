@@ -37,8 +37,8 @@ from pathlib import Path
 from simfog import jobs as simfog_jobs
 from simfog import units
 from simfog.errors import ConfigError
-from simfog.prediction_interval import attach
 from simfog.results import Result
+from simfog.run_bands import attach
 from validate.cluster import netemu
 from validate.cluster.fabric_emu import TieredCluster, check_fabric
 from validate.cluster.hostload import HostSampler
@@ -189,7 +189,7 @@ def _predicted(alone: list[GroupRun], windows, calibrated, lines) -> tuple[list[
 
 def _interval_beside(alone: Result, together: Result) -> dict:
     """The prediction interval of a replayed run (its experiment alone does not see the others, so its interval is
-    not computed on it): the run alone's interval (simfog.prediction_interval, attached when missing) with the same
+    not computed on it): the run alone's interval (simfog.run_bands, attached when missing) with the same
     relative bounds around the time together."""
     s = (alone.interval and alone.summary()) or attach(alone).summary()
     ratio = together.summary()["iteration_time_s"] / s["iteration_time_s"]

@@ -1,5 +1,5 @@
 """The validator's calibration for runs on GPUs: simfog's NCCL model (simfog.nccl) fitted to the run's own NCCL
-microbenchmarks, as `simfog calibrate` fits nccl-tests logs (simfog.nccl_fit), and applied to the experiment the
+microbenchmarks, as `simfog calibrate` fits nccl-tests logs (simfog.nccl.fit), and applied to the experiment the
 simulator runs (collective "nccl", the fitted network as if given by `[cluster] network`).
 
 The NCCL release picks the model's constant tables: the microbenchmarks record torch's NCCL version, and
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from simfog import nccl_fit
 from simfog.cluster import Cluster, Link
 from simfog.experiment import Experiment
+from simfog.nccl import fit as nccl_fit
 from simfog.network_file import NetworkFile
 from simfog.trace import NetworkTrace
 
@@ -64,14 +64,14 @@ class NcclFit:
     def simulated(self, exp: Experiment) -> Experiment:
         """`exp` on the fitted network with NCCL's model as its collective."""
         network = NetworkFile(self.network, {"source": "validate.run NCCL microbenchmarks on the run's own nodes",
-                                             "how": "simfog.nccl_fit of min-of-repeats times"})
+                                             "how": "simfog.nccl.fit of min-of-repeats times"})
         return replace(exp, cluster=self.apply(exp.cluster), network=network,
                        comm=replace(exp.comm, collective="nccl"))
 
 
 def fit(net: NetworkTrace, collective: str) -> NcclFit:
     """Fit the measurements of `collective` in `net` (the validator's NCCL microbenchmarks). Raises Infeasible
-    when they cannot be fitted (simfog.nccl_fit.fit)."""
+    when they cannot be fitted (simfog.nccl.fit.fit)."""
     software = net.extra.get("software", {}) if isinstance(net.extra, dict) else {}
     only = replace(net, measurements=tuple(m for m in net.measurements if m.collective == collective))
     return NcclFit(nccl_fit.fit([only], version=tables_for(software.get("nccl")),

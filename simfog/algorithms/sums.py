@@ -1,7 +1,7 @@
 """The per (rank, iteration) sums the closed forms take, added as pandas adds the event engine's records.
 
 pandas sums each (rank, iteration) group of the sorted records with np.add.reduceat; a closed form that lays the
-same numbers out in the same order and makes the same call gets the same bits (simfog.interval_log does so for
+same numbers out in the same order and makes the same call gets the same bits (simfog.span_log does so for
 the event engine's own records).
 """
 

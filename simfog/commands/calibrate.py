@@ -7,7 +7,7 @@ write the network file that experiments use.
     simfog calibrate traces/net-gloo-loopback.json.gz          # α-β link fit (gloo, MPI) and residual tables
     simfog calibrate traces/net-gloo-loopback.json.gz --json   # one JSON object (SI units)
 
-The model is NCCL's (simfog.nccl_fit) when every trace was measured on NCCL, else α-β per link class
+The model is NCCL's (simfog.nccl.fit) when every trace was measured on NCCL, else α-β per link class
 (simfog.calibrate); --model forces one. For NCCL, what the logs state (release, GPU, NCCL_DEBUG=INFO lines) is
 used; a flag overrides it with a warning naming both; hardware neither states is assumed and reported.
 """
@@ -22,12 +22,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from simfog import nccl, nccl_fit, nccl_intervals, network_file, units
+from simfog import nccl, network_file, units
+from simfog.bands import LEVELS
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError, Infeasible
 from simfog.files import check_output, refuse_existing
+from simfog.nccl import bands as nccl_bands
+from simfog.nccl import fit as nccl_fit
 from simfog.trace import load_network_trace
-from simfog.uncertainty import LEVELS
 
 MODELS = ("auto", "nccl", "alpha-beta")
 
@@ -120,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
                     nic_Bps=nic, gpu_nic_path=args.gpu_nic_path, nvls=args.nvls, collnet=args.collnet,
                     statistic=args.statistic or "min")
     cal = nccl_fit.fit(traces, **hardware, source=", ".join(args.trace))
-    held_out = nccl_intervals.leave_a_scale_out(traces, **hardware)
+    held_out = nccl_bands.leave_a_scale_out(traces, **hardware)
     if held_out is not None and cal.calibrated is not None:
         cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out))
     for w in cal.warnings:
@@ -147,7 +149,7 @@ def interval_line(held_out) -> str:
     """What the leave-a-scale-out found, for the report: the 90 % half-widths per size regime."""
     if held_out is None:
         return ("Intervals: the logs hold one node count, so no scale can be left out; predictions take the public "
-                "held-out bench's intervals (simfog.nccl_intervals)")
+                "held-out bench's intervals (simfog.nccl.bands)")
     widths = ", ".join(f"{r} +-{100 * math.sinh(row[LEVELS.index(0.9)]):.0f} % ({held_out.points[r]} points)"
                        if row[LEVELS.index(0.9)] is not None else f"{r}: too few points ({held_out.points[r]})"
                        for r, row in held_out.by_regime.items())

@@ -10,7 +10,7 @@ sizes with --compare. Columns as nccl-tests (time in µs, algbw and busbw in GB/
 Every row that leaves what the network file was calibrated on (more GPUs or NICs per node than any log, 3+ nodes
 from 2-node logs, sizes outside the logs', another release, a collective without logs) ends with `EXTRAPOLATED:`
 and each way it does (simfog.nccl.calibrated). alltoall and sendrecv take NCCL's point-to-point path ("p2p").
-Every row has its interval at --level (default 90 %), conformal on held-out points (simfog.nccl_intervals): from
+Every row has its interval at --level (default 90 %), conformal on held-out points (simfog.nccl.bands): from
 the network file's leave-a-scale-out where the row stays inside its logs, else the wider of that and the public
 held-out bench's; the JSON rows carry time_lo_s, time_hi_s and interval_source.
 """
@@ -21,15 +21,15 @@ import argparse
 from pathlib import Path
 
 from simfog import nccl, network_file, units
+from simfog.bands import DEFAULT_LEVEL, check_level, combine
 from simfog.cli import print_json
 from simfog.errors import ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS
 from simfog.importers import import_file
 from simfog.importers.nccl_tests import BUS_FACTOR, normalise
+from simfog.nccl.bands import network_part
 from simfog.nccl.calibrated import note_line
-from simfog.nccl_intervals import network_part
 from simfog.trace import load_network_trace
-from simfog.uncertainty import DEFAULT_LEVEL, check_level, combine
 
 MAX_SIZES = 64
 
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", default=None, help="an nccl-tests log or NetworkTrace: add measured times and "
                         "the relative error per size")
     parser.add_argument("--level", type=float, default=DEFAULT_LEVEL,
-                        help="level of each row's interval (time_lo_s..time_hi_s; simfog.nccl_intervals)")
+                        help="level of each row's interval (time_lo_s..time_hi_s; simfog.nccl.bands)")
     parser.add_argument("--json", action="store_true", help="print {\"rows\": [...]} instead of the table")
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 
 from simfog import units
+from simfog.bands import DEFAULT_LEVEL, check_level
 from simfog.nccl.calibrated import note_line
-from simfog.uncertainty import DEFAULT_LEVEL, check_level
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded ResNet-50 example)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--level", type=float, default=DEFAULT_LEVEL,
-                        help="level of the prediction intervals (default 0.9: 90 %%; simfog.prediction_interval)")
+                        help="level of the prediction intervals (default 0.9: 90 %%; simfog.run_bands)")
     parser.add_argument("--explain", action="store_true", help="list each part of the interval's width: its share, "
                         "its effect on the iteration time and where it comes from")
     add_overrides(parser)
@@ -139,7 +139,7 @@ def run(args) -> int:
     from simfog.cli import print_json
     from simfog.files import atomic_open, check_output, refuse_existing
     from simfog.jobs import is_jobs_file
-    from simfog.prediction_interval import attach, extrapolated
+    from simfog.run_bands import attach, extrapolated
     from simfog.simulation import simulate
 
     if args.file and is_jobs_file(args.file):

@@ -37,7 +37,7 @@ def add_level_argument(parser) -> None:
 
 
 def level_from_args(args) -> float | None:
-    from simfog.uncertainty import check_level
+    from simfog.bands import check_level
 
     return None if args.level is None else check_level(args.level, "--level")
 

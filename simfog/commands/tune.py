@@ -64,7 +64,7 @@ def format_result(r) -> str:
 
 def _with_interval(r) -> str:
     """The best threshold's iteration time with its interval ('141 ms (90 %: 98.6–292 ms)'), or alone."""
-    from simfog.uncertainty import Interval, format_interval
+    from simfog.bands import Interval, format_interval
 
     b = r.best_interval
     if not b:
@@ -108,6 +108,7 @@ def format_sharded(r) -> str:
 
 def run(args) -> int:
     from simfog import plot
+    from simfog.bands import DEFAULT_LEVEL, check_level
     from simfog.cli import print_json
     from simfog.commands.outputs import folder_prefix
     from simfog.errors import ConfigError
@@ -116,7 +117,6 @@ def run(args) -> int:
     from simfog.tune import tune
     from simfog.tune_framework import FRAMEWORKS, tune_framework
     from simfog.tune_sharded import ALGORITHMS, tune_sharded
-    from simfog.uncertainty import DEFAULT_LEVEL, check_level
 
     if args.output is not None:
         args.output = folder_prefix(args.output, "tune")  # -o DIR: DIR/tune.* from here on

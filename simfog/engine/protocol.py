@@ -6,7 +6,7 @@ simfog.simulation.Simulation composing it. The run gives the algorithm what it r
 collective CostModel), `compute` (simfog.engine.compute.ComputeModel), `draws` (iterations, ranks: each rank's trace
 sample per iteration), `slowdown` (ranks,), `delays` (iterations, ranks), `ranks`, `simulated_ranks`, and for the
 event engine `env` (the SimPy environment) with `record(rank, iteration, kind, name, start, end)` and `log`
-(simfog.interval_log.IntervalLog) to keep intervals; a closed form ends with `run.result(...)`, the one place a
+(simfog.span_log.SpanLog) to keep intervals; a closed form ends with `run.result(...)`, the one place a
 Result is built.
 
 The base gives every hook a default, so an algorithm overrides only what it does differently; the engines call the

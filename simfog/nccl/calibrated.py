@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simfog import units
+from simfog.bands import HalfWidths
 from simfog.errors import ConfigError
 from simfog.nccl.network import NcclNetwork
 from simfog.nccl.releases import NEWEST, parse_release
-from simfog.uncertainty import HalfWidths
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Calibrated:
     max_bytes: int
     collectives: tuple[str, ...]
     # conformal half-widths of the model's error on the logs' own larger scales, each predicted from the smaller
-    # ones (simfog.nccl_intervals.leave_a_scale_out); None: the logs hold one scale, or not recorded
+    # ones (simfog.nccl.bands.leave_a_scale_out); None: the logs hold one scale, or not recorded
     intervals: HalfWidths | None = None
 
     def to_toml(self) -> dict:

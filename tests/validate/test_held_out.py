@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simfog.uncertainty import conformal_quantile
+from simfog.bands import conformal_quantile
 from validate.comparison import compare
 from validate.comparison.held_out import held_out_keys, held_out_line, host_half_width, kind_of
 

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from simfog import units
+from simfog.bands import DEFAULT_LEVEL
 from simfog.files import atomic_open
 from simfog.results import Result
-from simfog.uncertainty import DEFAULT_LEVEL
 from validate.comparison.held_out import held_out_keys, held_out_line
 
 COLUMNS = ["id", "model", "mode", "algorithm", "merge", "ranks", "nodes", "ranks_per_node", "nic_bandwidth_Bps",
@@ -139,9 +139,9 @@ def ks_keys(a: Sequence[float], b: Sequence[float], permutations: int = KS_PERMU
 
 
 def interval_keys(predicted: Result, t_p: float, t_m: float, level: float = DEFAULT_LEVEL) -> dict:
-    """The prediction's interval at `level` (simfog.prediction_interval; computed when the Result has none) around
+    """The prediction's interval at `level` (simfog.run_bands; computed when the Result has none) around
     its steady-state iteration `t_p` (the interval's relative bounds), and whether the measured `t_m` falls inside."""
-    from simfog.prediction_interval import attach
+    from simfog.run_bands import attach
 
     s = (predicted.interval and predicted.summary()) or attach(predicted, level).summary()
     lo = t_p * s["iteration_time_lo_s"] / s["iteration_time_s"]

@@ -1,9 +1,9 @@
 """Each validation row's interval from the errors of the OTHER configurations measured on the same host.
 
-A row's interval from its inputs (simfog.prediction_interval: the trace's spread, the link calibration's residuals)
+A row's interval from its inputs (simfog.run_bands: the trace's spread, the link calibration's residuals)
 holds parts nothing measured well enough (six microbenchmark sizes per link class cannot bound a new point at
 90 %), so it is wide. The rows themselves measure the model's whole error on this host. For each row, its held-out
-interval is the prediction x exp(±q), q the conformal half-width (simfog.uncertainty.conformal_quantile) of
+interval is the prediction x exp(±q), q the conformal half-width (simfog.bands.conformal_quantile) of
 |ln(measured / predicted)| over the rows of every other configuration kind (training algorithm with its settings, and
 model; rows of several jobs on one fabric are kinds of their own), never its own: each row is judged by an interval
 fitted without any row like it (leave one kind out). With too few other rows for the level the row has none.
@@ -18,7 +18,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from simfog.uncertainty import DEFAULT_LEVEL, conformal_quantile
+from simfog.bands import DEFAULT_LEVEL, conformal_quantile
 
 
 def kind_of(row: Mapping) -> tuple:

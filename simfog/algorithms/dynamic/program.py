@@ -106,7 +106,7 @@ class HorovodAllreduce(TrainingAlgorithm):
                                     yield from self._busy(it, f"fused{fused}.{what}", cost)
                             start = env.now
                             yield env.timeout(duration)
-                            # the same interval on every rank: one block of records (simfog.interval_log)
+                            # the same interval on every rank: one block of records (simfog.span_log)
                             sim.log.record_block(range(sim.simulated_ranks), it, "comm", f"fused{fused}", start,
                                                  env.now)
                             if copy > 0:

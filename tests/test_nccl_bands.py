@@ -9,12 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from simfog import nccl_fit, network_file
+from simfog import network_file
+from simfog.bands import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths, conformal_quantile, size_regime
 from simfog.errors import ConfigError
 from simfog.importers import import_file
+from simfog.nccl import fit as nccl_fit
+from simfog.nccl.bands import bench_table, leave_a_scale_out, network_part, subset
 from simfog.nccl.calibrated import Calibrated
-from simfog.nccl_intervals import bench_table, leave_a_scale_out, network_part, subset
-from simfog.uncertainty import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths, conformal_quantile, size_regime
 
 from .conftest import REPO
 
@@ -146,8 +147,8 @@ def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path,
 def test_a_level_too_high_for_its_points_is_never_narrower_than_a_lower_one(monkeypatch):
     """A regime whose points bound 50 % and 80 % but not 90 %: at 90 % the part is unmeasured, at least as wide as
     the 80 % width where that is wider than the default (ln 2), and the default otherwise."""
-    from simfog import nccl_intervals
-    from simfog.uncertainty import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths
+    from simfog.bands import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths
+    from simfog.nccl import bands as nccl_bands
 
     def table(w80: float) -> HalfWidths:
         row = tuple(w80 / 2 if lv == 0.5 else w80 if lv == 0.8 else None for lv in LEVELS)
@@ -155,10 +156,10 @@ def test_a_level_too_high_for_its_points_is_never_narrower_than_a_lower_one(monk
 
     wide = table(1.5)
     assert wide.widest(1024) == 1.5 and wide.widest(2**30) == 0.0  # no large points at all
-    monkeypatch.setattr(nccl_intervals, "bench_table", lambda: wide)
-    part = nccl_intervals.network_part(None, [1024], 0.9)
+    monkeypatch.setattr(nccl_bands, "bench_table", lambda: wide)
+    part = nccl_bands.network_part(None, [1024], 0.9)
     assert not part.measured and part.below == 1.5 and "too few held-out points" in part.source
-    monkeypatch.setattr(nccl_intervals, "bench_table", lambda: table(0.3))
-    assert nccl_intervals.network_part(None, [1024], 0.9).below == UNMEASURED_HALF_WIDTH
-    assert nccl_intervals.network_part(None, [1024], 0.8).below == 0.3 and \
-        nccl_intervals.network_part(None, [1024], 0.8).measured
+    monkeypatch.setattr(nccl_bands, "bench_table", lambda: table(0.3))
+    assert nccl_bands.network_part(None, [1024], 0.9).below == UNMEASURED_HALF_WIDTH
+    assert nccl_bands.network_part(None, [1024], 0.8).below == 0.3 and \
+        nccl_bands.network_part(None, [1024], 0.8).measured

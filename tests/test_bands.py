@@ -1,4 +1,4 @@
-"""simfog.uncertainty: the conformal rule, the combination of parts, the default for what nothing measured."""
+"""simfog.bands: the conformal rule, the combination of parts, the default for what nothing measured."""
 
 import math
 
@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfog import units
-from simfog.errors import ConfigError
-from simfog.uncertainty import (
+from simfog.bands import (
     UNMEASURED_HALF_WIDTH,
     Part,
     combine,
@@ -19,6 +18,7 @@ from simfog.uncertainty import (
     format_interval,
     log_scores,
 )
+from simfog.errors import ConfigError
 
 
 def test_conformal_rank_by_hand():

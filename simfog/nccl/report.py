@@ -1,4 +1,4 @@
-"""The result of an NCCL calibration (simfog.nccl_fit): the fitted network, every measurement's residual, what was
+"""The result of an NCCL calibration (simfog.nccl.fit): the fitted network, every measurement's residual, what was
 fitted, assumed and given, the warnings, what the logs covered, and the report printed for people."""
 
 from __future__ import annotations

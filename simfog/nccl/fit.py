@@ -5,7 +5,7 @@ What is fitted is what NCCL reads from its topology search and simfog cannot see
 and between nodes (the whole node's; a layout uses its NICs' share, rails), the graph's latencyInter (a network
 plugin's latency; 2.12 on), a per-operation launch time, and the point-to-point rates and per-peer latency of
 alltoall / sendrecv. Everything else (steps, per-protocol latencies, caps, corrections, NCCL's choice) is NCCL's
-own, from the release the logs state (simfog.nccl_facts). Each parameter is fitted only where the logs hold the
+own, from the release the logs state (simfog.nccl.facts). Each parameter is fitted only where the logs hold the
 measurements it acts on (one-node bandwidth from one-node logs, ...); the rest take the hardware's value
 (simfog.nccl.network) and are reported as assumed.
 
@@ -23,7 +23,7 @@ Loss: log(predicted / measured) per measurement, so 8 B and 8 GiB weigh alike, u
 (scipy.optimize.least_squares, f_scale = 5 %). Each fit is bounded (MAX_NFEV iterations); layouts are evaluated
 vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the
 minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Each point's
-residual and flag: simfog.nccl_report.residual_points.
+residual and flag: simfog.nccl.report.residual_points.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simfog import nccl, nccl_facts, units
+from simfog import nccl, units
 from simfog.calibrate import MIN_TIME_S
 from simfog.errors import ConfigError, Infeasible
 from simfog.nccl import batch
 from simfog.nccl.calibrated import Calibrated
-from simfog.nccl_facts import arch_of  # noqa: F401  (re-exported: callers read the GPU generation here)
-from simfog.nccl_report import FLAG_ERROR, FLAG_SLOWER, NcclCalibration, Point, residual_points  # noqa: F401
+from simfog.nccl.facts import arch_of, resolve  # noqa: F401  (arch_of re-exported: callers read the GPU generation here)
+from simfog.nccl.report import FLAG_ERROR, FLAG_SLOWER, NcclCalibration, Point, residual_points  # noqa: F401
 from simfog.trace import NetworkTrace
 
 CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
@@ -214,13 +214,13 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         source: str = "", unidentified: dict | None = None) -> NcclCalibration:
     """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts and collectives; 1-rank
     runs and collectives NCCL has no model for are left out). Hardware arguments None: as the logs state, else
-    assumed (simfog.nccl_facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
+    assumed (simfog.nccl.facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
     message size, times that do not grow), ConfigError for bad options, times, or logs of different releases.
     `unidentified`: the values of the tree fill ("tree_fill_B", bytes) and the 2-node tree gain
     ("two_node_tree_gain") where the logs cannot identify them (default UNIDENTIFIED)."""
     if statistic not in STATISTICS:
         raise ConfigError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
-    facts = nccl_facts.resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
+    facts = resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
                                             intra_transport=intra_transport, channels=channels,
                                             nics_per_node=nics_per_node, nic_Bps=nic_Bps, gpu_nic_path=gpu_nic_path,
                                             nvls=nvls, collnet=collnet))

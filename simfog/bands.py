@@ -12,7 +12,7 @@ sum of squares, separately below and above the prediction (a part may move the r
 other). A part's share of the width is its square over the sum of squares. An input that nothing measured never
 narrows the interval: it takes a stated default half-width (UNMEASURED_HALF_WIDTH) and the interval says so.
 
-Pure: no simulation here (the propagation through a run is simfog.prediction_interval).
+Pure: no simulation here (the propagation through a run is simfog.run_bands).
 """
 
 from __future__ import annotations

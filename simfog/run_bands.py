@@ -1,4 +1,4 @@
-"""The interval of a simulated run's iteration time and throughput (simfog.uncertainty), propagated through the
+"""The interval of a simulated run's iteration time and throughput (simfog.bands), propagated through the
 simulation.
 
 Parts, each a half-width (ln) at the level:
@@ -11,7 +11,7 @@ Parts, each a half-width (ln) at the level:
   (simfog.retarget.pin_step), the error such pinned estimates make of a distributed run's iteration (the table's
   pinned_scores; the measured step itself is taken as exact: a single rank's run has no compute part, and no
   run's interval reaches below that step). A trace of one sample, or too few for the level, is unmeasured;
-- network: simfog.nccl_intervals.network_part for a run on a network file (its NCCL collectives, the run's bucket
+- network: simfog.nccl.bands.network_part for a run on a network file (its NCCL collectives, the run's bucket
   sizes, extrapolated when simfog.nccl.calibrated says so); for links calibrated from microbenchmarks (a
   network_trace, or validate's calibration), the conformal half-width of those microbenchmarks' residuals against
   the installed links (Experiment.link_scores: in sample, so the coverage of validate's rows is what checks it);
@@ -26,7 +26,7 @@ Propagation: the run is simulated again with each part's inputs at its two bound
 and backward, the optimizer and host times x exp(∓half-width); network: every bandwidth ÷ and latency x the factor,
 of the cluster's links, the NCCL network file's fitted parameters, comm.alpha / beta and the per-collective
 overhead), and the part's effect is the ln ratio of those runs' iteration times to the prediction (a part the run
-does not wait on, e.g. fully overlapped communication, has none). The effects combine as simfog.uncertainty.combine
+does not wait on, e.g. fully overlapped communication, has none). The effects combine as simfog.bands.combine
 says. NCCL's own per-protocol latency constants are not scaled, so for latency-bound NCCL runs the network effect
 is a lower estimate. Throughput takes the bounds of the iteration time; the scaling efficiency its own effects (its
 single-rank baseline moves with the compute too).
@@ -48,10 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simfog.errors import ConfigError, SimfogError
-from simfog.experiment import MAX_SEED, Experiment
-from simfog.simulation import simulate
-from simfog.uncertainty import (
+from simfog.bands import (
     DEFAULT_LEVEL,
     Interval,
     Part,
@@ -63,6 +60,9 @@ from simfog.uncertainty import (
     log_scores,
     size_regime,
 )
+from simfog.errors import ConfigError, SimfogError
+from simfog.experiment import MAX_SEED, Experiment
+from simfog.simulation import simulate
 
 COMPUTE_ESTIMATES = Path(__file__).parent / "data" / "compute_estimates.toml"
 
@@ -119,7 +119,7 @@ def compute_part(trace, level: float) -> Part:
 
 def network_part(exp: Experiment, buckets: list, level: float, extrapolated: list[str] | None) -> Part:
     """The network part of a run of `exp` whose collectives are `buckets` (Result.buckets; module docstring)."""
-    from simfog.nccl_intervals import network_part as nccl_part
+    from simfog.nccl.bands import network_part as nccl_part
 
     if exp.ranks == 1:
         return Part("network", 0.0, 0.0, "one rank: no communication")
@@ -134,7 +134,7 @@ def network_part(exp: Experiment, buckets: list, level: float, extrapolated: lis
 
 def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level: float) -> Part:
     """The network part of a run on links calibrated from microbenchmarks (Experiment.link_scores) whose
-    collectives move messages of `sizes`: per message-size regime (simfog.uncertainty.SIZE_REGIMES) the conformal
+    collectives move messages of `sizes`: per message-size regime (simfog.bands.SIZE_REGIMES) the conformal
     half-width of the microbenchmarks' scores in that regime, the widest over the run's regimes. A regime with too
     few scores for the level is unmeasured, never narrower than its scores."""
     by_regime: dict[str, list[float]] = {}
@@ -157,7 +157,7 @@ INDEPENDENT_SEEDS = 1_000_003  # a ratio's second run draws with seeds this far 
 
 
 def seeds_needed(level: float) -> int:
-    """The fewest scores that bound a new one at `level` (simfog.uncertainty.conformal_rank(n, level) <= n)."""
+    """The fewest scores that bound a new one at `level` (simfog.bands.conformal_rank(n, level) <= n)."""
     n = 1
     while conformal_rank(n, level) > n:
         n += 1
@@ -316,7 +316,7 @@ def ratio_interval(slower: Experiment, faster: Experiment, level: float = DEFAUL
     """The interval of t(slower) / t(faster), the mean iteration times of two runs of one workload on one cluster
     (two settings a tuner compares). The model's error is shared: each part's inputs go to their bounds in both
     runs at once (the same faster compute, the same slower network), and the part's effect is how far that moves the
-    ratio, combined as simfog.uncertainty.combine says. A part that slows both runs alike leaves the ratio where it
+    ratio, combined as simfog.bands.combine says. A part that slows both runs alike leaves the ratio where it
     is; one that changes which run waits on what moves it. Parts as `intervals` (module docstring), the network's
     from the collectives of both runs, and the run-to-run part of the ratio, each run with its own seeds (two real
     runs draw independently); 1 + 4 x (parts with a width) simulations more than the two runs, + 2 per seed where

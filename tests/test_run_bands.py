@@ -1,4 +1,4 @@
-"""simfog.prediction_interval: each part's width propagated through the simulation, by hand-worked runs, and the
+"""simfog.run_bands: each part's width propagated through the simulation, by hand-worked runs, and the
 interval in `simfog simulate`'s output and the Python API's summary."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import simfog
-from simfog.prediction_interval import attach, compute_part, estimate_scores, iteration_interval
+from simfog.bands import UNMEASURED_HALF_WIDTH, conformal_quantile
+from simfog.run_bands import attach, compute_part, estimate_scores, iteration_interval
 from simfog.simulation import simulate
-from simfog.uncertainty import UNMEASURED_HALF_WIDTH, conformal_quantile
 
 from .conftest import make_experiment, make_trace
 
@@ -172,7 +172,7 @@ def test_run_to_run_part_is_the_spread_over_other_seeds():
     from dataclasses import replace
 
     from simfog.experiment import Heterogeneity
-    from simfog.prediction_interval import run_to_run_parts, seeds_needed
+    from simfog.run_bands import run_to_run_parts, seeds_needed
 
     exp = replace(make_experiment(make_trace([MS], [2 * MS], [1000]), nodes=2, gpus_per_node=1),
                   heterogeneity=Heterogeneity(straggler_rate=0.3, straggler_delay_s=4 * MS))
@@ -196,7 +196,7 @@ def test_a_ratios_run_to_run_part_draws_each_run_with_its_own_seeds():
     from dataclasses import replace
 
     from simfog.experiment import Heterogeneity
-    from simfog.prediction_interval import INDEPENDENT_SEEDS, ratio_interval, reseeded
+    from simfog.run_bands import INDEPENDENT_SEEDS, ratio_interval, reseeded
 
     exp = replace(make_experiment(make_trace([MS] * 4, [2 * MS] * 4, [250_000] * 4), nodes=2, gpus_per_node=1),
                   heterogeneity=Heterogeneity(straggler_rate=0.3, straggler_delay_s=4 * MS))

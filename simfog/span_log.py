@@ -27,7 +27,7 @@ DTYPES = {"rank": np.int64, "iteration": np.int64, "kind": np.int16, "start_s": 
 FIELDS = tuple(DTYPES)
 
 
-class IntervalLog:
+class SpanLog:
     """Every interval the engine records, in record order. `record(rank, iteration, kind, name, start, end)` appends
     one; `record_block` many at once. Kinds are kept as codes into `kinds` (KINDS first, then any other in order of
     appearance)."""
@@ -44,7 +44,7 @@ class IntervalLog:
         self.kinds = list(KINDS)
 
     @classmethod
-    def of(cls, rows) -> IntervalLog:
+    def of(cls, rows) -> SpanLog:
         """A log of `rows`, (rank, iteration, kind, name, start, end) tuples (a measured run's, validate)."""
         log = cls()
         log.rows.extend(rows)
@@ -104,7 +104,7 @@ class IntervalLog:
         return out + self.rows[at:]
 
 
-def iteration_columns(log: IntervalLog, ranks: int, iterations: int) -> dict[str, np.ndarray]:
+def iteration_columns(log: SpanLog, ranks: int, iterations: int) -> dict[str, np.ndarray]:
     """Per (rank, iteration), (ranks, iterations) arrays: start_s, end_s (the group's first start and last end),
     forward_s, backward_s, optimizer_s, comm_s, wait_s (sums of the kind's durations), comm_exposed_s (the union of
     comm time between backward's end and the optimizer's start) and idle_s (the rest of that window). Every
