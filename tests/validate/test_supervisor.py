@@ -91,22 +91,26 @@ def test_a_process_killed_with_sigkill_has_its_journal_undone(tmp_path):
     assert wait_until(lambda: not Path(folder).exists() and not process_alive(int(sleeper)), 5)
 
 
-# Journals something (so its supervisor starts), forks a child that lives on, and exits.
+# Journals something (so its supervisor starts), forks a child that lives on, and exits once its stdin closes (so
+# the test can find the supervisor as its child before it is reparented, however loaded the machine).
 FORKS = textwrap.dedent("""
-    import os, time
+    import os, sys, time
     from validate.cluster import supervisor
     supervisor.register(supervisor.remove_folder, path="/nonexistent/simfog-test")
     print(supervisor.get().pid, flush=True)
     if os.fork() == 0:
         time.sleep(30)
         os._exit(0)
+    sys.stdin.read()
 """)
 
 
 def test_a_forked_child_does_not_hold_the_supervisor_s_pipe():
-    parent = subprocess.Popen([sys.executable, "-c", FORKS], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    parent = subprocess.Popen([sys.executable, "-c", FORKS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=REPO)
     sup = int(parent.stdout.readline())
     assert supervisor_of(parent.pid) == sup
+    parent.stdin.close()
     assert parent.wait(timeout=30) == 0
     assert wait_until(lambda: not process_alive(sup), 5)  # while the forked child still sleeps
 
