@@ -21,7 +21,7 @@ from simfog.algorithms.dataflow.settings import DataflowSettings
 from simfog.algorithms.dynamic.settings import DynamicSettings
 from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, one_of, unknown_key
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -325,8 +325,7 @@ def _section(d: Mapping, name: str, allowed: set[str], source: str | None, requi
 def _no_unknown(d: Mapping, allowed: set[str], prefix: str, source: str | None) -> None:
     for key in d:
         if key not in allowed:
-            raise ConfigError(f"{prefix}{key}", d[key], f"not a known key; allowed: {', '.join(sorted(allowed))}",
-                              source=source)
+            raise ConfigError(f"{prefix}{key}", d[key], unknown_key(key, allowed), source=source)
 
 
 def _int(d: Mapping, key: str, prefix: str, source: str | None, default: int | None = None, minimum: int = 1,
@@ -358,7 +357,7 @@ def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, 
 def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, choices: tuple[str, ...]) -> str:
     v = d.get(key, default)
     if v not in choices:
-        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(choices)}", source=source)
+        raise ConfigError(f"{prefix}{key}", v, one_of(v, choices), source=source)
     return v
 
 

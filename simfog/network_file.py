@@ -66,7 +66,7 @@ from pathlib import Path
 
 from simfog import files, units
 from simfog.cluster import Link
-from simfog.errors import ConfigError, SimfogWarning
+from simfog.errors import ConfigError, SimfogWarning, did_you_mean, one_of
 from simfog.nccl import NcclNetwork
 from simfog.nccl.calibrated import Calibrated
 
@@ -121,7 +121,8 @@ def load(path: str | Path) -> NetworkFile:
     doc = files.parse_toml(text, path, "a valid TOML network file")
     unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated"}
     if unknown:
-        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated",
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated"
+                          + did_you_mean(sorted(unknown)[0], ("nccl", "p2p", "provenance", "calibrated")),
                           source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
@@ -144,7 +145,7 @@ def load(path: str | Path) -> NetworkFile:
                     ' or "hardware" (derived per layout)' if key == "channels" else ""), source=path)
             kwargs[key] = float(value) if want is float else value
         else:
-            raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_NET_LATENCY, *_PLAIN])}",
+            raise ConfigError(f"nccl.{key}", value, one_of(key, [*_QUANTITIES, *_NET_LATENCY, *_PLAIN]),
                               source=path)
     kwargs["net_latency_s"] = tuple(latency)
     for key in _REQUIRED:
@@ -283,7 +284,7 @@ def _flow_caps(section: object, path: str) -> FlowCaps:
     caps = {}
     for key, value in section.items():
         if key not in _FLOW_KEYS:
-            raise ConfigError(f"p2p.{key}", value, f"one of {', '.join(_FLOW_KEYS)}", source=path)
+            raise ConfigError(f"p2p.{key}", value, one_of(key, _FLOW_KEYS), source=path)
         bw = units.parse(value, "bandwidth", field=f"p2p.{key}", source=path)
         if not bw > 0:
             raise ConfigError(f"p2p.{key}", value, _FLOW_ALLOWED, source=path)

@@ -44,7 +44,7 @@ import pandas as pd
 from simfog import files, units
 from simfog.bands import one_sided_level
 from simfog.cluster import Cluster, Link
-from simfog.errors import ConfigError, Infeasible
+from simfog.errors import ConfigError, Infeasible, unknown_key
 from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, check_name, override
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
@@ -117,7 +117,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     p = f"option[{i}] ({name})."
     for key in d:
         if key not in _OPTION:
-            raise ConfigError(p + key, d[key], f"not a known key; allowed: {', '.join(sorted(_OPTION))}", source=source)
+            raise ConfigError(p + key, d[key], unknown_key(key, _OPTION), source=source)
 
     def integer(key, most=MAX_RANK_ITERATIONS):
         v = d.get(key, "(missing)")
@@ -201,7 +201,7 @@ def load_catalogue(path: str | Path) -> Catalogue:
     data = files.parse_toml(text, source)
     for key in data:
         if key not in _TOP:
-            raise ConfigError(key, data[key], f"not a known key; allowed: {', '.join(sorted(_TOP))}", source=source)
+            raise ConfigError(key, data[key], unknown_key(key, _TOP), source=source)
     currency = data.get("currency")
     if not isinstance(currency, str) or not currency:
         raise ConfigError("currency", currency if currency is not None else "(missing)",
