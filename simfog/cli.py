@@ -29,6 +29,8 @@ COMMANDS = {
     "tune": ("simfog.commands.tune", "search the merge threshold with the least iteration time; plot and CSV"),
     "plan": ("simfog.commands.plan", "cheapest GPU count, network, collective and merge policy for a target"),
     "curve": ("simfog.commands.curve", "throughput and scaling efficiency against ranks; PNG, SVG and CSV"),
+    "init": ("simfog.commands.init", "write a starter experiment file, every key annotated (and --catalogue: a "
+             "one-option catalogue for plan)"),
 }
 COLLECT = {
     "model": ("simfog.commands.collect_model", "measure a zoo model's per-layer compute (torch)"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 class SimfogError(Exception):
@@ -68,6 +69,29 @@ def unknown_key(key: str, allowed: Iterable[str], what: str = "not a known key")
     """The `allowed` text of an unknown key: "not a known key (did you mean 'x'?); allowed: a, b, c"."""
     allowed = sorted(allowed)
     return f"{what}{did_you_mean(key, allowed)}; allowed: {', '.join(allowed)}"
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A warning a prediction carries wherever it goes (a summary, every row of a table and CSV): `code` says what
+    kind, in capitals ("POOR FIT", "EXTRAPOLATED"), `text` what exactly, in one short phrase. simfog.caveats gathers
+    a run's; Caveat.line joins them for a table cell."""
+
+    code: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.text}"
+
+    @staticmethod
+    def line(caveats) -> str:
+        """"POOR FIT: a; EXTRAPOLATED: b; c": each code once, its texts after it in order; "" for none."""
+        by_code: dict[str, list[str]] = {}
+        for c in caveats:
+            texts = by_code.setdefault(c.code, [])
+            if c.text not in texts:
+                texts.append(c.text)
+        return "; ".join(f"{code}: {'; '.join(texts)}" for code, texts in by_code.items())
 
 
 class SimfogWarning(UserWarning):
