@@ -83,12 +83,14 @@ def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None 
         >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
 
     `level`: the summary carries the prediction interval at that level, as the CLI's (iteration_time_lo_s, ...,
-    simfog.run_bands; it simulates the run again at each part's bounds); None: no interval.
+    simfog.run_bands; it simulates the run again at each part's bounds); None: no interval. The summary's
+    "warnings" say what the numbers rest on (simfog.caveats: POOR FIT, EXTRAPOLATED, ...), as the CLI's.
     """
+    from simfog.caveats import attach as attach_caveats
     from simfog.run_bands import attach
     from simfog.simulation import simulate as run
 
-    result = run(_experiment(experiment))
+    result = attach_caveats(run(_experiment(experiment)))
     return attach(result, level) if level is not None else result
 
 

@@ -53,6 +53,7 @@ def of_result(result) -> tuple[Caveat, ...]:
     return of_run(result.experiment, result.buckets)
 
 
-def records(caveats: Iterable[Caveat]) -> list[dict]:
-    """JSON-ready: [{"code": ..., "text": ...}, ...]."""
-    return [{"code": c.code, "text": c.text} for c in caveats]
+def attach(result):
+    """`result` with its caveats gathered (Result.caveats: its summary's "warnings"); returns it."""
+    result.caveats = of_result(result)
+    return result

@@ -356,8 +356,8 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
     if calibrated is not None:
         lines += ["", "[calibrated]"]
         for k, v in calibrated.to_toml().items():
-            lines.append(f"{k} = " + (_toml_string(v) if isinstance(v, str) else
-                                      "[" + ", ".join(_toml_value(x) for x in v) + "]"))
+            lines.append(f"{k} = " + ("[" + ", ".join(_toml_value(x) for x in v) + "]" if isinstance(v, list) else
+                                      _toml_value(v)))
     if provenance:
         lines += ["", "[provenance]"]
         for k, v in provenance.items():

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from simfog.caveats import of_result
+from simfog.caveats import attach as attach_caveats
 from simfog.errors import Caveat, ConfigError, SimfogError
 from simfog.experiment import Experiment, override
 
@@ -80,7 +80,7 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
            "threshold_bytes": "" if point.threshold_bytes is None else float(point.threshold_bytes)}
     none = {c: "" for c in INTERVAL_COLUMNS} | {"interval_level": NO_INTERVAL if level is None else level}
     try:
-        result = simulate(point.apply(exp))
+        result = attach_caveats(simulate(point.apply(exp)))
         if level is not None:
             from simfog.run_bands import attach
 
@@ -91,7 +91,7 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
     interval = none if level is None else {c: s[c] for c in INTERVAL_COLUMNS[:-1]} | {
         "interval_unmeasured": ",".join(s["interval_unmeasured"])}
     return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, **interval, "error": "",
-            "warnings": Caveat.line(of_result(result))}
+            "warnings": Caveat.line(result.caveats)}
 
 
 def against_fastest(exp: Experiment, rows: list[dict], level: float) -> list[dict]:

@@ -174,13 +174,12 @@ def run(args) -> int:
             check_output(path)  # before simulating: a bad name fails at once
     refuse_existing([args.intervals], force=args.force, option="--intervals")
     refuse_existing([args.timeline], force=args.force, option="--timeline")
-    result = simulate(load_with_overrides(args), progress=True)
+    result = caveats.attach(simulate(load_with_overrides(args), progress=True))
     attach(result, level)
     summary = result.summary()
     notes = extrapolated(result.experiment, result.buckets)
     if notes is not None:
         summary["extrapolated"] = notes
-    summary["warnings"] = caveats.records(caveats.of_result(result))
     if args.intervals:
         with atomic_open(args.intervals) as f:
             result.intervals().to_csv(f, index=False)
