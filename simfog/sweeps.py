@@ -17,7 +17,7 @@ from pathlib import Path
 
 from simfog.caveats import attach as attach_caveats
 from simfog.errors import Caveat, ConfigError, SimfogError
-from simfog.experiment import Experiment, override
+from simfog.experiment import Experiment, override, warn_if_nccl_without_network
 
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
@@ -366,4 +366,7 @@ def checked_points(exp, ranks: list | None, merges: list | None, collectives: li
     points = grid(values["--ranks"], values["--merge"], values["--collective"], values["--threshold"])
     for p in points:
         p.apply(exp, spelling="--")
+    if collectives is not None:
+        for c in dict.fromkeys(values["--collective"]):
+            warn_if_nccl_without_network(c, exp.network, "--collective")
     return points
