@@ -58,15 +58,17 @@ def cluster_lines(c: dict, *, catalogue: bool = False) -> list[str]:
         _line(f"max_nodes = {c['max_nodes']}", "the most nodes the plan may use") if catalogue else
         _line(f"nodes = {c['nodes']}", "nodes in the run (--nodes and --ranks override it)"),
         _line(f"gpus_per_node = {c['gpus_per_node']}", "GPUs in one node"),
-        _line(f"gpu = {_toml(c['gpu'])}", gpu) if c.get("gpu") else _line('# gpu = "H100"', gpu),
+        _line(f"gpu = {_toml(c['gpu'])}", gpu) if "gpu" in c else _line('# gpu = "H100"', gpu),
         _line(f"network = {_toml(net)}", "a calibrated network file (simfog calibrate LOGS -o FILE), relative to "
               "this file: its bus bandwidths and latency are the links, and the collective defaults to \"nccl\" "
               "(NCCL's model on it)") if net else
         _line('# network = "network.toml"', "instead of the links below: a calibrated network file (simfog "
               "calibrate LOGS -o FILE); the collective then defaults to \"nccl\""),
-        _line(f"{links}intra_bandwidth = {_toml(c['intra_bandwidth'])}", "GPU to GPU inside a node, per direction"),
+        _line(f"{links}intra_bandwidth = {_toml(c['intra_bandwidth'])}", "GPU to GPU inside a node, per direction"
+              + ("; required without network" if catalogue else " (default 150GB/s)")),
         _line(f"intra_latency = {_toml(c['intra_latency'])}", "default 0us"),
-        _line(f"{links}nic_bandwidth = {_toml(c['nic_bandwidth'])}", "one node's network, per direction"),
+        _line(f"{links}nic_bandwidth = {_toml(c['nic_bandwidth'])}", "one node's network, per direction; required "
+              "without network"),
         _line(f"{links}nic_latency = {_toml(c['nic_latency'])}", "default 0us"),
         _line(f"gpu_memory = {_toml(c['gpu_memory'])}", "device memory: configurations needing more are refused"),
         _line("# oversubscription = 1.0", ">= 1: each NIC this many times slower when every node sends")]
@@ -86,9 +88,8 @@ def experiment_text(trace: str, c: dict, comm: dict, compute_note: str) -> str:
         _line(f"iterations = {DEFAULT_ITERATIONS}", "simulated training iterations"),
         "",
         "[workload]",
-        f"trace = {_toml(trace)}",
-        "# ^ per-layer compute times and gradient sizes of one GPU: simfog collect model (measure), simfog import",
-        "#   (a profiler trace), simfog retarget (estimate one for another GPU)",
+        _line(f"trace = {_toml(trace)}", "per-layer compute times and gradient sizes of one GPU: simfog collect "
+              "model (measure), simfog import (a profiler trace), simfog retarget (estimate one for another GPU)"),
         compute,
         "",
         "[cluster]",
