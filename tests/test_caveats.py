@@ -139,6 +139,16 @@ def test_tune_rows_carry_their_warnings(tmp_path, capsys):
     assert table and table[0].endswith("  " + POOR_TEXT)
 
 
+def test_collective_says_the_calibration_quality_over_its_rows(tmp_path, capsys):
+    _files(tmp_path)
+    argv = ["collective", "allreduce", "--network", str(tmp_path / "net.toml"), "--nodes", "2", "--gpus-per-node", "8",
+            "--sizes", "1MiB"]
+    assert cli.main(argv) == 0
+    assert f"# WARNINGS (every row): {POOR_TEXT}" in capsys.readouterr().out.splitlines()
+    assert cli.main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == POOR_TEXT
+
+
 def test_a_clean_calibration_inside_its_logs_adds_nothing(tmp_path, capsys):
     exp = _files(tmp_path, quality=FitQuality(40, 0, 0.05, 0.1))
     assert cli.main(["simulate", str(exp), "--json"]) == 0
