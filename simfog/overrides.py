@@ -79,6 +79,9 @@ def as_options(given: Mapping, source: str, prefix: str = re.escape("cluster."))
     they were put into) is read, name the option (--nic-bandwidth = '10': ...) rather than the file's key, which
     `prefix` (a regular expression: OPTION_PREFIX for a catalogue's options) and the key name; the rest pass as
     they are."""
+    if not given:  # nothing to rename: warnings keep Python's own once-per-place filter
+        yield
+        return
     keys = {k: re.compile(f"{prefix}{re.escape(k)}") for k in given}
     caught: list = []
     try:
