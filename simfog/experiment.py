@@ -430,7 +430,8 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
             raise e.in_file(str(path)) from None
         network_trace = str(path)
 
-    check_gpu(c, trace.device, p, source)
+    logs_gpu = network.calibrated.gpu if network is not None and network.calibrated is not None else ""
+    check_gpu(c, trace.device, p, source, said=logs_gpu)
     m = _section(d, "comm", _COMM, source, required=False)
     comm = comm_settings(Comm(collective="nccl" if network else "ring"), m, source=source)
     warn_if_nccl_without_network(comm.collective, network, f"{source}: comm.collective" if source else
@@ -547,18 +548,21 @@ def check_against_workload(comm: Comm, trace: ModelTrace, cluster: Cluster, *, s
         raise e.in_file(source) if source else e from None
 
 
-def check_gpu(c: Mapping, device: object, prefix: str, source: str | None) -> None:
+def check_gpu(c: Mapping, device: object, prefix: str, source: str | None, *, said: str = "") -> None:
     """[cluster] gpu (a catalogue option's too): the GPU model the cluster has, a name such as "H100"; warned once
-    (SimfogWarning) when the trace's device is another model (simfog.nccl.facts.other_device). Raises ConfigError
-    for anything but a non-empty string."""
+    (SimfogWarning) when the trace's device is another model (simfog.nccl.facts.other_device), unless `said` (the
+    GPU of the network file's logs, which warns of it) is that model. Raises ConfigError for anything but a non-empty
+    string."""
     if "gpu" not in c:
         return
     if not isinstance(c["gpu"], str) or not c["gpu"].strip():
         raise ConfigError(f"{prefix}gpu", c["gpu"], 'the GPU model of the cluster, e.g. "H100" (the trace\'s device '
                           "is checked against it)", source=source)
-    from simfog.nccl.facts import other_device
+    from simfog.nccl.facts import model_of_name, other_device
 
     other = other_device(device, c["gpu"])
+    if said and model_of_name(said) == (model_of_name(c["gpu"]) or c["gpu"].strip().upper()):
+        return  # the network file's logs are of this model, and use() said it
     if other:
         where = f"{source}: " if source else ""
         warnings.warn(f"{where}{prefix}gpu = {c['gpu']!r}: {other}: the prediction times another GPU's compute "

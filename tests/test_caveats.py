@@ -199,6 +199,11 @@ def test_an_h200_trace_on_h100_logs_is_warned_by_name_not_generation(tmp_path, c
     assert cli.main(["simulate", str(exp), "--json"]) == 0
     err = capsys.readouterr().err
     assert err.count("the trace's compute times are of NVIDIA H200, not of H100, the GPU of the logs") == 1, err
+    # the cluster said to be H100 too: still one warning, not one per place that says H100
+    exp = _files(tmp_path, gpu="H100", device={"kind": "cuda", "name": "NVIDIA H200"}, quality=None,
+                 cluster='gpu = "H100"\n')
+    assert cli.main(["simulate", str(exp), "--json"]) == 0
+    assert capsys.readouterr().err.count("the trace's compute times are of NVIDIA H200") == 1
     capsys.readouterr()
     (tmp_path / "cat.toml").write_text('currency = "EUR"\n[[option]]\nname = "ib"\ngpus_per_node = 8\nmax_nodes = 8\n'
                                        'price_per_gpu_hour = 1.0\nintra_bandwidth = "100GB/s"\nnic_bandwidth = '

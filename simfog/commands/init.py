@@ -143,6 +143,7 @@ def _cluster(args, folder: Path) -> dict:
 
 def run(args) -> int:
     import tomllib
+    import warnings
 
     from simfog import experiment, plan
     from simfog.data import DEFAULT_EXPERIMENT
@@ -168,7 +169,8 @@ def run(args) -> int:
         experiment.from_dict(tomllib.loads(text), base_dir=out.parent, source=str(out))  # it runs as written
     cat_text = catalogue_text(c) if cat is not None else None
     if cat is not None:
-        with as_options(given, str(cat), prefix=r"option\[0\] \(mine\)\."):
+        with as_options(given, str(cat), prefix=r"option\[0\] \(mine\)\."), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its cluster's, which the experiment's reading has just said
             plan.catalogue_from_dict(tomllib.loads(cat_text), str(cat))
     with atomic_open(out) as f:
         f.write(text)
