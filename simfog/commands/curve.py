@@ -124,7 +124,8 @@ def run(args) -> int:
         args.output = folder_prefix(args.output, "curve")  # -o DIR: DIR/curve.* from here on
 
     if (args.ranks is None) == (args.nodes is None):
-        raise ConfigError("--ranks", args.ranks, "rank counts (4,8,...,2048) or --nodes node counts, one of the two")
+        raise ConfigError("--ranks", "(missing)" if args.ranks is None else args.ranks,
+                          "rank counts (4,8,...,2048) or --nodes node counts (1,2,...,256), one of the two")
     exp = load_cluster(args)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
