@@ -41,14 +41,19 @@ SWEEP_DTYPES = {
     "interval_level": "float64", "iteration_time_lo_s": "float64", "iteration_time_hi_s": "float64",
     "samples_per_s_lo": "float64", "samples_per_s_hi": "float64", "scaling_efficiency_lo": "float64",
     "scaling_efficiency_hi": "float64", "interval_unmeasured": "str",
+    # what each number rests on (simfog.caveats: POOR FIT, EXTRAPOLATED, ...), "" for nothing
+    "warnings": "str",
 }
 
 
 def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, merge: str | None = None,
          collective: str | None = None, threshold: str | None = None, iterations: int | None = None,
-         seed: int | None = None) -> Experiment:
+         seed: int | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
+         nic_bandwidth: str | None = None, network: str | os.PathLike | None = None) -> Experiment:
     """Read an experiment TOML file (None: the embedded default of `simfog simulate`), with the overrides of the
-    command line's --ranks, --merge, --collective, --threshold ("25MiB"), --iterations and --seed.
+    command line's --ranks, --merge, --collective, --threshold ("25MiB"), --iterations and --seed, and of its
+    cluster: --nodes, --gpus-per-node, --nic-bandwidth ("100Gbit/s") and --network (a network file), read as the
+    file's [cluster] keys.
 
     Anything wrong raises simfog.ConfigError with a one-line message naming the file, field and what is allowed.
 
@@ -62,7 +67,9 @@ def load(path: str | os.PathLike | None = None, *, ranks: int | None = None, mer
         raise ConfigError("path", path, "a path to an experiment file (.toml)")
     with _keyword_names():
         return load_with_overrides(None if path is None else os.fspath(path), ranks=ranks, merge=merge,
-                                   collective=collective, threshold=threshold, iterations=iterations, seed=seed)
+                                   collective=collective, threshold=threshold, iterations=iterations, seed=seed,
+                                   nodes=nodes, gpus_per_node=gpus_per_node, nic_bandwidth=nic_bandwidth,
+                                   network=None if network is None else os.fspath(network))
 
 
 def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None = 0.9) -> Result:
@@ -76,12 +83,14 @@ def simulate(experiment: Experiment | str | os.PathLike, *, level: float | None 
         >>> r.intervals().query("kind == 'comm'")   # every collective of every rank
 
     `level`: the summary carries the prediction interval at that level, as the CLI's (iteration_time_lo_s, ...,
-    simfog.run_bands; it simulates the run again at each part's bounds); None: no interval.
+    simfog.run_bands; it simulates the run again at each part's bounds); None: no interval. The summary's
+    "warnings" say what the numbers rest on (simfog.caveats: POOR FIT, EXTRAPOLATED, ...), as the CLI's.
     """
+    from simfog.caveats import attach as attach_caveats
     from simfog.run_bands import attach
     from simfog.simulation import simulate as run
 
-    result = run(_experiment(experiment))
+    result = attach_caveats(run(_experiment(experiment)))
     return attach(result, level) if level is not None else result
 
 
@@ -176,7 +185,7 @@ def _keyword_names():
     except ConfigError as e:
         if not e.field.startswith("--"):
             raise
-        raise ConfigError(e.field.lstrip("-"), e.value, e.allowed, source=e.source) from None
+        raise ConfigError(e.field.lstrip("-").replace("-", "_"), e.value, e.allowed, source=e.source) from None
 
 
 def _values(value, name: str) -> list | None:

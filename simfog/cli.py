@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import sys
@@ -28,6 +29,8 @@ COMMANDS = {
     "tune": ("simfog.commands.tune", "search the merge threshold with the least iteration time; plot and CSV"),
     "plan": ("simfog.commands.plan", "cheapest GPU count, network, collective and merge policy for a target"),
     "curve": ("simfog.commands.curve", "throughput and scaling efficiency against ranks; PNG, SVG and CSV"),
+    "init": ("simfog.commands.init", "write a starter experiment file, every key annotated (and --catalogue: a "
+             "one-option catalogue for plan)"),
 }
 COLLECT = {
     "model": ("simfog.commands.collect_model", "measure a zoo model's per-layer compute (torch)"),
@@ -41,6 +44,39 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with the nearest option of the command named beside an unrecognized one."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}"
+                       f"{_nearest_option(extras, getattr(parsed, '_parser', self))}")
+        return parsed
+
+
+# Options that ask for the same thing under another name: `--nodes` where only `--ranks` counts, and back.
+SAME_IDEA = {"--nodes": ("--ranks", "--gpus"), "--gpus": ("--ranks", "--nodes"), "--ranks": ("--gpus", "--nodes"),
+             "--world-size": ("--ranks", "--gpus"), "--nproc-per-node": ("--gpus-per-node",)}
+
+
+def _nearest_option(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """" (did you mean --ranks?)" for the first unrecognized option near one of `parser`'s (by spelling, or
+    SAME_IDEA), else ""."""
+    from simfog.errors import did_you_mean
+
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        if not flag.startswith("--"):
+            continue
+        hint = did_you_mean(flag, known, quote=False)
+        if hint:
+            return hint
+        idea = difflib.get_close_matches(flag, SAME_IDEA, n=1)  # --rank: --ranks's idea
+        same = next((o for o in SAME_IDEA.get(idea[0], ()) if o in known), None) if idea else None
+        if same:
+            return f" (did you mean {same}?)"
+    return ""
 
 
 def _one_line(text: str) -> str:
@@ -74,7 +110,7 @@ def version() -> str:
 
 def _add(sub, name: str, module: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
-    parser.set_defaults(_module=module)
+    parser.set_defaults(_module=module, _parser=parser)
     try:
         importlib.import_module(module).add_arguments(parser)
     except ModuleNotFoundError as e:  # an optional part (torch, a later feature) is not installed

@@ -9,6 +9,7 @@ split by section, the cross-section checks (fsdp_unit against the trace, keys al
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from simfog.algorithms.dataflow.settings import DataflowSettings
 from simfog.algorithms.dynamic.settings import DynamicSettings
 from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, SimfogWarning, one_of, unknown_key
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from simfog.collectives import CostModel
 
 COMPUTE_MODES = ("samples", "mean", "replay")
+# What an experiment file that leaves them out runs (a trace planned alone too: simfog.plan.workload_experiment)
+DEFAULT_COMPUTE = "samples"
+DEFAULT_SEED = 0
+DEFAULT_ITERATIONS = 5
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class Workload:
 
     trace: ModelTrace
     trace_path: str
-    compute: str = "samples"
+    compute: str = DEFAULT_COMPUTE
     optimizer: str = "momentum"  # simfog.memory.OPTIMIZERS: the optimizer states each rank holds
 
     def compute_source(self) -> str:
@@ -237,7 +242,7 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
 _WORKLOAD = {"trace", "compute", "optimizer"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
-            "intra_flow_bandwidth"}
+            "intra_flow_bandwidth", "gpu"}
 
 
 def _quantity_of(kind: str):
@@ -325,8 +330,7 @@ def _section(d: Mapping, name: str, allowed: set[str], source: str | None, requi
 def _no_unknown(d: Mapping, allowed: set[str], prefix: str, source: str | None) -> None:
     for key in d:
         if key not in allowed:
-            raise ConfigError(f"{prefix}{key}", d[key], f"not a known key; allowed: {', '.join(sorted(allowed))}",
-                              source=source)
+            raise ConfigError(f"{prefix}{key}", d[key], unknown_key(key, allowed), source=source)
 
 
 def _int(d: Mapping, key: str, prefix: str, source: str | None, default: int | None = None, minimum: int = 1,
@@ -358,15 +362,15 @@ def _quantity(d: Mapping, key: str, kind: str, prefix: str, source: str | None, 
 def _choice(d: Mapping, key: str, prefix: str, source: str | None, default: str, choices: tuple[str, ...]) -> str:
     v = d.get(key, default)
     if v not in choices:
-        raise ConfigError(f"{prefix}{key}", v, f"one of {', '.join(choices)}", source=source)
+        raise ConfigError(f"{prefix}{key}", v, one_of(v, choices), source=source)
     return v
 
 
 def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = None) -> Experiment:
     """Build and validate an Experiment from parsed TOML. Raises ConfigError naming the file, field and value."""
     _no_unknown(d, _TOP, "", source)
-    seed = _int(d, "seed", "", source, default=0, minimum=0)
-    iterations = _int(d, "iterations", "", source, default=5)
+    seed = _int(d, "seed", "", source, default=DEFAULT_SEED, minimum=0)
+    iterations = _int(d, "iterations", "", source, default=DEFAULT_ITERATIONS)
     if seed > MAX_SEED:
         raise ConfigError("seed", seed, f"an integer in 0..{MAX_SEED}", source=source)
     w = _section(d, "workload", _WORKLOAD, source)
@@ -381,7 +385,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
             allowed = "an existing model trace file" if e.allowed == "an existing file" else e.allowed
             raise ConfigError("workload.trace", w["trace"], f"{allowed} ({trace_path})", source=source) from None
         raise
-    compute = _choice(w, "compute", "workload.", source, "samples", choices=COMPUTE_MODES)
+    compute = _choice(w, "compute", "workload.", source, DEFAULT_COMPUTE, choices=COMPUTE_MODES)
     from simfog.memory import DEFAULT_OPTIMIZER, OPTIMIZERS
 
     optimizer = _choice(w, "optimizer", "workload.", source, DEFAULT_OPTIMIZER, choices=tuple(OPTIMIZERS))
@@ -426,8 +430,12 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
             raise e.in_file(str(path)) from None
         network_trace = str(path)
 
+    logs_gpu = network.calibrated.gpu if network is not None and network.calibrated is not None else ""
+    check_gpu(c, trace.device, p, source, said=logs_gpu)
     m = _section(d, "comm", _COMM, source, required=False)
     comm = comm_settings(Comm(collective="nccl" if network else "ring"), m, source=source)
+    warn_if_nccl_without_network(comm.collective, network, f"{source}: comm.collective" if source else
+                                 "comm.collective")
     check_against_workload(comm, trace, cluster, source=source)
     cluster = _with_flow_caps(cluster, c, source)
     if d.get("fabric") is not None:  # imported here: an experiment without one never loads simfog.fabric
@@ -540,6 +548,37 @@ def check_against_workload(comm: Comm, trace: ModelTrace, cluster: Cluster, *, s
         raise e.in_file(source) if source else e from None
 
 
+def check_gpu(c: Mapping, device: object, prefix: str, source: str | None, *, said: str = "") -> None:
+    """[cluster] gpu (a catalogue option's too): the GPU model the cluster has, a name such as "H100"; warned once
+    (SimfogWarning) when the trace's device is another model (simfog.nccl.facts.other_device), unless `said` (the
+    GPU of the network file's logs, which warns of it) is that model. Raises ConfigError for anything but a non-empty
+    string."""
+    if "gpu" not in c:
+        return
+    if not isinstance(c["gpu"], str) or not c["gpu"].strip():
+        raise ConfigError(f"{prefix}gpu", c["gpu"], 'the GPU model of the cluster, e.g. "H100" (the trace\'s device '
+                          "is checked against it)", source=source)
+    from simfog.nccl.facts import model_of_name, other_device
+
+    other = other_device(device, c["gpu"])
+    if said and model_of_name(said) == (model_of_name(c["gpu"]) or c["gpu"].strip().upper()):
+        return  # the network file's logs are of this model, and use() said it
+    if other:
+        where = f"{source}: " if source else ""
+        warnings.warn(f"{where}{prefix}gpu = {c['gpu']!r}: {other}: the prediction times another GPU's compute "
+                      "(simfog retarget estimates a trace for it; simfog collect model measures one)", SimfogWarning,
+                      stacklevel=3)
+
+
+def warn_if_nccl_without_network(collective: str, network: NetworkFile | None, where: str) -> None:
+    """One SimfogWarning when NCCL's model is asked for without a network file: it then runs on facts assumed for
+    any cluster (simfog.collectives: NCCL 2.30, Ampere, NVLink) over the links as written."""
+    if collective == "nccl" and network is None:
+        warnings.warn(f'{where} = "nccl" without a network file: NCCL\'s model runs on assumed facts (NCCL 2.30, '
+                      "Ampere, NVLink) over the links as written; calibrate your cluster's (simfog calibrate LOGS -o "
+                      "network.toml) and set [cluster] network", SimfogWarning, stacklevel=3)
+
+
 def _with_flow_caps(cluster: Cluster, c: Mapping, source: str | None) -> Cluster:
     """The per-flow caps of the point-to-point model (simfog.p2p) from [cluster] nic_flow_bandwidth /
     intra_flow_bandwidth, put on the links after any calibration has replaced them (a network file's [p2p] caps
@@ -598,8 +637,10 @@ def _heterogeneity(h: Mapping, cluster: Cluster, source: str | None):
     return Heterogeneity(slow["rank_slowdown"], slow["node_slowdown"], float(rate), delay, dist), degraded
 
 
-def load(path: str | Path) -> Experiment:
-    """Read an experiment TOML file. Raises ConfigError (naming the file) for anything wrong in it."""
+def load(path: str | Path, *, cluster: Mapping | None = None) -> Experiment:
+    """Read an experiment TOML file; `cluster`: [cluster] keys given elsewhere (the command line's --nodes,
+    --network, ...: simfog.overrides), read as the file's own in their place (network_file.given_keys). Raises
+    ConfigError (naming the file) for anything wrong in it."""
     path = Path(path)
     try:
         text = files.read_text(path)
@@ -610,6 +651,9 @@ def load(path: str | Path) -> Experiment:
         raise ConfigError("path", str(path), "an experiment file (.toml); this is JSON, e.g. a trace, which an "
                           'experiment names in [workload] trace = "..."')
     data = files.parse_toml(text, str(path))
+    if cluster:
+        table = data.get("cluster", {})
+        data = {**data, "cluster": network_file.given_keys(table, cluster) if isinstance(table, dict) else table}
     try:
         return from_dict(data, base_dir=path.parent, source=str(path))
     except ConfigError as e:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simfog import files, units
-from simfog.errors import ConfigError, Infeasible
+from simfog.errors import ConfigError, Infeasible, unknown_key
 from simfog.experiment import Experiment, from_dict
 from simfog.fabric.cosim import Timeline, collectives, cosimulate
 from simfog.fabric.job import PATTERN_OF, JobFabric, Traffic, attach
@@ -136,8 +136,7 @@ def is_jobs_file(path: str | Path) -> bool:
 def from_table(d: dict, *, base_dir: Path = Path("."), source: str | None = None) -> list[Job]:
     for key in d:
         if key not in _TOP:
-            raise ConfigError(key, d[key], f"not a key of a jobs file; allowed: {', '.join(sorted(_TOP))}",
-                              source=source)
+            raise ConfigError(key, d[key], unknown_key(key, _TOP, "not a key of a jobs file"), source=source)
     tables = d.get("job")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise ConfigError("job", tables if tables is not None else "(missing)", "one or more [[job]] tables",

@@ -66,7 +66,7 @@ from pathlib import Path
 
 from simfog import files, units
 from simfog.cluster import Link
-from simfog.errors import ConfigError, SimfogWarning
+from simfog.errors import Caveat, ConfigError, SimfogWarning, did_you_mean, one_of
 from simfog.nccl import NcclNetwork
 from simfog.nccl.calibrated import Calibrated
 
@@ -121,7 +121,8 @@ def load(path: str | Path) -> NetworkFile:
     doc = files.parse_toml(text, path, "a valid TOML network file")
     unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated"}
     if unknown:
-        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated",
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated"
+                          + did_you_mean(sorted(unknown)[0], ("nccl", "p2p", "provenance", "calibrated")),
                           source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
@@ -144,7 +145,7 @@ def load(path: str | Path) -> NetworkFile:
                     ' or "hardware" (derived per layout)' if key == "channels" else ""), source=path)
             kwargs[key] = float(value) if want is float else value
         else:
-            raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_NET_LATENCY, *_PLAIN])}",
+            raise ConfigError(f"nccl.{key}", value, one_of(key, [*_QUANTITIES, *_NET_LATENCY, *_PLAIN]),
                               source=path)
     kwargs["net_latency_s"] = tuple(latency)
     for key in _REQUIRED:
@@ -169,6 +170,18 @@ class NetworkFileWarning(SimfogWarning):
 LINK_KEYS = {"intra_bandwidth": "nccl.intra_bus_bandwidth", "nic_bandwidth": "nccl.inter_bus_bandwidth",
              "nic_latency": "nccl.latency_inter"}
 FLOW_CLUSTER_KEYS = {"nic_flow_bandwidth": "nic_Bps", "intra_flow_bandwidth": "intra_Bps"}
+
+
+def given_keys(table: Mapping, given: Mapping) -> dict:
+    """A cluster table ([cluster], a catalogue's [[option]]) with the keys `given` elsewhere (the command line's
+    --network, --nic-bandwidth, ...) in place of its own. A network given replaces the table's network_trace and the
+    links its file sets (LINK_KEYS) unless those are given too: the links are then the new file's, with no warning
+    about keys the user did not write beside it."""
+    out = dict(table)
+    if "network" in given:
+        for key in ("network_trace", *LINK_KEYS):
+            out.pop(key, None)
+    return {**out, **given}
 
 
 def use(value: object, base_dir: str | Path, *, field: str, source: str | None = None, gpus_per_node: int,
@@ -222,7 +235,7 @@ def load_named(value: object, base_dir: str | Path, *, field: str, source: str |
 
 def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None, where: str) -> None:
     """One NetworkFileWarning per way the cluster leaves what the file was calibrated on."""
-    from simfog.nccl.facts import arch_of_name
+    from simfog.nccl.facts import arch_of_name, other_device
 
     said = []
     covered = net.calibrated
@@ -236,7 +249,10 @@ def _warn_if_mismatched(net: NetworkFile, gpus_per_node: int, device: str | None
         said.append(f"{gpus_per_node} GPUs per node, but {net.path} has nics_per_node = {nics}: its inter-node bus "
                     "bandwidth assumes every NIC in use, more than these GPUs drive")
     arch = arch_of_name(device) if device else None
-    if arch is not None and arch != net.nccl.gpu_arch:
+    other = other_device({"name": device}, covered.gpu) if device and covered is not None and covered.gpu else None
+    if other:  # by name: an H200 trace on H100 logs shares the generation, not the compute times
+        said.append(f"{other}, the GPU of the logs {net.path} was calibrated on")
+    elif arch is not None and arch != net.nccl.gpu_arch:
         said.append(f"the trace's GPU is {device} ({arch}), but {net.path} has gpu_arch = {net.nccl.gpu_arch!r}")
     for text in said:
         warnings.warn(f"{where}: {text}", NetworkFileWarning, stacklevel=3)
@@ -250,12 +266,18 @@ _AT_BOUND = 1e-9  # s: a fitted time this close to 0 sits on the bound (a fit on
 
 
 def _warn_if_fit_at_bound(net: NetworkFile, where: str) -> None:
-    """One NetworkFileWarning per fitted parameter (its [provenance] fitted) that sits at a bound of the fit: the
-    logs did not determine it. Launch and latencyInter both fitted, one of them at 0: the logs cannot separate
-    them."""
+    """One NetworkFileWarning per fitted parameter at a bound of the fit (at_bound)."""
+    for short, why in at_bound(net):
+        warnings.warn(f"{where}: {short}: {why}", NetworkFileWarning, stacklevel=3)
+
+
+def at_bound(net: NetworkFile) -> list[tuple[str, str]]:
+    """(what, why) per fitted parameter (its [provenance] fitted) that sits at a bound of the fit: the logs did not
+    determine it. Launch and latencyInter both fitted, one of them at 0: the logs cannot separate them."""
     fitted = {f.strip() for f in str(net.provenance.get("fitted", "")).split(",")}
     n = net.nccl
     latency = next((f for f in fitted if f.startswith("latencyInter")), None)
+    out = []
     for name in sorted(fitted & set(_AT_ZERO)):
         value = getattr(n, _AT_ZERO[name]) or 0.0
         if value > _AT_BOUND:
@@ -263,17 +285,25 @@ def _warn_if_fit_at_bound(net: NetworkFile, where: str) -> None:
         shown = f"{name} = {value * 1e6:.3g} us, at its fit's bound 0 us"
         pair = latency if name == "launch" else "launch" if name == latency else None
         if pair in fitted:
-            warnings.warn(f"{where}: {shown}: the logs of {net.path} cannot separate {name} from {pair} (another "
-                          "log, e.g. one node's, would)", NetworkFileWarning, stacklevel=3)
+            out.append((shown, f"the logs of {net.path} cannot separate {name} from {pair} (another log, e.g. one "
+                               "node's, would)"))
         else:
-            warnings.warn(f"{where}: {shown}: the logs of {net.path} do not determine it", NetworkFileWarning,
-                          stacklevel=3)
+            out.append((shown, f"the logs of {net.path} do not determine it"))
     if "bus bandwidth between nodes" in fitted and n.nics_per_node and n.nic_Bps:
         wire = n.nics_per_node * n.nic_Bps
         if n.inter_bus_Bps >= wire * (1 - 1e-5):  # the file keeps 6 significant figures
-            warnings.warn(f"{where}: bus bandwidth between nodes = {n.inter_bus_Bps / 1e9:.4g} GB/s, at its fit's "
-                          f"bound {wire / 1e9:.4g} GB/s (nics_per_node x nic_bandwidth): the logs of {net.path} do "
-                          "not determine it", NetworkFileWarning, stacklevel=3)
+            out.append((f"bus bandwidth between nodes = {n.inter_bus_Bps / 1e9:.4g} GB/s, at its fit's bound "
+                        f"{wire / 1e9:.4g} GB/s (nics_per_node x nic_bandwidth)",
+                        f"the logs of {net.path} do not determine it"))
+    return out
+
+
+def caveats(net: NetworkFile) -> list[Caveat]:
+    """What every prediction on this network file carries about its calibration: POOR FIT and FLAGGED (its
+    [calibrated] fit_* keys) and AT BOUND per parameter the fit left at a bound."""
+    quality = net.calibrated.quality if net.calibrated is not None else None
+    return [*(quality.caveats() if quality is not None else []),
+            *(Caveat("AT BOUND", short) for short, _ in at_bound(net))]
 
 
 def _flow_caps(section: object, path: str) -> FlowCaps:
@@ -283,7 +313,7 @@ def _flow_caps(section: object, path: str) -> FlowCaps:
     caps = {}
     for key, value in section.items():
         if key not in _FLOW_KEYS:
-            raise ConfigError(f"p2p.{key}", value, f"one of {', '.join(_FLOW_KEYS)}", source=path)
+            raise ConfigError(f"p2p.{key}", value, one_of(key, _FLOW_KEYS), source=path)
         bw = units.parse(value, "bandwidth", field=f"p2p.{key}", source=path)
         if not bw > 0:
             raise ConfigError(f"p2p.{key}", value, _FLOW_ALLOWED, source=path)
@@ -326,8 +356,8 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
     if calibrated is not None:
         lines += ["", "[calibrated]"]
         for k, v in calibrated.to_toml().items():
-            lines.append(f"{k} = " + (_toml_string(v) if isinstance(v, str) else
-                                      "[" + ", ".join(_toml_value(x) for x in v) + "]"))
+            lines.append(f"{k} = " + ("[" + ", ".join(_toml_value(x) for x in v) + "]" if isinstance(v, list) else
+                                      _toml_value(v)))
     if provenance:
         lines += ["", "[provenance]"]
         for k, v in provenance.items():

@@ -1,50 +1,32 @@
 """Capacity planning: the cheapest GPU count, network option, collective and merge policy reaching a throughput.
 
-A catalogue (TOML) lists cluster options with their price per GPU-hour in one currency:
-
-    currency = "USD"
-    [[option]]
-    name = "eth100"
-    gpus_per_node = 8
-    max_nodes = 64
-    intra_bandwidth = "150GB/s"
-    intra_latency = "2us"
-    nic_bandwidth = "100Gbit/s"
-    nic_latency = "10us"
-    price_per_gpu_hour = 2.5
-    collectives = ["ring", "hierarchical"]   # default: the workload's collective
-    merges = ["ddp", "mgwfbp"]               # default: the workload's merge policy
-    # oversubscription = 1.0
-    # network = "a100-ib.toml"   # a calibrated network file (simfog calibrate -o), relative to the catalogue:
-    #                            # its bus bandwidths and inter-node latency are the links (leave out
-    #                            # intra_bandwidth, nic_bandwidth, nic_latency), and the collective defaults to
-    #                            # "nccl" (NCCL's cost model on that network; simfog.network_file.use)
-    # fabric = { kind = "fat_tree", nodes_per_leaf = 8, leaf_oversubscription = 4, placement = "scattered" }
-    #                            # the switches of max_nodes nodes and where a job's nodes sit (an experiment's
-    #                            # [fabric]); each row then also says what it costs: `fabric_cost`, the iteration
-    #                            # time over that on a non-blocking fabric of the same NICs, less 1
+A catalogue (TOML) lists cluster options with their price per GPU-hour in one currency: `currency`, an optional
+`note`, and one [[option]] table per option (name, gpus_per_node, max_nodes, the links or a calibrated network
+file, price_per_gpu_hour, ...), read and checked by load_catalogue; every key with its meaning and default:
+`simfog plan --help` and docs/catalogue.md (a test holds both to the keys read here).
 
 For every option, collective and merge policy, the answer is the smallest GPU count that meets the target (any
 count up to one node, whole nodes above): more GPUs cost more per hour and, since scaling efficiency does not rise
 with GPUs in data-parallel training, more per epoch too. The search doubles (powers of two up to one node, then
 whole nodes doubling, then the option's maximum) until a count meets the target, then tries every count between
 the last one that did not and that one, smallest first: 96 GPUs are found where doubling alone would say 128.
-Cost is GPUs used x price per GPU-hour. Layer times are means by default (see
-simfog.tune for why; it also makes thousands of ranks cheap to simulate).
+Cost is GPUs used x price per GPU-hour. Layer times are the experiment's ([workload] compute; a trace alone: an
+experiment file's default), as simulate, sweep and curve take them: one answer for one configuration.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from simfog import files, units
+from simfog import experiment, files, network_file, units
 from simfog.bands import one_sided_level
 from simfog.cluster import Cluster, Link
-from simfog.errors import ConfigError, Infeasible
+from simfog.errors import ConfigError, Infeasible, one_of, unknown_key
 from simfog.experiment import MAX_RANK_ITERATIONS, Comm, Experiment, Workload, check_name, override
 from simfog.fabric.job import JobFabric
 from simfog.fabric.job import attach as attach_fabric
@@ -54,7 +36,7 @@ from simfog.titles import input_columns, plan_title
 _TOP = {"currency", "note", "option"}
 _OPTION = {"name", "description", "gpus_per_node", "max_nodes", "intra_bandwidth", "intra_latency", "nic_bandwidth",
            "nic_latency", "oversubscription", "price_per_gpu_hour", "collectives", "merges", "network", "gpu_memory",
-           "fabric"}
+           "fabric", "gpu"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +56,7 @@ class ClusterOption:
     network: NetworkFile | None = None  # a calibrated network file: NCCL's model on a measured cluster
     gpu_memory_B: float | None = None   # device memory: configurations needing more are refused (simfog.memory)
     fabric: JobFabric | None = None     # the switches of max_nodes nodes and the placement (simfog.fabric)
+    gpu: str = ""                       # the GPU model, e.g. "H100" ("": not said); a trace of another is warned of
 
     def cluster(self) -> Cluster:
         """One full node of this option (`with_ranks` scales it)."""
@@ -117,7 +100,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
     p = f"option[{i}] ({name})."
     for key in d:
         if key not in _OPTION:
-            raise ConfigError(p + key, d[key], f"not a known key; allowed: {', '.join(sorted(_OPTION))}", source=source)
+            raise ConfigError(p + key, d[key], unknown_key(key, _OPTION), source=source)
 
     def integer(key, most=MAX_RANK_ITERATIONS):
         v = d.get(key, "(missing)")
@@ -135,11 +118,10 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
         return value
 
     network = None
+    experiment.check_gpu(d, None, p, source)  # as an experiment's [cluster] gpu; series() checks it on the trace
     gpus_per_node = integer("gpus_per_node")
     intra_latency = quantity("intra_latency", "time", "0us")
     if "network" in d:  # its links, as in an experiment (simfog.network_file.use: one meaning everywhere)
-        from simfog import network_file
-
         network, intra, nic = network_file.use(d["network"], Path(source).parent, field=p + "network", source=source,
                                                gpus_per_node=gpus_per_node, intra_latency_s=intra_latency,
                                                written=d, prefix=p)
@@ -171,7 +153,7 @@ def _option(d: dict, i: int, source: str) -> ClusterOption:
                            names("collectives", collectives.ALGORITHMS, "collective") or (("nccl",) if network else ()),
                            names("merges", merge.POLICIES, "merge"), str(d.get("description", "")), network,
                            units.parse(d["gpu_memory"], "bytes", field=p + "gpu_memory", source=source)
-                           if "gpu_memory" in d else None)
+                           if "gpu_memory" in d else None, gpu=d.get("gpu", ""))
     return _with_fabric(option, d.get("fabric"), p, source)
 
 
@@ -189,8 +171,10 @@ def _with_fabric(option: ClusterOption, table: object, p: str, source: str) -> C
     return replace(option, fabric=c.fabric, oversubscription=c.oversubscription)
 
 
-def load_catalogue(path: str | Path) -> Catalogue:
-    """Read a catalogue TOML. Raises ConfigError naming the file, the field (e.g. "option[1] (eth25).max_nodes")
+def load_catalogue(path: str | Path, given: Mapping | None = None) -> Catalogue:
+    """Read a catalogue TOML; `given`: option keys given elsewhere (the command line's --gpus-per-node,
+    --nic-bandwidth, --network: simfog.overrides), read as every option's own in their place
+    (network_file.given_keys). Raises ConfigError naming the file, the field (e.g. "option[1] (eth25).max_nodes")
     and the value for anything wrong in it."""
     path, source = Path(path), str(path)
     try:
@@ -198,10 +182,15 @@ def load_catalogue(path: str | Path) -> Catalogue:
     except ConfigError as e:
         allowed = "an existing catalogue file (.toml)" if e.allowed == "an existing file" else e.allowed
         raise ConfigError("catalogue", source, allowed) from None
-    data = files.parse_toml(text, source)
+    return catalogue_from_dict(files.parse_toml(text, source), source, given)
+
+
+def catalogue_from_dict(data: Mapping, source: str, given: Mapping | None = None) -> Catalogue:
+    """A catalogue from its parsed TOML (`source` the file it is, or will be: relative paths are its folder's), as
+    load_catalogue reads one."""
     for key in data:
         if key not in _TOP:
-            raise ConfigError(key, data[key], f"not a known key; allowed: {', '.join(sorted(_TOP))}", source=source)
+            raise ConfigError(key, data[key], unknown_key(key, _TOP), source=source)
     currency = data.get("currency")
     if not isinstance(currency, str) or not currency:
         raise ConfigError("currency", currency if currency is not None else "(missing)",
@@ -210,6 +199,8 @@ def load_catalogue(path: str | Path) -> Catalogue:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("option", raw if raw is not None else "(missing)", "one or more [[option]] tables",
                           source=source)
+    if given:
+        raw = [network_file.given_keys(d, given) if isinstance(d, dict) else d for d in raw]
     options = tuple(_option(d, i, source) for i, d in enumerate(raw))
     seen = [o.name for o in options]
     dup = next((n for n in seen if seen.count(n) > 1), None)
@@ -221,14 +212,15 @@ def load_catalogue(path: str | Path) -> Catalogue:
 def workload_experiment(path: str | Path) -> Experiment:
     """The workload to plan for: an experiment file (.toml; its comm settings are the defaults) or a model trace
     (.json, .json.gz; allreduce, ring, ddp). The cluster is replaced by each option's, network file included."""
-    from simfog import experiment
     from simfog.trace import load_model_trace
 
     path = Path(path)
     if path.suffix == ".toml":
         return experiment.load(path)
+    # what an experiment file naming only this trace runs (its seed, iterations and compute mode), so that plan
+    # answers as simulate, sweep and curve do
     trace = load_model_trace(path)
-    return Experiment(0, 3, Workload(trace, str(path.resolve()), "mean"),
+    return Experiment(experiment.DEFAULT_SEED, experiment.DEFAULT_ITERATIONS, Workload(trace, str(path.resolve())),
                       Cluster(1, 1, Link(0.0, 1e11), Link(0.0, 1e9)), Comm(), str(path))
 
 
@@ -259,21 +251,21 @@ class PlanResult:
 
 
 def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, epoch_samples: float | None = None,
-         samples: bool = False, confidence: float | None = None) -> PlanResult:
+         compute: str | None = None, confidence: float | None = None) -> PlanResult:
     """The cheapest configurations of `catalogue` reaching `target_samples_per_s` for the workload of `exp`.
     `epoch_samples`: also report the time and cost of one epoch, and rank by cost per epoch. `confidence` (e.g.
     0.9): a configuration meets the target only when the lower bound of its throughput's interval at that one-sided
     confidence does (simfog.run_bands; rows gain samples_per_s_lo/hi, iteration_time_lo_s/hi_s and
     interval_unmeasured; 5 simulations a configuration). Returns a PlanResult. Raises ConfigError for a target <= 0,
     a bad confidence or a "threshold" merge without a threshold in the workload; Infeasible when no configuration
-    reaches the target (its message names the best reachable; `.result` holds the PlanResult)."""
+    reaches the target (its message names the best reachable; `.result` holds the PlanResult). `compute`: the
+    layer times' mode (None: the experiment's; with_compute)."""
     from simfog.progress import bar as progress_bar
 
     if not (isinstance(target_samples_per_s, (int, float)) and target_samples_per_s > 0):
         raise ConfigError("target", target_samples_per_s, "a throughput in samples/s > 0")
     level = one_sided_level(confidence, "--confidence")
-    compute = "samples" if samples else "mean"
-    exp = replace(exp, workload=replace(exp.workload, compute=compute))
+    exp = with_compute(exp, compute)
     rows = []
     bar = progress_bar(desc="plan", unit="sim")  # on a terminal only; the count of simulations is not known ahead
     for opt, base, coll, m in series(exp, catalogue):
@@ -310,6 +302,16 @@ def plan(exp: Experiment, catalogue: Catalogue, *, target_samples_per_s: float, 
     raise _infeasible(result, catalogue)
 
 
+def with_compute(exp: Experiment, compute: str | None) -> Experiment:
+    """`exp` with layer times in `compute` mode (simfog.experiment.COMPUTE_MODES; None: the experiment's own, the
+    mode simulate, sweep and curve run it in, so that the same configuration gets one answer)."""
+    if compute is None:
+        return exp
+    if compute not in experiment.COMPUTE_MODES:
+        raise ConfigError("--compute", compute, one_of(compute, experiment.COMPUTE_MODES))
+    return replace(exp, workload=replace(exp.workload, compute=compute))
+
+
 def _fabric_cost(base: Experiment, point, iteration_time_s: float) -> float:
     """What the option's fabric and placement cost a configuration: its iteration time over the same run's on a
     non-blocking fabric of the same NICs, less 1 (nan where that run fails)."""
@@ -326,7 +328,10 @@ def series(exp: Experiment, catalogue: Catalogue):
     without a threshold in the workload."""
     for opt in catalogue.options:
         base = replace(exp, cluster=opt.cluster(), network=opt.network, network_trace=None)
+        where = f"{catalogue.source}: option ({opt.name})." if catalogue.source else f"option ({opt.name})."
+        experiment.check_gpu({"gpu": opt.gpu} if opt.gpu else {}, exp.workload.trace.device, where, None)
         for coll in opt.collectives or (exp.comm.collective,):
+            experiment.warn_if_nccl_without_network(coll, opt.network, f"{where}collectives")
             for m in opt.merges or (exp.comm.merge,):
                 try:  # the rules between merge, threshold and collective, checked where they are written
                     override(base, merge=m, collective=coll)
@@ -345,7 +350,7 @@ def evaluate_configuration(base: Experiment, opt: ClusterOption, collective: str
 
     r = run_point(base, Point(gpus, merge, collective, threshold_bytes), level)
     row = {"option": opt.name, "gpus": gpus, "nodes": -(-gpus // opt.gpus_per_node), "collective": collective,
-           "merge": merge, "error": r["error"], **input_columns(base)}
+           "merge": merge, "error": r["error"], "warnings": r["warnings"], **input_columns(base)}
     if not r["error"]:
         sps = float(r["samples_per_s"])
         row.update(iteration_time_s=float(r["iteration_time_s"]), samples_per_s=sps,
@@ -373,7 +378,9 @@ def candidates_frame(rows: list[dict], epoch_samples: float | None) -> pd.DataFr
         ["fabric_cost"] if any("fabric_cost" in r for r in rows) else []) + (
         ["samples_per_s_lo", "samples_per_s_hi", "iteration_time_lo_s", "iteration_time_hi_s", "interval_unmeasured"]
         if any("samples_per_s_lo" in r for r in rows) else [])
-    return pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error", "trace", "network_file"])
+    df = pd.DataFrame(rows).reindex(columns=cols + ["meets_target", "error", "warnings", "trace", "network_file"])
+    df["warnings"] = df["warnings"].fillna("")  # a count an option cannot hold: no run, nothing to warn of
+    return df
 
 
 def _infeasible(result: PlanResult, catalogue: Catalogue) -> Infeasible:

@@ -5,7 +5,6 @@ option's price per GPU-hour, as in simfog.plan."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from simfog.bands import one_sided_level
 from simfog.errors import ConfigError
@@ -17,6 +16,7 @@ from simfog.plan import (
     candidates_frame,
     evaluate_configuration,
     series,
+    with_compute,
 )
 from simfog.titles import input_columns, plan_title
 
@@ -54,10 +54,11 @@ def priced(rows: list[dict], option: ClusterOption, epoch_samples: float | None 
 
 def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None = None,
                 nodes: list[int] | None = None, epoch_samples: float | None = None,
-                samples: bool = False, confidence: float | None = None) -> PlanResult:
+                compute: str | None = None, confidence: float | None = None) -> PlanResult:
     """Every option, collective and merge policy of `catalogue` at fixed counts, with no target: `gpus` (GPU
     counts; a count above one node must be whole nodes of the option) or `nodes` (whole nodes of each option),
     one of the two. A count an option cannot hold (not whole nodes, over max_nodes) is a row with its `error`.
+    `compute`: the layer times' mode (None: the experiment's, as simfog.plan.plan).
     `confidence`: each row gains its interval's bounds at that one-sided confidence (simfog.plan.plan). Returns a
     PlanResult whose target is NaN, best None, and candidates sorted by GPUs, then cost. Raises ConfigError for bad
     counts or confidence."""
@@ -70,8 +71,7 @@ def plan_counts(exp: Experiment, catalogue: Catalogue, *, gpus: list[int] | None
                          for n in counts):
         raise ConfigError(name, counts, f"comma-separated integers in 1..{MAX_RANK_ITERATIONS:,}, e.g. 16,64,256")
     level = one_sided_level(confidence, "--confidence")
-    compute = "samples" if samples else "mean"
-    exp = replace(exp, workload=replace(exp.workload, compute=compute))
+    exp = with_compute(exp, compute)
     rows = []
     bar = progress_bar(desc="plan", unit="sim")
     for opt, base, coll, m in series(exp, catalogue):

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, one_of
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ class Registry(Generic[T]):
     def get(self, name: object, *, field: str | None = None, source: str | None = None) -> T:
         """The item called `name`; ConfigError listing the allowed names otherwise."""
         if not isinstance(name, str) or name not in self._items:
-            raise ConfigError(field or self.kind, name, f"one of {', '.join(self.names())}", source=source)
+            raise ConfigError(field or self.kind, name, one_of(name, self.names()), source=source)
         return self._items[name]
 
     def names(self) -> list[str]:

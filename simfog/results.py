@@ -52,6 +52,8 @@ class Result:
     make_columns: Callable[[], dict] | None = field(default=None, repr=False)  # columns only frames need
     # the prediction interval's summary keys (simfog.run_bands.summary_fields), once computed
     interval: dict | None = None
+    # what the numbers rest on (simfog.caveats.attach: errors.Caveat), once gathered: the summary's "warnings"
+    caveats: tuple | None = None
 
     def _records(self) -> list:
         if self.records is None:
@@ -120,7 +122,8 @@ class Result:
     def summary(self) -> dict:
         """The numbers of `simfog simulate --json` (seconds, samples/s, fractions); `path` names how the run was
         simulated: "analytic" (a family's closed form, schedules fixed before the run), "fluid" or "events" (the event
-        engine). With `interval` set (simfog.run_bands.attach): the interval's keys too."""
+        engine). With `interval` set (simfog.run_bands.attach): the interval's keys too; with `caveats` set
+        (simfog.caveats.attach), "warnings": [{"code", "text"}, ...]."""
         exp = self.experiment
         ends, compute_s, comm_s, exposed, idle_s = self._stats()
         per_iteration = np.diff(np.concatenate([[0.0], ends]))
@@ -160,6 +163,8 @@ class Result:
             **_mixing_fields(self.mixing),
             **(self.memory.summary() if self.memory is not None else {}),
             **(self.interval or {}),
+            **({"warnings": [{"code": c.code, "text": c.text} for c in self.caveats]}
+               if self.caveats is not None else {}),
         }
 
 

@@ -15,8 +15,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from simfog.errors import ConfigError, SimfogError
-from simfog.experiment import Experiment, override
+from simfog.caveats import attach as attach_caveats
+from simfog.errors import Caveat, ConfigError, SimfogError
+from simfog.experiment import Experiment, override, warn_if_nccl_without_network
 
 KEY_COLUMNS = ["ranks", "merge", "collective", "threshold_bytes"]
 SUMMARY_COLUMNS = ["iteration_time_s", "samples_per_s", "scaling_efficiency", "compute_s", "comm_s",
@@ -34,11 +35,17 @@ RECORD_COLUMNS = ["experiment", "trace", "trace_sha256", "compute", "seed", "exp
 INTERVAL_COLUMNS = ["interval_level", "iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo",
                     "samples_per_s_hi", "scaling_efficiency_lo", "scaling_efficiency_hi", "interval_unmeasured"]
 NO_INTERVAL = "none"
-COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS + INTERVAL_COLUMNS
-# The columns of sweep CSVs written before the intervals, and before network_file and network_trace were recorded:
-# such files still resume (their rows have no interval).
+# What the row's number rests on that a reader must see beside it (simfog.caveats: POOR FIT, EXTRAPOLATED, ...), as
+# one line, "" for none; NOT_RECORDED in rows of a file written before simfog recorded them.
+WARNING_COLUMNS = ["warnings"]
+NOT_RECORDED = "not recorded (a row of an older sweep CSV)"
+COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS + INTERVAL_COLUMNS + WARNING_COLUMNS
+# The columns of sweep CSVs written before the warnings, before the intervals, and before network_file and
+# network_trace were recorded: such files still resume (their rows have no interval, their warnings NOT_RECORDED).
+INTERVAL_ERA_COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS + INTERVAL_COLUMNS
 PREVIOUS_COLUMNS = KEY_COLUMNS + SUMMARY_COLUMNS + RECORD_COLUMNS
 OLD_COLUMNS = PREVIOUS_COLUMNS[:-2]
+EARLIER_COLUMNS = (INTERVAL_ERA_COLUMNS, PREVIOUS_COLUMNS, OLD_COLUMNS)
 NO_NETWORK_FILE = "none"  # paths in these columns are absolute, so no file is named this
 
 
@@ -73,17 +80,18 @@ def run_point(exp: Experiment, point: Point, level: float | None = None) -> dict
            "threshold_bytes": "" if point.threshold_bytes is None else float(point.threshold_bytes)}
     none = {c: "" for c in INTERVAL_COLUMNS} | {"interval_level": NO_INTERVAL if level is None else level}
     try:
-        result = simulate(point.apply(exp))
+        result = attach_caveats(simulate(point.apply(exp)))
         if level is not None:
             from simfog.run_bands import attach
 
             attach(result, level)
         s = result.summary()
     except SimfogError as e:
-        return {**row, **{c: "" for c in SUMMARY_COLUMNS}, **none, "error": str(e)}
+        return {**row, **{c: "" for c in SUMMARY_COLUMNS}, **none, "error": str(e), "warnings": ""}
     interval = none if level is None else {c: s[c] for c in INTERVAL_COLUMNS[:-1]} | {
         "interval_unmeasured": ",".join(s["interval_unmeasured"])}
-    return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, **interval, "error": ""}
+    return {**row, **{c: s.get(c, "") for c in SUMMARY_COLUMNS}, **interval, "error": "",
+            "warnings": Caveat.line(result.caveats)}
 
 
 def against_fastest(exp: Experiment, rows: list[dict], level: float) -> list[dict]:
@@ -159,7 +167,7 @@ def _done_keys(path: Path, experiment_sha: str, level: float | None = None) -> s
     with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames
-        if columns not in (COLUMNS, PREVIOUS_COLUMNS, OLD_COLUMNS):
+        if columns != COLUMNS and columns not in EARLIER_COLUMNS:
             raise ConfigError("output", str(path), "a CSV written by simfog sweep (columns differ); choose a new file")
         wanted = _level_text(level)
         for row in reader:
@@ -188,21 +196,22 @@ def _level_text(level) -> str:
 
 
 def _upgrade_old_columns(path: Path, record: dict) -> None:
-    """Rewrite a sweep CSV of OLD_COLUMNS (written before the network columns) or PREVIOUS_COLUMNS (before the
-    intervals) with COLUMNS, atomically: its rows given this run's network_file and network_trace, and no interval.
-    Only after _done_keys found every row of this experiment, at no level: its experiment_sha256 covers the network
-    file (path and content) and the links calibrated from a network trace."""
+    """Rewrite a sweep CSV of EARLIER_COLUMNS (OLD_COLUMNS: written before the network columns, PREVIOUS_COLUMNS:
+    before the intervals, INTERVAL_ERA_COLUMNS: before the warnings) with COLUMNS, atomically: its rows given this
+    run's network_file and network_trace, no interval where they had none, and warnings NOT_RECORDED. Only after
+    _done_keys found every row of this experiment (at its level): its experiment_sha256 covers the network file
+    (path and content) and the links calibrated from a network trace."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames not in (OLD_COLUMNS, PREVIOUS_COLUMNS):
+        if reader.fieldnames not in EARLIER_COLUMNS:
             return
         rows = list(reader)
     from simfog.files import atomic_open
 
     missing = {c: record.get(c, "") for c in COLUMNS} | {c: "" for c in INTERVAL_COLUMNS} | {
-        "interval_level": NO_INTERVAL}
+        "interval_level": NO_INTERVAL, "warnings": NOT_RECORDED}
     with atomic_open(path) as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
@@ -357,4 +366,7 @@ def checked_points(exp, ranks: list | None, merges: list | None, collectives: li
     points = grid(values["--ranks"], values["--merge"], values["--collective"], values["--threshold"])
     for p in points:
         p.apply(exp, spelling="--")
+    if collectives is not None:
+        for c in dict.fromkeys(values["--collective"]):
+            warn_if_nccl_without_network(c, exp.network, "--collective")
     return points

@@ -21,7 +21,8 @@ import pandas as pd
 
 from simfog import merge
 from simfog.bands import DEFAULT_LEVEL, Interval, check_level
-from simfog.errors import ConfigError
+from simfog.caveats import of_result
+from simfog.errors import Caveat, ConfigError
 from simfog.experiment import Experiment
 from simfog.titles import run_title
 
@@ -45,7 +46,8 @@ class TuneResult:
     `versus_defaults`: per framework default (FRAMEWORK_DEFAULTS), the interval at `level` of its iteration time over
     the best threshold's (simfog.run_bands.ratio_interval: the same model error through both runs);
     `distinct(p)` says whether it excludes 1. `best_interval`: the best threshold's run's interval at `level`
-    (simfog.run_bands.summary_fields: iteration_time_lo_s / _hi_s, samples_per_s_lo / _hi, ...)."""
+    (simfog.run_bands.summary_fields: iteration_time_lo_s / _hi_s, samples_per_s_lo / _hi, ...). `warnings`: per
+    row of table(), what its run rests on (simfog.caveats; `curve` has them per threshold)."""
 
     curve: pd.DataFrame
     best_threshold_bytes: float
@@ -61,6 +63,7 @@ class TuneResult:
     recommended_iteration_time_s: float = math.nan
     versus_defaults: dict[str, Interval] = field(default_factory=dict)
     best_interval: dict = field(default_factory=dict)
+    warnings: dict[str, str] = field(default_factory=dict)  # table() policy -> its run's caveats (simfog.caveats)
 
     def distinct(self, policy: str) -> bool | None:
         """Whether the model tells `policy`'s defaults from the best threshold at its interval's level (None: not
@@ -78,6 +81,7 @@ class TuneResult:
         df = pd.DataFrame(rows)
         df["slower_than_best"] = df.iteration_time_s / self.best_iteration_time_s - 1
         df["distinct"] = [None, *(self.distinct(p) for p in self.baselines)]
+        df["warnings"] = [self.warnings.get(p, "") for p in df.policy]
         return df
 
 
@@ -130,9 +134,11 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
             plan = merge.plan("threshold", tensors, merge.MergeSettings(threshold_bytes=t))
             key = tuple(len(b.tensors) for b in plan)
             if key not in by_plan:
-                run = exp.with_comm(merge="threshold", threshold_bytes=t)
-                by_plan[key] = simulate(run).summary()["iteration_time_s"]
-            rows[t] = {"threshold_bytes": t, "buckets": len(plan), "iteration_time_s": by_plan[key], "stage": stage}
+                result = simulate(exp.with_comm(merge="threshold", threshold_bytes=t))
+                by_plan[key] = result.summary()["iteration_time_s"], Caveat.line(of_result(result))
+            time, warned = by_plan[key]
+            rows[t] = {"threshold_bytes": t, "buckets": len(plan), "iteration_time_s": time, "stage": stage,
+                       "warnings": warned}
 
     evaluate([*_logspace(lo, hi, points), smallest, total], "grid")
     if refine:
@@ -142,10 +148,11 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
     best = _best(rows)
     t_best = rows[best]["iteration_time_s"]
     near = [t for t, r in rows.items() if r["iteration_time_s"] <= t_best * (1 + NEAR_BEST)]
-    baselines = {}
+    baselines, warnings = {}, {"threshold (best)": rows[best]["warnings"]}
     for p in BASELINES:
         bar.update(1)
-        baselines[p] = simulate(exp.with_comm(merge=p, threshold_bytes=None)).summary()["iteration_time_s"]
+        result = simulate(exp.with_comm(merge=p, threshold_bytes=None))
+        baselines[p], warnings[p] = result.summary()["iteration_time_s"], Caveat.line(of_result(result))
     best_run = exp.with_comm(merge="threshold", threshold_bytes=best)
     versus = {p: ratio_interval(exp.with_comm(merge=p, threshold_bytes=None), best_run, level)
               for p in FRAMEWORK_DEFAULTS}
@@ -161,7 +168,7 @@ def tune(exp: Experiment, *, lo: float | None = None, hi: float | None = None, p
                        "estimated": bool(exp.estimated), "model_bytes": total, "smallest_tensor_bytes": smallest},
                       (float(curve.threshold_bytes.iloc[a]), float(curve.threshold_bytes.iloc[b])),
                       float(curve.threshold_bytes.iloc[pick]), float(curve.iteration_time_s.iloc[pick]), versus,
-                      interval)
+                      interval, warnings)
 
 
 def widest_plateau(xs, ys, tolerance: float, least: float | None = None) -> tuple[int, int, int]:

@@ -139,7 +139,7 @@ LAYERS = [
     ("tools over many simulations, outputs", ["simfog.sweeps", "simfog.tune", "simfog.tune_sharded",
                                              "simfog.tune_framework", "simfog.titles", "simfog.pricing", "simfog.plan",
                                              "simfog.timeline", "simfog.plot", "simfog.jobs",
-                                             "simfog.run_bands"]),
+                                             "simfog.run_bands", "simfog.caveats"]),
     ("the Python API", ["simfog.api", "simfog.overrides", "simfog"]),
     ("the validator", ["validate"]),
     ("the command line", ["simfog.commands", "simfog.cli", "simfog.__main__"]),

@@ -97,7 +97,8 @@ def test_plan_and_curve_figures_name_the_trace_and_network_files(tmp_path):
     result = plan_counts(exp, load_catalogue(tmp_path / "prices.toml"), gpus=[8, 16])
     title = plot.plan_figure(result).axes[0].get_title()
     assert title == result.title
-    assert title.startswith("toy (batch 8/GPU) on ") and " at GPUs 8, 16; mean layer times of trace t.json" in title
+    assert title.startswith("toy (batch 8/GPU) on ") and (
+        f" at GPUs 8, 16; {exp.workload.compute} layer times of trace t.json" in title)  # the experiment's mode
     assert title.endswith("; catalogue prices.toml (network files a100-ib.toml)")
     df = pd.DataFrame({"ranks": [8, 16], "merge": "ddp", "collective": "nccl", "samples_per_s": [300.0, 500.0],
                        "scaling_efficiency": [1.0, 0.9], "error": ""})

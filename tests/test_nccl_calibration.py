@@ -224,18 +224,20 @@ def test_simulate_and_plan_name_their_extrapolations(tmp_path, capsys):
     exp.write_text('[workload]\ntrace = "t.json"\ncompute = "mean"\n[cluster]\nnodes = 4\ngpus_per_node = 8\n'
                    'network = "net.toml"\n[comm]\nmerge = "ddp"\n')
     assert cli.main(["simulate", str(exp)]) == 0
-    comm = next(line for line in capsys.readouterr().out.splitlines() if "communication" in line)
-    assert comm.endswith("EXTRAPOLATED: 4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)")
+    said = next(line for line in capsys.readouterr().out.splitlines() if "WARNINGS" in line)
+    assert said.endswith("EXTRAPOLATED: 4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)")
     assert cli.main(["simulate", str(exp), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["extrapolated"] == [
-        "4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"]
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["extrapolated"] == ["4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"]
+    assert summary["warnings"] == [{"code": "EXTRAPOLATED",
+                                    "text": "4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"}]
     (tmp_path / "cat.toml").write_text('currency = "EUR"\n[[option]]\nname = "ib"\ngpus_per_node = 8\n'
                                        'max_nodes = 8\nprice_per_gpu_hour = 1.0\nnetwork = "net.toml"\n')
     assert cli.main(["plan", str(tmp_path / "t.json"), "--catalogue", str(tmp_path / "cat.toml"),
                      "--target-samples-per-s", "5000", "--top", "20", "--json", "-o", str(tmp_path / "plan")]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert all(r["extrapolated"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes from logs of at "
-                                     "most 2 (NCCL's caps change at 3 nodes)") for r in rows)
+    assert all(r["warnings"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes from logs of at "
+                                 "most 2 (NCCL's caps change at 3 nodes)") for r in rows)
     assert any(r["nodes"] > 2 for r in rows)
 
 

@@ -118,7 +118,9 @@ def test_killed_sweep_resumes_without_losing_or_repeating_rows(tmp_path):
     for r in rows:
         # every column filled; a sweep without --level says "none" and leaves the interval's bounds empty
         assert r["interval_level"] == sweep.NO_INTERVAL
-        assert all(r[c] != "" for c in header if c != "error" and c not in sweep.INTERVAL_COLUMNS[1:]), r
+        assert all(r[c] != "" for c in header if c not in ("error", "warnings")
+                   and c not in sweep.INTERVAL_COLUMNS[1:]), r
+        assert r["warnings"] == ""  # nothing to warn of: no network file
         assert r["error"] == ""
 
 
@@ -269,4 +271,5 @@ def test_a_csv_written_before_the_network_columns_resumes(tmp_path, capsys):
     with open(old, newline="") as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == sweep.COLUMNS
-        assert list(reader) == expected  # the reused row's numbers as written, the network columns filled
+        # the reused row's numbers as written, the network columns filled, its warnings unknown (not "none")
+        assert list(reader) == [{**expected[0], "warnings": sweep.NOT_RECORDED}, expected[1]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, one_of
 
 
 def integer(value: object, field: str, least: int, most: int | None = None, why: str = "") -> None:
@@ -28,7 +28,7 @@ def choice(value: object, field: str, names: Iterable[str]) -> None:
     """One of `names`; None passes."""
     names = list(names)
     if value is not None and value not in names:
-        raise ConfigError(field, value, f"one of {', '.join(names)}")
+        raise ConfigError(field, value, one_of(value, names))
 
 
 def positive(value: object, field: str, allowed: str) -> None:

@@ -29,6 +29,7 @@ from simfog.errors import ConfigError, Infeasible
 from simfog.files import check_output, refuse_existing
 from simfog.nccl import bands as nccl_bands
 from simfog.nccl import fit as nccl_fit
+from simfog.nccl.facts import model_of_name
 from simfog.trace import load_network_trace
 
 MODELS = ("auto", "nccl", "alpha-beta")
@@ -123,8 +124,10 @@ def _run(args: argparse.Namespace) -> int:
                     statistic=args.statistic or "min")
     cal = nccl_fit.fit(traces, **hardware, source=", ".join(args.trace))
     held_out = nccl_bands.leave_a_scale_out(traces, **hardware)
-    if held_out is not None and cal.calibrated is not None:
-        cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out))
+    gpus = {m for m in (model_of_name(repr(t.extra)) for t in traces) if m}
+    # kept in the network file: every prediction on it then names a POOR FIT, and a trace of another GPU model
+    cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out, quality=cal.quality(),
+                                          gpu=gpus.pop() if len(gpus) == 1 else ""))
     for w in cal.warnings:
         print(f"simfog: warning: {w}", file=sys.stderr)
     if args.json:

@@ -23,7 +23,7 @@ from pathlib import Path
 from simfog import nccl, network_file, units
 from simfog.bands import DEFAULT_LEVEL, check_level, combine
 from simfog.cli import print_json
-from simfog.errors import ConfigError, Infeasible
+from simfog.errors import Caveat, ConfigError, Infeasible
 from simfog.experiment import MAX_RANK_ITERATIONS
 from simfog.importers import import_file
 from simfog.importers.nccl_tests import BUS_FACTOR, normalise
@@ -97,14 +97,17 @@ def run(args: argparse.Namespace) -> int:
         iv = combine(c.time_s, level, [part])
         row.update(time_lo_s=iv.lo, time_hi_s=iv.hi, interval_source=part.source)
         rows.append(row)
+    fit = Caveat.line(network_file.caveats(loaded))  # the calibration's quality: every row rests on it
     if args.json:
         print_json({"op": op, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "network": args.network,
-                    "interval_level": level, "rows": rows})
+                    "interval_level": level, "warnings": fit, "rows": rows})
         return 0
     print(f"# simfog collective {op}: {ranks} ranks on {args.nodes} node(s), NCCL {net.version} model, "
           f"network {args.network} (predicted, not measured)")
     if covered is None:
         print("# the network file records no calibration coverage ([calibrated]): extrapolation is not checked")
+    if fit:
+        print(f"# WARNINGS (every row): {fit}")
     head = (f"#{'size':>12s} {'count':>12s} {'type':>6s} {'time':>9s} {f'{100 * level:g} %: low':>11s} {'high':>9s} "
             f"{'algbw':>7s} {'busbw':>7s}  {'algo/proto':14s}")
     units_line = (f"#{'(B)':>12s} {'(elements)':>12s} {'':6s} {'(us)':>9s} {'(us)':>11s} {'(us)':>9s} {'(GB/s)':>7s} "

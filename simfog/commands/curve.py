@@ -22,9 +22,16 @@ if TYPE_CHECKING:
 MAX_POINTS = 1000  # rank counts one curve may have: each is a simulation
 
 
-def parse_ranks(text: str) -> list[int]:
+def parse_ranks(text: str, option: str = "--ranks") -> list[int]:
     """"4,8,16" as given; "4,8,...,2048" expands geometrically (ratio 8/4) or arithmetically ("8,16,...,64") when
-    the second step is not a whole ratio. Raises ConfigError for anything else."""
+    the second step is not a whole ratio. Raises ConfigError naming `option` for anything else."""
+    try:
+        return _series(text)
+    except ConfigError as e:
+        raise ConfigError(option, e.value, e.allowed) from None
+
+
+def _series(text: str) -> list[int]:
     parts = [x.strip() for x in text.split(",") if x.strip()]
     bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
     if not parts:
@@ -59,7 +66,11 @@ def parse_ranks(text: str) -> list[int]:
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded example)")
-    parser.add_argument("--ranks", required=True, help="rank counts: 4,8,16 or 4,8,...,2048")
+    parser.add_argument("--ranks", help="rank counts: 4,8,16 or 4,8,...,2048 (this or --nodes)")
+    parser.add_argument("--nodes", help="node counts, each of gpus_per_node ranks: 2,4,8 or 1,2,...,256")
+    from simfog.commands.simulate import add_cluster_overrides
+
+    add_cluster_overrides(parser)
     parser.add_argument("--merge", help="comma-separated merge policies (default: the file's)")
     parser.add_argument("--collective", help="comma-separated collectives (default: the file's)")
     parser.add_argument("--compute", choices=("mean", "samples"),
@@ -97,20 +108,29 @@ def curve_frame(rows: list[dict], points) -> pd.DataFrame:
 
 
 def run(args) -> int:
-    from simfog import experiment
-    from simfog.cli import DEFAULT_EXPERIMENT
     from simfog.commands.outputs import folder_prefix
-    from simfog.commands.sweep import level_from_args, pricing_from_args, report, with_costs
+    from simfog.commands.sweep import (
+        level_from_args,
+        load_cluster,
+        pricing_from_args,
+        ranks_of_nodes,
+        report,
+        with_costs,
+    )
     from simfog.files import check_output, new_run_dir, refuse_existing
     from simfog.sweeps import check_jobs, checked_grid
 
     if args.output is not None:
         args.output = folder_prefix(args.output, "curve")  # -o DIR: DIR/curve.* from here on
 
-    exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
+    if (args.ranks is None) == (args.nodes is None):
+        raise ConfigError("--ranks", "(missing)" if args.ranks is None else args.ranks,
+                          "rank counts (4,8,...,2048) or --nodes node counts (1,2,...,256), one of the two")
+    exp = load_cluster(args)
     if args.compute:
         exp = replace(exp, workload=replace(exp.workload, compute=args.compute))
-    ranks = parse_ranks(args.ranks)
+    ranks = (parse_ranks(args.ranks) if args.nodes is None
+             else ranks_of_nodes(parse_ranks(args.nodes, "--nodes"), exp, args.nodes))
     check_jobs(args.jobs)
     pricing = pricing_from_args(args)
     args.level = level_from_args(args)  # checked before anything is written

@@ -7,8 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from simfog import units
+from simfog.commands.init import catalogue_text
+from simfog.commands.simulate import add_cluster_overrides
+from simfog.experiment import COMPUTE_MODES
 
 DEFAULT_CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "catalogue.toml"
+CATALOGUE_HELP = ("The catalogue (--catalogue FILE): every key, what it means and its default; `simfog init "
+                  "--catalogue FILE` writes this\nfor your cluster (docs/catalogue.md says more):\n\n"
+                  + catalogue_text({"nodes": 4, "max_nodes": 64, "gpus_per_node": 8, "intra_bandwidth": "150GB/s",
+                                    "intra_latency": "2us", "nic_bandwidth": "100Gbit/s", "nic_latency": "10us",
+                                    "gpu_memory": "80GB"}))
 
 
 def add_arguments(parser) -> None:
@@ -22,7 +30,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpus", help="GPU counts to price and predict, e.g. 16,64,256 (no target; above one node "
                         "whole nodes of each option)")
     parser.add_argument("--nodes", help="node counts to price and predict, e.g. 2,8,32 (no target)")
-    parser.add_argument("--samples", action="store_true", help="use sampled layer times (default: means)")
+    parser.add_argument("--compute", choices=COMPUTE_MODES, default=None,
+                        help="layer times (default: the experiment's [workload] compute, as simulate, sweep and "
+                        "curve run it; a trace alone: an experiment file's default)")
+    parser.add_argument("--samples", action="store_true", help="the same as --compute samples")
+    add_cluster_overrides(parser, each="every catalogue option's ")
+    parser.epilog = CATALOGUE_HELP
     parser.add_argument("--confidence", type=float, default=None,
                         help="e.g. 0.9: a configuration meets the target only when its throughput reaches it with "
                              "this confidence (the lower bound of its prediction interval; 5 simulations each)")
@@ -94,20 +107,21 @@ def counts_from_args(args) -> dict | None:
     return {name: counts}
 
 
-def format_counts_table(result, notes: list[str] | None = None) -> str:
-    """Every configuration of a plan at fixed counts, by GPUs then cost; rows that cannot run say why."""
+def format_counts_table(result) -> str:
+    """Every configuration of a plan at fixed counts, by GPUs then cost; rows that cannot run say why, rows that run
+    end with their warnings (simfog.caveats)."""
     cur = result.currency
     epoch = result.epoch_samples is not None
     sure = result.info.get("confidence")
     head = (f"  {'GPUs':>5} {'nodes':>5} {'option':<12} {'collective / merge':<22} {'samples/s':>11}{_sure_head(sure)} "
             f"{'effic.':>7} {'memory':>10} {cur + '/h':>10}" + (f" {'epoch':>9} {cur + '/epoch':>12}" if epoch else ""))
     lines = [head]
-    for i, r in enumerate(result.candidates.itertuples()):
+    for r in result.candidates.itertuples():
         what = f"  {r.gpus:>5} {r.nodes:>5} {r.option:<12} {r.collective + ' / ' + r.merge:<22}"
         if r.error:
             lines.append(f"{what} {r.error}")
             continue
-        lines.append(f"{what} {_numbers(r, epoch, sure)}" + (f"  {notes[i]}" if notes and notes[i] else ""))
+        lines.append(f"{what} {_numbers(r, epoch, sure)}" + _warnings(r))
     return "\n".join(lines + _sure_note(result))
 
 
@@ -147,25 +161,13 @@ def duration(seconds: float) -> str:
     return units.format_time(seconds)
 
 
-def extrapolations(catalogue, rows) -> list[str]:
-    """Per row of the table: how its prediction leaves what the option's network file was calibrated on
-    (simfog.nccl.calibrated; "" inside it, or where the option has no network file or the collective is not NCCL's)."""
-    from simfog.nccl.calibrated import note_line
-
-    options = {o.name: o for o in catalogue.options}
-    out = []
-    for r in rows.itertuples():
-        opt = options.get(r.option)
-        net = opt.network if opt is not None else None
-        if net is None or net.calibrated is None or r.collective != "nccl":
-            out.append("")
-            continue
-        per_node = min(r.gpus, opt.gpus_per_node)
-        out.append(note_line(net.calibrated.notes(net.nccl, None, int(r.nodes), per_node)))
-    return out
+def _warnings(row) -> str:
+    """What a row's number rests on (its `warnings`: simfog.caveats), after two spaces; "" for nothing."""
+    text = getattr(row, "warnings", "")
+    return f"  {text}" if isinstance(text, str) and text else ""
 
 
-def format_table(result, top: int, notes: list[str] | None = None) -> str:
+def format_table(result, top: int) -> str:
     cur = result.currency
     epoch = result.epoch_samples is not None
     sure = result.info.get("confidence")
@@ -174,19 +176,17 @@ def format_table(result, top: int, notes: list[str] | None = None) -> str:
     fabric = "fabric_cost" in result.candidates
     head += f" {'fabric':>8}" if fabric else ""
     lines = [head]
-    for i, r in enumerate(result.feasible().head(top).itertuples()):
+    for r in result.feasible().head(top).itertuples():
         line = (f"  {r.option:<12} {r.gpus:>5} {r.nodes:>5} {r.collective + ' / ' + r.merge:<22} "
                 f"{_numbers(r, epoch, sure)}")
         if fabric:  # what the option's fabric and placement add to the iteration time ("": a flat option)
             line += f" {'' if r.fabric_cost != r.fabric_cost else f'{100 * r.fabric_cost:+.1f}%':>8}"
-        lines.append(line + (f"  {notes[i]}" if notes and notes[i] else ""))
+        lines.append(line + _warnings(r))
     return "\n".join(lines + _sure_note(result))
 
 
 def _memory(nbytes: float, complete: bool) -> str:
     """The peak per GPU; "+?" when the trace records no activations (the peak then lacks them)."""
-    from simfog import units
-
     return (units.format_bytes(nbytes) + ("" if complete else "+?")) if nbytes == nbytes else "?"
 
 
@@ -228,8 +228,10 @@ def run(args) -> int:
 
     from simfog.cli import DEFAULT_EXPERIMENT, print_json
     from simfog.commands.outputs import folder_prefix
+    from simfog.commands.simulate import cluster_overrides
     from simfog.errors import ConfigError, Infeasible
     from simfog.files import check_output, refuse_existing
+    from simfog.overrides import OPTION_PREFIX, as_options, cluster_keys
     from simfog.plan import load_catalogue, plan, workload_experiment
 
     if args.output is not None:
@@ -246,12 +248,18 @@ def run(args) -> int:
         for suffix in ("csv", "png"):
             check_output(f"{args.output}.{suffix}")
         refuse_existing([f"{args.output}.csv", f"{args.output}.png"], force=args.force)
+    if args.samples and args.compute not in (None, "samples"):
+        raise ConfigError("--samples", True, f"--compute samples, not beside --compute {args.compute}")
+    compute = "samples" if args.samples else args.compute
     exp = workload_experiment(args.workload or DEFAULT_EXPERIMENT)
-    catalogue = load_catalogue(args.catalogue or DEFAULT_CATALOGUE)
+    path = str(args.catalogue or DEFAULT_CATALOGUE)
+    given = cluster_keys(**{k: v for k, v in cluster_overrides(args).items() if k != "nodes"})
+    with as_options(given, path, OPTION_PREFIX):  # --network ... read as every option's own keys
+        catalogue = load_catalogue(path, given)
     if counts is not None:
-        return _run_counts(args, exp, catalogue, counts, epoch)
+        return _run_counts(args, exp, catalogue, counts, epoch, compute)
     try:
-        result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, samples=args.samples,
+        result = plan(exp, catalogue, target_samples_per_s=target, epoch_samples=epoch, compute=compute,
                       confidence=args.confidence)
     except Infeasible as e:
         if getattr(e, "result", None) is not None:
@@ -260,9 +268,8 @@ def run(args) -> int:
         raise
     csv, png = _write_where_asked(result, args)
     top = result.feasible().head(args.top)
-    notes = extrapolations(catalogue, top)
     if args.json:
-        records = [{**r, "extrapolated": n} for r, n in zip(json_records(top), notes, strict=True)]
+        records = json_records(top)
         print_json({"title": result.title, "target_samples_per_s": result.target_samples_per_s,
                     "epoch_samples": epoch, "currency": result.currency, "ranked_by": result.cost_column,
                     **result.info, "best": records[0], "rows": records, "csv": csv, "png": png})
@@ -271,25 +278,24 @@ def run(args) -> int:
     print(result.title)
     note = f" ({catalogue.note})" if catalogue.note else ""
     print(f"prices from {catalogue.source}{note}; cheapest first, by cost per {'epoch' if epoch else 'hour'}:")
-    print(format_table(result, args.top, notes))
+    print(format_table(result, args.top))
     print(f"wrote {csv}, {png}")
     return 0
 
 
-def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None) -> int:
+def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None, compute: str | None) -> int:
     """`plan --gpus` / `--nodes`: every configuration at those counts, priced and predicted."""
     import sys
 
     from simfog.cli import print_json
     from simfog.pricing import plan_counts
 
-    result = plan_counts(exp, catalogue, epoch_samples=epoch, samples=args.samples, confidence=args.confidence,
+    result = plan_counts(exp, catalogue, epoch_samples=epoch, compute=compute, confidence=args.confidence,
                          **counts)
     csv, png = _write_where_asked(result, args)
     rows = result.candidates
-    notes = extrapolations(catalogue, rows)
     if args.json:
-        records = [{**r, "extrapolated": n} for r, n in zip(json_records(rows), notes, strict=True)]
+        records = json_records(rows)
         print_json({"title": result.title, "epoch_samples": epoch, "currency": result.currency, **counts,
                     **result.info, "rows": records, "csv": csv, "png": png})
         print(f"wrote {csv}, {png}", file=sys.stderr)
@@ -297,6 +303,6 @@ def _run_counts(args, exp, catalogue, counts: dict, epoch: float | None) -> int:
     print(result.title)
     note = f" ({catalogue.note})" if catalogue.note else ""
     print(f"prices from {catalogue.source}{note}; by GPUs, then cost per {'epoch' if epoch else 'hour'}:")
-    print(format_counts_table(result, notes))
+    print(format_counts_table(result))
     print(f"wrote {csv}, {png}")
     return 0

@@ -6,7 +6,7 @@ import math
 
 from simfog import units
 from simfog.bands import DEFAULT_LEVEL, check_level
-from simfog.nccl.calibrated import note_line
+from simfog.errors import Caveat
 
 
 def add_arguments(parser) -> None:
@@ -26,8 +26,10 @@ def add_arguments(parser) -> None:
 
 
 def add_overrides(parser) -> None:
-    """Options that override the experiment file (shared with sweep, tune, curve)."""
+    """Options that override the experiment file (shared with tune)."""
     parser.add_argument("--ranks", type=int, help="override the rank count (whole nodes of gpus_per_node)")
+    parser.add_argument("--nodes", type=int, help="override [cluster] nodes (not with --ranks)")
+    add_cluster_overrides(parser)
     parser.add_argument("--merge", help="override comm.merge")
     parser.add_argument("--collective", help="override comm.collective")
     parser.add_argument("--threshold", help='override comm.threshold, e.g. "25MiB"')
@@ -35,13 +37,31 @@ def add_overrides(parser) -> None:
     parser.add_argument("--seed", type=int, help="override the seed")
 
 
-def load_with_overrides(args):
+def add_cluster_overrides(parser, *, each: str = "") -> None:
+    """--gpus-per-node, --nic-bandwidth, --network: the cluster as the file's [cluster] keys would set it (shared
+    with sweep, curve, tune and plan, whose `each` says they set every catalogue option's)."""
+    parser.add_argument("--gpus-per-node", type=int, help=f"override {each or '[cluster] '}gpus_per_node")
+    parser.add_argument("--nic-bandwidth", help=f'override {each or "[cluster] "}nic_bandwidth, e.g. "100Gbit/s" '
+                        "(a network file, when there is one, sets the links instead: a warning says so)")
+    parser.add_argument("--network", metavar="FILE", help=f"override {each or '[cluster] '}network: a network file "
+                        "(simfog calibrate LOGS -o FILE), relative to here; its links replace those written")
+
+
+def cluster_overrides(args) -> dict:
+    """The cluster overrides given, as simfog.overrides.load_with_overrides takes them."""
+    from simfog.overrides import CLUSTER_KEYS
+
+    return {k: getattr(args, k, None) for k in CLUSTER_KEYS}
+
+
+def load_with_overrides(args, **given):
     """The experiment named by args.file (or the embedded default) with the command line's overrides applied
-    (simfog.overrides, which the Python API shares)."""
+    (simfog.overrides, which the Python API shares); `given` in place of args' (sweep's --nodes is a list)."""
     from simfog.overrides import load_with_overrides as load
 
-    return load(args.file, ranks=args.ranks, merge=args.merge, collective=args.collective,
-                threshold=args.threshold, iterations=args.iterations, seed=args.seed)
+    options = {"ranks": args.ranks, "merge": args.merge, "collective": args.collective, "threshold": args.threshold,
+               "iterations": args.iterations, "seed": args.seed, **cluster_overrides(args)}
+    return load(args.file, **{**options, **given})
 
 
 def _what(s: dict) -> str:
@@ -62,9 +82,10 @@ def format_summary(s: dict) -> str:
         f"  scaling efficiency {_with_interval(s, 'scaling_efficiency', '', lambda x: f'{100 * x:.1f} %')}",
         f"  compute            {units.format_time(s['compute_s'])} per rank, from {s['compute_source']}",
         f"  communication      {units.format_time(s['comm_s'])}, exposed {units.format_time(s['comm_exposed_s'])}"
-        f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}"
-        + (f"  {note_line(s['extrapolated'])}" if s.get("extrapolated") else ""),
+        f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}",
     ]
+    if s.get("warnings"):  # what the numbers rest on (simfog.caveats), as every row of sweep, curve, plan says it
+        lines.append(f"  WARNINGS           {Caveat.line(Caveat(**w) for w in s['warnings'])}")
     links = (f"network file {s['network_file']}" if s.get("network_file") else
              f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
     lines.append(f"  inputs             trace {s['trace']}; {links}")
@@ -122,10 +143,11 @@ def run_jobs(args) -> int:
     from simfog.cli import print_json
     from simfog.errors import ConfigError
 
-    for option in ("ranks", "merge", "collective", "threshold", "iterations", "seed", "intervals", "timeline"):
+    for option in ("ranks", "merge", "collective", "threshold", "iterations", "seed", "intervals", "timeline", "nodes",
+                   "gpus_per_node", "nic_bandwidth", "network"):
         if getattr(args, option, None) is not None:
-            raise ConfigError(f"--{option}", getattr(args, option), f"left out for a jobs file ({args.file}): set it "
-                              "per job in the file")
+            raise ConfigError("--" + option.replace("_", "-"), getattr(args, option), f"left out for a jobs file "
+                              f"({args.file}): set it per job in the file")
     result = jobs.run(jobs.load(args.file), model="timeline")  # the jobs in time, and the band over phases
     if args.json:
         print_json({"jobs": [{**asdict(r), "slowdown": r.slowdown} for r in result.jobs], "rounds": result.rounds,
@@ -136,6 +158,7 @@ def run_jobs(args) -> int:
 
 
 def run(args) -> int:
+    from simfog import caveats
     from simfog.cli import print_json
     from simfog.files import atomic_open, check_output, refuse_existing
     from simfog.jobs import is_jobs_file
@@ -151,7 +174,7 @@ def run(args) -> int:
             check_output(path)  # before simulating: a bad name fails at once
     refuse_existing([args.intervals], force=args.force, option="--intervals")
     refuse_existing([args.timeline], force=args.force, option="--timeline")
-    result = simulate(load_with_overrides(args), progress=True)
+    result = caveats.attach(simulate(load_with_overrides(args), progress=True))
     attach(result, level)
     summary = result.summary()
     notes = extrapolated(result.experiment, result.buckets)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from simfog import units
+from simfog.commands.simulate import add_cluster_overrides, cluster_overrides
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
 from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, option_list
@@ -13,6 +14,9 @@ from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, option_list
 def add_arguments(parser) -> None:
     parser.add_argument("file", nargs="?", help="experiment TOML (default: the embedded example)")
     parser.add_argument("--ranks", default=None, help="comma-separated rank counts (default: the file's)")
+    parser.add_argument("--nodes", default=None, help="comma-separated node counts, each of gpus_per_node ranks "
+                        "(not with --ranks)")
+    add_cluster_overrides(parser)
     parser.add_argument("--merge", default=None, help="comma-separated merge policies (default: the file's)")
     parser.add_argument("--collective", default=None, help="comma-separated collectives (default: the file's)")
     parser.add_argument("--threshold", default=None, help='comma-separated thresholds, e.g. "1MiB,25MiB"')
@@ -76,19 +80,40 @@ def with_costs(rows: list[dict], pricing) -> list[dict]:
     return rows if pricing is None else priced(rows, pricing[0], pricing[1])
 
 
+def load_cluster(args):
+    """The experiment of args.file (or the embedded default) on the cluster the command line's --gpus-per-node,
+    --nic-bandwidth and --network describe (simfog.overrides; shared with curve)."""
+    from simfog.overrides import load_with_overrides
+
+    return load_with_overrides(args.file, **{k: v for k, v in cluster_overrides(args).items() if k != "nodes"})
+
+
+def ranks_of_nodes(nodes: list[int], exp, text: str) -> list[int]:
+    """Rank counts of node counts (each checked as [cluster] nodes: an integer >= 1), gpus_per_node each."""
+    for n in nodes:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("--nodes", text, "comma-separated integers >= 1, e.g. 2,8,32")
+    return [n * exp.cluster.ranks_per_node for n in nodes]
+
+
 def run(args) -> int:
     from simfog import experiment, sweeps
-    from simfog.cli import DEFAULT_EXPERIMENT
 
     if args.output is not None:
         check_output(args.output)
     check_jobs(args.jobs)
+    if args.ranks is not None and args.nodes is not None:
+        raise ConfigError("--nodes", args.nodes, "either --ranks or --nodes, not both")
     pricing = pricing_from_args(args)
-    exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
+    exp = load_cluster(args)
     try:
-        ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
+        if args.nodes is not None:
+            ranks = ranks_of_nodes([int(n) for n in option_list(args.nodes, "--nodes")], exp, args.nodes)
+        else:
+            ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
     except ValueError:
-        raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
+        flag, text = ("--nodes", args.nodes) if args.nodes is not None else ("--ranks", args.ranks)
+        raise ConfigError(flag, text, "comma-separated integers, e.g. 4,8,16") from None
     thresholds = ([experiment.comm_value("threshold", t, field="--threshold")
                    for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
@@ -218,7 +243,7 @@ def format_table(rows: list[dict], currency: str | None = None) -> str:
             line += f" {float(r['cost_per_hour']):>10,.2f}"
             if epoch:
                 line += f" {duration(float(r['epoch_time_s'])):>10} {float(r['cost_per_epoch']):>12,.2f}"
-        lines.append(line)
+        lines.append(line + (f"  {r['warnings']}" if r.get("warnings") else ""))
     if any(r.get("interval_unmeasured") for r in rows):
         lines.append("* the interval holds parts nothing measured (a stated width; interval_unmeasured names them)")
     if any(r.get("within_uncertainty") is True for r in rows):

@@ -56,7 +56,7 @@ def format_result(r) -> str:
             iv = r.versus_defaults[row.policy]
             line += (f"  ({100 * level:g} %: {100 * (iv.lo - 1):+.1f} to {100 * (iv.hi - 1):+.1f} %: "
                      + ("the model tells them apart)" if row.distinct else "within the model's uncertainty)"))
-        lines.append(line)
+        lines.append(line + (f"  {row.warnings}" if row.warnings else ""))
     lines.append("  a framework's own setting (bucket_cap_mb, HOROVOD_FUSION_THRESHOLD, ...): "
                  "--merge ddp|horovod|bagua")
     return "\n".join(lines)
@@ -107,11 +107,11 @@ def format_sharded(r) -> str:
 
 
 def run(args) -> int:
-    from simfog import plot
+    from simfog import caveats, plot
     from simfog.bands import DEFAULT_LEVEL, check_level
     from simfog.cli import print_json
     from simfog.commands.outputs import folder_prefix
-    from simfog.errors import ConfigError
+    from simfog.errors import Caveat, ConfigError
     from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
     from simfog.titles import input_columns
     from simfog.tune import tune
@@ -177,10 +177,14 @@ def run(args) -> int:
             raise ConfigError("--" + e.field.replace("_", "-"), e.value, e.allowed) from None
         raise
 
+    # A framework's or sharded search: what every setting rests on (the calibration, the layout; the generic search
+    # has each threshold's own, sizes included, in its curve and table)
+    common = Caveat.line(caveats.of_run(exp, [])) if sharded or framework else ""
+
     def write(prefix) -> None:
         with atomic_open(f"{prefix}.csv") as f:
             # every row names the trace and network file (simfog.titles.input_columns), as a sweep's rows do
-            table = result.settings if sharded or framework else result.curve
+            table = result.settings.assign(warnings=common) if sharded or framework else result.curve
             table.assign(**input_columns(exp)).to_csv(f, index=False)
         figure = (plot.framework_tune_figure if framework else plot.sharded_tune_figure if sharded
                   else plot.tune_figure)(result)
@@ -202,9 +206,9 @@ def run(args) -> int:
                         "tolerance": result.tolerance, "tolerance_source": result.tolerance_source,
                         "keep_reason": result.keep_reason, **_gain_fields(result.gain_interval),
                         "plateau": {k: list(v) for k, v in result.plateau.items()}, "notes": list(result.notes),
-                        **result.info, "plot": png, "csv": csv})
+                        **result.info, "warnings": common, "plot": png, "csv": csv})
         else:
-            print(format_framework(result))
+            print(format_framework(result) + _common_warnings(common))
             print(f"wrote {png}, {csv}")
         return 0
     if sharded:
@@ -214,9 +218,9 @@ def run(args) -> int:
                         "defaults": _plain(result.default), "infeasible": result.infeasible,
                         "infeasible_reasons": result.reasons, "choice": _plain(choice), "keep_default": keep,
                         "setting": result.spelling(choice), "tolerance": tolerance, "keep_reason": reason,
-                        **_gain_fields(iv), **result.info, "plot": png, "csv": csv})
+                        **_gain_fields(iv), **result.info, "warnings": common, "plot": png, "csv": csv})
         else:
-            print(format_sharded(result))
+            print(format_sharded(result) + _common_warnings(common))
             print(_sharded_answer(result, choice, keep, tolerance, args.tolerance is not None, reason, iv))
             print(f"wrote {png}, {csv}")
         return 0
@@ -228,11 +232,17 @@ def run(args) -> int:
                                                  "interval_level": iv.level, "distinct": result.distinct(p)}
                                              for p, iv in result.versus_defaults.items()},
                     "near_best_bytes": list(result.near_best_bytes), "baselines_iteration_time_s": result.baselines,
-                    "compute_mode": result.compute, **result.info, "plot": png, "csv": csv})
+                    "compute_mode": result.compute, **result.info, "warnings": result.warnings, "plot": png,
+                    "csv": csv})
     else:
         print(format_result(result))
         print(f"wrote {png}, {csv}")
     return 0
+
+
+def _common_warnings(line: str) -> str:
+    """The line under a framework's or sharded search naming what every setting rests on ("" for nothing)."""
+    return f"\n  WARNINGS (every setting): {line}" if line else ""
 
 
 def _tolerance_line(tolerance: float, stated: bool) -> str:

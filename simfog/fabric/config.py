@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 
 from simfog import units
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, one_of, unknown_key
 from simfog.fabric.base import Fabric
 from simfog.fabric.clos import FatTree
 from simfog.fabric.dragonfly import Dragonfly
@@ -73,12 +73,12 @@ def default_fabric(nodes: int, nic_Bps: float, *, nics_per_node: int = 1, oversu
 def _build(t: dict, nodes: int, nic_Bps: float, nics: int, source: str | None) -> Fabric:
     kind = t.get("kind", "flat")
     if kind not in KINDS:
-        raise ConfigError("fabric.kind", kind, f"one of {', '.join(KINDS)}", source=source)
+        raise ConfigError("fabric.kind", kind, one_of(kind, KINDS), source=source)
     allowed = _COMMON | _KEYS[kind]
     for key in t:
         if key not in allowed:
-            raise ConfigError(f"fabric.{key}", t[key], f"not a key of a {kind} fabric; allowed: "
-                              f"{', '.join(sorted(allowed))}", source=source)
+            raise ConfigError(f"fabric.{key}", t[key], unknown_key(key, allowed, f"not a key of a {kind} fabric"),
+                              source=source)
     r = _Reader(t, source)
     common = dict(nic_Bps=nic_Bps, nics_per_node=nics, ecmp=r.choice("ecmp", ("split", "hash"), "split"),
                   switch_latency_s=r.time("switch_latency"))
@@ -179,7 +179,7 @@ class _Reader:
     def choice(self, key: str, allowed: tuple, default):
         v = self.t.get(key, default)
         if isinstance(v, bool) or v not in allowed:
-            raise self._error(key, v, f"one of {', '.join(map(str, allowed))}")
+            raise self._error(key, v, one_of(v, map(str, allowed)))
         return v
 
     def flag(self, key: str) -> bool:

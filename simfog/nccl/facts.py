@@ -42,6 +42,29 @@ def arch_of_name(text: str) -> str | None:
     return next((arch for name, arch in _ARCH_BY_NAME if re.search(name, text)), None)
 
 
+def model_of_name(text: str) -> str | None:
+    """The GPU model named in `text` ("NVIDIA H100 80GB HBM3" -> "H100", "h200" -> "H200"), or None: what tells an
+    H200 from an H100, which share a generation."""
+    return next((name for name, _ in _ARCH_BY_NAME if re.search(name, text.upper())), None)
+
+
+def other_device(device: object, gpu: str) -> str | None:
+    """Why a trace whose `device` (its {"kind", "name"} table) is not the GPU model `gpu` ("H100", "NVIDIA H100
+    80GB HBM3") cannot stand for that GPU's compute, as one phrase; None when it is that model, or is synthetic, or
+    either side names nothing to compare. Models compare by name (H200 is not H100), not by generation."""
+    if not isinstance(device, dict) or device.get("kind") == "synthetic" or not gpu.strip():
+        return None
+    name = str(device.get("name") or device.get("kind") or "")
+    if not name:
+        return None
+    wanted = model_of_name(gpu) or gpu.strip().upper()
+    found = model_of_name(name)
+    if found == wanted or (found is None and device.get("kind") not in ("cpu",) and wanted in name.upper()):
+        return None
+    estimated = " (estimated)" if device.get("estimated") else ""
+    return f"the trace's compute times are of {name}{estimated}, not of {gpu}"
+
+
 def _runs(traces) -> list[dict]:
     out = []
     for trace in traces:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simfog.errors import ConfigError
+from simfog.errors import ConfigError, one_of
 from simfog.nccl.releases import ARCHS, PATHS, PROTOS, parse_release, tables
 
 CPU_VENDORS = ("intel", "amd", "arm")  # NCCL treats every host but AMD as Intel's row and overhead
@@ -95,7 +95,7 @@ class NcclNetwork:
         for name, allowed in (("gpu_arch", ARCHS), ("cpu_vendor", CPU_VENDORS), ("intra_transport", TRANSPORTS),
                               ("gpu_nic_path", PATHS)):
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"nccl.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+                raise ConfigError(f"nccl.{name}", getattr(self, name), one_of(getattr(self, name), allowed))
         lat = self.net_latency_s
         if not (isinstance(lat, tuple) and len(lat) == len(PROTOS)):
             raise ConfigError("nccl.net_latency", lat, f"three times >= 0, for {', '.join(PROTOS)}")

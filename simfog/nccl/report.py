@@ -3,13 +3,12 @@ fitted, assumed and given, the warnings, what the logs covered, and the report p
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from simfog import nccl, units
-from simfog.nccl.calibrated import Calibrated
+from simfog.nccl.calibrated import Calibrated, FitQuality
 
 FLAG_ERROR = 0.25   # "off": the model misses the point by more than this
 FLAG_SLOWER = 1.2   # "non-monotone": the point took this many times longer than the next larger size of its log
@@ -82,11 +81,16 @@ class NcclCalibration:
         out += ["", f"{len(e)} points: median |error| {np.median(e):.1%}, worst {e.max():.1%}; "
                     f"{flagged} flagged" + (f" (without them: median {np.median(ok):.1%}, worst {ok.max():.1%})"
                                             if flagged and len(ok) else "")]
-        rms = math.sqrt(float(np.mean(np.log1p(np.array([p.rel_error for p in self.points])) ** 2)))
-        if rms > 0.2:
-            out.append(f"POOR FIT: rms log error {rms:.2f}; check the flagged points and the facts "
-                       "(--nccl-version, --gpu-arch, --nics-per-node, ...) before using this network")
+        quality = self.quality()
+        if quality.poor:
+            out.append(f"POOR FIT: rms log error {quality.rms_log_error:.2f}; check the flagged points and the facts "
+                       "(--nccl-version, --gpu-arch, --nics-per-node, ...) before using this network (the network "
+                       "file records it, and every prediction from it says so)")
         return "\n".join(out)
+
+    def quality(self) -> FitQuality:
+        """How well the model fits these points: what the network file keeps, and every row using it shows."""
+        return FitQuality.of((p.rel_error for p in self.points), (p.flag for p in self.points))
 
     def to_dict(self) -> dict:
         """JSON-ready: the network (SI), what was fitted / assumed / given, warnings and every point."""
