@@ -18,10 +18,14 @@ from simfog.simulation import new_simulation
 from validate.families.base import buckets_match, fit_of
 from validate.host_calibration import (
     EXCESS,
+    FSDP_PROBE_LAYERS,
+    PROBE_SIZES,
+    STEP,
     excess_points,
     overheads_record,
     probe_experiment,
     probe_trace,
+    step_excess,
     with_overheads,
 )
 
@@ -95,9 +99,40 @@ class Fsdp(_Sharded):
     def measured_keys(self, sim_exp: Experiment, config: Mapping, per_rank: Sequence[dict], plan, mode: str) -> dict:
         return {**memory_keys(sim_exp, per_rank, mode), **super().measured_keys(sim_exp, config, per_rank, plan, mode)}
 
+    host_measured = STEP
+
     def _probe(self, exp: Experiment) -> tuple[str, dict]:
-        """FSDP2 with one unit per probe layer, resharded after forward, prefetch 1 (three collectives a layer)."""
-        return "fsdp", {"algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": True, "prefetch": 1}
+        """FSDP2 with one unit per probe layer, resharded after forward or not and prefetching as the row does."""
+        reshard, k = bool(exp.comm.reshard_after_forward), int(exp.comm.prefetch)
+        return f"fsdp-{'reshard' if reshard else 'keep'}-k{k}", {
+            "algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": reshard, "prefetch": k}
+
+    def host_probes(self, experiments: Sequence[Experiment], cost) -> dict[str, tuple[str, Experiment]]:
+        """Per variant of the rows (reshard_after_forward, prefetch), one probe per size of PROBE_SIZES, every
+        layer of that size (validate.host_calibration: the step, not the spans, is measured)."""
+        out = {}
+        for exp in experiments:
+            key, comm = self._probe(exp)
+            for size in PROBE_SIZES:
+                trace = probe_trace((size,) * FSDP_PROBE_LAYERS, name=f"p{size // 1000}k")
+                out.setdefault(f"{key}-{size // 1000}kB", (key, probe_experiment(exp, trace, param_dtype=None,
+                                                                                 reduce_dtype=None, **comm)))
+        return out
+
+    def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
+        """(the probe's collective size, the per-collective overhead that makes its predicted step the measured
+        one): the median steady-state iteration of the probe's records, inverted through simfog
+        (validate.host_calibration.step_excess)."""
+        import statistics
+
+        from validate.comparison.compare import iteration_times
+        from validate.comparison.rows import measured_result
+
+        measured = iteration_times(measured_result(prepared.experiment, per_rank, prepared.plan, prepared.sim))[1:]
+        if not len(measured):
+            return []
+        size = float(prepared.sim.algorithm.plan.colls[0].nbytes)
+        return [(size, step_excess(prepared.experiment, float(statistics.median(measured))))]
 
 
 class Zero2(_Sharded):
