@@ -68,3 +68,31 @@ def test_slowest_over_mean_by_hand_and_under_each_mix():
     assert distributions.predicted_slowest_over_mean(values, 2, 1.0) == pytest.approx(1.0)  # one draw: no straggler
     half = distributions.predicted_slowest_over_mean(values, 2, 0.5)
     assert half == pytest.approx((0.5 * 1.5 + 0.5 * 1.75) / 1.5, abs=0.01)
+
+
+def test_the_validators_calibration_fits_the_spread_and_its_prediction_draws_from_it():
+    """gloo allreduce microbenchmarks on 4 nodes, 30 repetitions per size with 4 % per-call spread: the calibration
+    carries it into the simulated links, whose prediction then varies from iteration to iteration where the same
+    experiment without the spread does not."""
+    import math
+    from dataclasses import replace
+
+    from simfog import variation
+    from simfog.simulation import simulate
+    from simfog.trace import Measurement, NetworkTrace, Provenance
+    from tests.conftest import make_experiment
+    from validate.calibration import calibration_of, simulated_experiment
+
+    rng = np.random.default_rng(2)
+    ms = [Measurement("allreduce", 4, 4, m, tuple((6 * 3e-4 + 1.5 * m / 2.2e7) * (1 + 0.04 * variation.SCALE * (
+        rng.gumbel(size=30) + math.log(4) - variation.EULER_GAMMA)))) for m in (1e3, 1e4, 1e5, 3e5, 1e6, 3e6)]
+    net = NetworkTrace("gloo", "tcp", Provenance("test", "2026-11-28", "test"), tuple(ms))
+    cal = calibration_of(net, "allreduce")
+    assert cal.fits["nic"].spread == pytest.approx(0.04, rel=0.4)
+    exp = make_experiment(make_trace([1e-3] * 2, [2e-3] * 2, [250_000] * 2), nodes=4, gpus_per_node=1, iterations=8)
+    sim_exp = simulated_experiment(exp, cal)
+    assert sim_exp.cluster.nic.spread == cal.fits["nic"].spread
+    varied = simulate(sim_exp).iterations().groupby("iteration").end_s.max().diff().dropna()
+    assert varied.std() > 0
+    plain = simulate(replace(sim_exp, cluster=replace(sim_exp.cluster, nic=replace(sim_exp.cluster.nic, spread=0))))
+    assert plain.iterations().groupby("iteration").end_s.max().diff().dropna().std() == pytest.approx(0, abs=1e-12)

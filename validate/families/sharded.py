@@ -125,10 +125,9 @@ class Fsdp(_Sharded):
         (validate.host_calibration.step_excess)."""
         import statistics
 
-        from validate.comparison.compare import iteration_times
-        from validate.comparison.rows import measured_result
+        from validate.comparison.compare import iteration_times, measured_result
 
-        measured = iteration_times(measured_result(prepared.experiment, per_rank, prepared.plan, prepared.sim))[1:]
+        measured = iteration_times(measured_result(prepared.experiment, per_rank))[1:]
         if not len(measured):
             return []
         size = float(prepared.sim.algorithm.plan.colls[0].nbytes)
