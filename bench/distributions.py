@@ -127,10 +127,13 @@ def compute_draws() -> None:
         measured = distributions.slowest_over_mean(table)
         print(f"  judged on {n} ranks: the slowest rank's compute over the mean, measured {measured:.4f}; drawing "
               f"this row's own values with")
+        off = {}
         for label, w in (("independent", 0.0), ("shared", 1.0), (f"fitted on 2 ranks ({fitted})", fitted)):
             got = distributions.predicted_slowest_over_mean(table, n, w)
+            off[(label, w)] = abs(got - measured)
             print(f"    {label:28s} {got:.4f} ({got - measured:+.4f})")
-    print(f"compute_draws fitted on 2 ranks: {fitted}")
+        label, w = min(off, key=off.get)
+        print(f"compute_draws: {label} holds best on the held-out row: compute_draws = {w}")
 
 
 def main(argv=None) -> int:
