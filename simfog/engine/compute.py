@@ -24,8 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The default share of iterations whose ranks share one compute draw ([workload] compute_draws): 0, a draw per
-# (iteration, rank), until a measurement says otherwise (docs/distributions.md).
+# The default share of iterations whose ranks share one compute draw ([workload] compute_draws): independent, as
+# measured by `python bench/distributions.py --compute` (docs/distributions.md) on this project's 2-core VM, MLP
+# computed for real by 2 and 4 ranks of one per node, 119 iterations each, 2026-12-07 while other jobs loaded the
+# machine (load 8-10, rows host-limited; to be re-measured idle): the ranks' shared share of the compute variance
+# was 0.20 (90 % interval 0.06-0.34) on 2 ranks and 0.11 (0.03-0.18) on 4 (0.00, 0.00-0.04, in an earlier run);
+# judged on the 4-rank row, what its steps paid for their slowest rank (mean slowest / mean 1.347) was closest to
+# independent draws (1.367) against the 2-rank fit (1.294) and shared draws (1.000).
 SHARED_DEFAULT = 0.0
 COMPUTE_DRAWS = {"independent": 0.0, "shared": 1.0}
 
