@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from simfog import merge
 from simfog.experiment import Comm, Experiment
 from simfog.simulation import new_simulation
+from simfog.variation import expected_factor
 from validate.families.base import buckets_match, fit_of
 from validate.host_calibration import (
     EXCESS,
@@ -54,9 +55,11 @@ class _Sharded:
         return out
 
     def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
-        """The in-step excess of the plan's collectives (the records' order) over their cost in the prediction."""
+        """The in-step excess of the plan's collectives (the records' order) over their cost in the prediction (on
+        average: with its expected slowest rank, simfog.variation)."""
         sim = prepared.sim
-        bare = [(float(c.nbytes), sim.cost.time(c.op, c.nbytes, None)) for c in sim.algorithm.plan.colls]
+        slowest = expected_factor(sim.cost.spread(), sim.ranks)
+        bare = [(float(c.nbytes), sim.cost.time(c.op, c.nbytes, None) * slowest) for c in sim.algorithm.plan.colls]
         return excess_points(per_rank, [bare] * len(per_rank[0]["iterations"]))
 
     def with_host_costs(self, sim_exp: Experiment, fits: Mapping) -> tuple[Experiment, object, str]:
