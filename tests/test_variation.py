@@ -153,8 +153,10 @@ def test_expected_mode_on_a_hand_worked_iteration():
     for n, factor in ((8, 1.0810667), (2048, 1.2972446)):
         exp = make_experiment(TRACE, nodes=n // 2, gpus_per_node=2, merge="single", alpha=10e-3, beta=1e-9,
                               variation="expected")
-        t = simulate(_spread(exp)).summary()["iteration_time_s"]
-        assert t == pytest.approx(0.08 + 0.013 * factor, rel=1e-7)
+        s = simulate(_spread(exp)).summary()
+        assert s["iteration_time_s"] == pytest.approx(0.08 + 0.013 * factor, rel=1e-7)
+        assert (s["nic_spread"], s["intra_spread"], s["variation"]) == (0.05, 0.02, "expected")  # said in the output
+        assert "nic_spread" not in simulate(exp).summary()
 
 
 def test_compute_draws_shared_independent_and_mixed():
