@@ -64,6 +64,7 @@ PROBE_BACKWARD_S = 3e-3  # replayed, per layer (at least): collectives overlap c
 COVER = 1.25
 PROBE_ITERATIONS = 6
 FSDP_PROBE_LAYERS = 4  # layers (units) of one size per fsdp probe
+FSDP_PROBE_ITERATIONS = 10  # its steps' median is the point: more steps than the span probes, one point per probe
 STEP = "per-collective overhead at which simfog's probe step equals the measured one (median over its iterations)"
 
 

@@ -17,6 +17,7 @@ from validate.families import FAMILIES
 from validate.families.decentralized import by_phase, predicted_spans, with_latency
 from validate.host_calibration import (
     COVER,
+    FSDP_PROBE_ITERATIONS,
     FSDP_PROBE_LAYERS,
     PROBE_BACKWARD_S,
     PROBE_SIZES,
@@ -140,7 +141,7 @@ def test_fsdp_probes_each_variant_the_rows_run_at_every_size(record):
     probes = FAMILIES["fsdp"].host_probes(rows, None)
     assert sorted(probes) == sorted(f"fsdp-{v}-k1-{s // 1000}kB" for v in ("reshard", "keep") for s in PROBE_SIZES)
     for pid, (key, exp) in probes.items():
-        assert pid.startswith(key) and exp.comm.fsdp_unit == "layer"
+        assert pid.startswith(key) and exp.comm.fsdp_unit == "layer" and exp.iterations == FSDP_PROBE_ITERATIONS
         assert exp.comm.reshard_after_forward == (key == "fsdp-reshard-k1")
         sizes = {t.nbytes for t in exp.workload.trace.tensors.values()}
         assert len(exp.workload.trace.layers) == FSDP_PROBE_LAYERS and sizes == {int(pid.split("-")[-1][:-2]) * 1000}

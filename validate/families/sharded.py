@@ -11,6 +11,7 @@ collectives, one "bucket" each. fsdp rows add the measured memory peak per rank 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from simfog import merge
 from simfog.experiment import Comm, Experiment
@@ -19,6 +20,7 @@ from simfog.variation import expected_factor
 from validate.families.base import buckets_match, fit_of
 from validate.host_calibration import (
     EXCESS,
+    FSDP_PROBE_ITERATIONS,
     FSDP_PROBE_LAYERS,
     PROBE_SIZES,
     STEP,
@@ -118,8 +120,8 @@ class Fsdp(_Sharded):
             key, comm = self._probe(exp)
             for size in PROBE_SIZES:
                 trace = probe_trace((size,) * FSDP_PROBE_LAYERS, name=f"p{size // 1000}k")
-                out.setdefault(f"{key}-{size // 1000}kB", (key, probe_experiment(exp, trace, param_dtype=None,
-                                                                                 reduce_dtype=None, **comm)))
+                probe = probe_experiment(exp, trace, param_dtype=None, reduce_dtype=None, **comm)
+                out.setdefault(f"{key}-{size // 1000}kB", (key, replace(probe, iterations=FSDP_PROBE_ITERATIONS)))
         return out
 
     def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
