@@ -173,3 +173,13 @@ def test_compute_draws_shared_independent_and_mixed():
     assert together.mean() == pytest.approx(0.3, abs=0.03)
     t = mixed.astype(float)
     assert np.corrcoef(t[:, 0], t[:, 1])[0, 1] == pytest.approx(0.3, abs=0.05)  # two ranks correlate by w
+
+
+def test_simulate_says_the_spread_it_drew(tmp_path, capsys):
+    from simfog import cli
+
+    TRACE.save(tmp_path / "t.json")
+    (tmp_path / "e.toml").write_text('[workload]\ntrace = "t.json"\n[cluster]\nnodes = 2\nnic_bandwidth = "1Gbit/s"\n'
+                                     "nic_spread = 0.03\n")
+    assert cli.main(["simulate", str(tmp_path / "e.toml")]) == 0
+    assert "per-call spread 3 % between nodes, 0 % within (drawn per call)" in capsys.readouterr().out
