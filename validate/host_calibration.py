@@ -37,11 +37,11 @@ its bare collectives is not all inside them. FSDP2's issuing thread wakes up bef
 request to the launch stamped as the span's start is not in the span), the rank's thread wakes up after it ends,
 and the per-layer hooks, copy-in and copy-out, resharding and the prefetch order sit around them; on a slower host
 the span fit left every fsdp row 6-7.5 % fast (issue 39). So each variant the rows run (reshard_after_forward,
-prefetch) is probed on its own, with every probe layer of one size (PROBE_SIZES, one probe each: FSDP_PROBE_LAYERS
-layers, a unit each), and the point of a size is the per-collective overhead x at which simfog's prediction of that
-probe's steady-state iteration (collective_overhead_s = x, everything else as the rows are predicted) equals the
-measured one (the median over its iterations), solved by bisection: the same a + b·M fit then holds what the step
-pays per collective and per byte, whatever the mechanism.
+prefetch) is probed on its own, one probe per size at which its rows pay the fit (each row's mean collective;
+FSDP_PROBE_LAYERS layers of that size, a unit each), and the point of a size is the per-collective overhead x at
+which simfog's prediction of that probe's steady-state iteration (collective_overhead_s = x, everything else as the
+rows are predicted) equals the measured one (the median over its iterations), solved by bisection: the same
+a + b·M fit then holds what the step pays per collective and per byte, whatever the mechanism.
 """
 
 from __future__ import annotations

@@ -139,12 +139,19 @@ def test_fsdp_probes_each_variant_the_rows_run_at_every_size(record):
                             reshard_after_forward=reshard, prefetch=1)
             for unit in ("layer", 300e3) for reshard in (True, False)]
     probes = FAMILIES["fsdp"].host_probes(rows, None)
-    assert sorted(probes) == sorted(f"fsdp-{v}-k1-{s // 1000}kB" for v in ("reshard", "keep") for s in PROBE_SIZES)
+    # the rows' plans' mean collectives: units of a layer (3 with parameters: 4000, 12000, 8000 B; with reshard
+    # two all-gathers and a reduce-scatter each, without one all-gather and a reduce-scatter), or of 300 kB (one)
+    means = {}
+    for exp in rows:
+        colls = new_simulation(exp).algorithm.plan.colls
+        means.setdefault(FAMILIES["fsdp"]._probe(exp)[0], set()).add(sum(c.nbytes for c in colls) / len(colls))
+    assert means == {"fsdp-reshard-k1": {8000.0, 24000.0}, "fsdp-keep-k1": {8000.0, 24000.0}}
+    assert sorted(probes) == sorted(f"fsdp-{v}-k1-{s}B" for v in ("reshard", "keep") for s in (8000, 24000))
     for pid, (key, exp) in probes.items():
         assert pid.startswith(key) and exp.comm.fsdp_unit == "layer" and exp.iterations == FSDP_PROBE_ITERATIONS
         assert exp.comm.reshard_after_forward == (key == "fsdp-reshard-k1")
         sizes = {t.nbytes for t in exp.workload.trace.tensors.values()}
-        assert len(exp.workload.trace.layers) == FSDP_PROBE_LAYERS and sizes == {int(pid.split("-")[-1][:-2]) * 1000}
+        assert len(exp.workload.trace.layers) == FSDP_PROBE_LAYERS and sizes == {int(pid.split("-")[-1][:-1])}
 
 
 def test_fsdp_probe_solves_the_model_for_the_overhead_the_step_pays(record):

@@ -22,7 +22,6 @@ from validate.host_calibration import (
     EXCESS,
     FSDP_PROBE_ITERATIONS,
     FSDP_PROBE_LAYERS,
-    PROBE_SIZES,
     STEP,
     excess_points,
     overheads_record,
@@ -71,8 +70,7 @@ class _Sharded:
         fit, why = fit_of(fits, self._probe(sim_exp)[0])
         if fit is None:
             return sim_exp, None, why
-        colls = new_simulation(sim_exp).algorithm.plan.colls
-        mean = sum(c.nbytes for c in colls) / len(colls) if colls else 0.0
+        mean = _mean_collective(sim_exp)
         value = fit.excess_s(mean)
         record = overheads_record(sim_exp)
         record["collective_overhead_s"] = value
@@ -113,15 +111,18 @@ class Fsdp(_Sharded):
             "algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": reshard, "prefetch": k}
 
     def host_probes(self, experiments: Sequence[Experiment], cost) -> dict[str, tuple[str, Experiment]]:
-        """Per variant of the rows (reshard_after_forward, prefetch), one probe per size of PROBE_SIZES, every
-        layer of that size (validate.host_calibration: the step, not the spans, is measured)."""
+        """Per variant of the rows (reshard_after_forward, prefetch), one probe per size at which a row of that
+        variant pays the fit (its plan's mean collective, `with_host_costs`), every layer of that size
+        (validate.host_calibration: the step, not the spans, is measured). The rows' own sizes rather than fixed
+        ones: a size this host's TCP handles badly (1 MB all-gathers on 2 ranks run ~30 % slow, see
+        simfog.collectives' gloo_ring) would otherwise set the per-byte slope for every size."""
         out = {}
         for exp in experiments:
             key, comm = self._probe(exp)
-            for size in PROBE_SIZES:
-                trace = probe_trace((size,) * FSDP_PROBE_LAYERS, name=f"p{size // 1000}k")
-                probe = probe_experiment(exp, trace, param_dtype=None, reduce_dtype=None, **comm)
-                out.setdefault(f"{key}-{size // 1000}kB", (key, replace(probe, iterations=FSDP_PROBE_ITERATIONS)))
+            size = 4 * max(1, round(_mean_collective(exp) / 4))  # whole float32 elements
+            trace = probe_trace((size,) * FSDP_PROBE_LAYERS, name=f"p{size}b")
+            probe = probe_experiment(exp, trace, param_dtype=None, reduce_dtype=None, **comm)
+            out.setdefault(f"{key}-{size}B", (key, replace(probe, iterations=FSDP_PROBE_ITERATIONS)))
         return out
 
     def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
@@ -164,6 +165,12 @@ class Zero2(_Sharded):
         from validate.ranks.zero import ZERO2_NOTE
 
         return {"merge": "", "note": ZERO2_NOTE}
+
+
+def _mean_collective(exp: Experiment) -> float:
+    """The mean size of the collectives of `exp`'s plan (bytes; 0 without any)."""
+    colls = new_simulation(exp).algorithm.plan.colls
+    return sum(c.nbytes for c in colls) / len(colls) if colls else 0.0
 
 
 def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict], mode: str) -> dict:
