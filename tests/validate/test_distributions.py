@@ -47,13 +47,14 @@ def test_lines_per_family_and_long_rows():
             _row("wagma:S2:every5", 120, 0.40, 0.001, 0.11), _row("allreduce", 120, 0.15, 0.1, 0.11),
             _row("allreduce", 30, "", "", "", error="launch failed")]
     out = distributions.lines(rows)
-    assert out[0] == "distribution allreduce: 3 rows, median KS 15.0% (floor for their sizes 22.0%), 33% differ at 5 %"
+    assert out[0] == ("distribution allreduce: 3 rows, median KS 15.0% (floor for their sizes 22.0%), 1 of 3 (33%) "
+                      "differ at 5 %")
     assert [line.split(":")[0] for line in out] == ["distribution allreduce", "distribution fsdp",
                                                     "distribution neighbor", "distribution wagma",
                                                     "long rows (>= 100 iterations)"]
     # long rows: KS 0.12, 0.20, 0.40, 0.15 -> median 0.175 <= 0.11 + 0.10; 1 of 4 differs (25 % > 20 %): NOT MET
     assert out[-1].startswith("long rows (>= 100 iterations): 4 rows, median KS 17.5% (floor for their sizes 11.0%), "
-                              "25% differ at 5 %, p99 worst 5.0%")
+                              "1 of 4 (25%) differ at 5 %, p99 worst 5.0%")
     assert out[-1].endswith("NOT MET")
     s = distributions.summary([r for r in rows if distributions.is_long(r) and r["algorithm"] != "wagma:S2:every5"])
     assert (s["rows"], s["differ5"], s["p99_worst"]) == (3, 0.0, pytest.approx(0.05))

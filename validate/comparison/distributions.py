@@ -56,9 +56,10 @@ def summary(rows: Sequence[Mapping]) -> dict:
 
 
 def _line(label: str, s: dict) -> str:
+    differ = round(s["differ5"] * s["rows"])
     return (f"{label}: {s['rows']} rows, median KS {s['ks_median']:.1%} (floor for their sizes {s['ks_floor']:.1%}), "
-            f"{s['differ5']:.0%} differ at 5 %" + (f", p99 worst {s['p99_worst']:.1%}" if _finite(s["p99_worst"])
-                                                   else ""))
+            f"{differ} of {s['rows']} ({s['differ5']:.0%}) differ at 5 %"
+            + (f", p99 worst {s['p99_worst']:.1%}" if _finite(s["p99_worst"]) else ""))
 
 
 def lines(rows: Sequence[Mapping]) -> list[str]:
