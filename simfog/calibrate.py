@@ -16,6 +16,9 @@ Breakpoint: curves bend where a protocol changes (MPI eager -> rendezvous, NCCL 
 a cache. A two-segment fit (the split of least total error) is reported when it cuts the error more than
 BREAKPOINT_GAIN-fold and one line is off by more than NOISE_FLOOR (rms); the Link then takes the small segment's α
 (where latency dominates) and the large segment's β (the bytes of training). Bytes as nccl-tests counts them.
+
+Over 400 lines because the fit and its report (the table, the POOR FIT flag, the residuals) read the same LinkFit
+fields side by side: split, every field a fit gains would touch two modules.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simfog import units
+from simfog import units, variation
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import NetworkTrace, load_network_trace
@@ -98,6 +101,7 @@ class LinkFit:
     rms_rel_error: float          # of the fitted (one- or two-segment) model
     line_rms_rel_error: float     # of the best single line, for comparison
     points: int
+    spread: float = 0.0           # per-call spread (fit's per_call: simfog.variation), 0 when not measured
 
     @property
     def poor(self) -> bool:
@@ -106,8 +110,8 @@ class LinkFit:
 
     @property
     def link(self) -> Link:
-        """What goes into a Cluster: small-segment α, large-segment bandwidth."""
-        return Link(self.latency_s, self.bandwidth_Bps)
+        """What goes into a Cluster: small-segment α, large-segment bandwidth, the per-call spread."""
+        return Link(self.latency_s, self.bandwidth_Bps, spread=self.spread)
 
     def predict(self, a: float, bm: float, nbytes: int) -> float:
         """The fitted model's time (s) for coefficients a and b·M (bytes) of a message of `nbytes`."""
@@ -241,7 +245,8 @@ class Calibration:
                     "breakpoint_bytes": f.breakpoint_bytes,
                     "small": {"alpha_s": f.small[0], "beta_s_per_B": f.small[1]},
                     "large": {"alpha_s": f.large[0], "beta_s_per_B": f.large[1]}, "rms_rel_error": f.rms_rel_error,
-                    "line_rms_rel_error": f.line_rms_rel_error, "poor_fit": f.poor, "points": f.points}
+                    "line_rms_rel_error": f.line_rms_rel_error, "poor_fit": f.poor, "points": f.points,
+                    "spread": f.spread}
                 for c, f in self.fits.items()}
         return {"algorithm": self.algorithm, "statistic": self.statistic, "source": self.source,
                 "fitted_classes": list(self.fitted_classes),
@@ -267,12 +272,15 @@ class _Points:
 
 
 def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "median",
-        mixed_as_nic: bool = False) -> Calibration:
+        mixed_as_nic: bool = False, per_call: bool = False) -> Calibration:
     """Fit every link class that `trace` has data for (see the module docstring); each measurement counts with
     the `statistic` (median | min | mean) of its samples. `mixed_as_nic`: fit mixed-layout measurements (several
     ranks per node on several nodes) as the nic class: a ring laid out node by node waits for its NIC hops, so
     such a collective measures the NIC as a run of that very layout sees it (with its intra-node traffic sharing
-    the hosts), which is what a calibration for that run wants.
+    the hosts), which is what a calibration for that run wants. `per_call` (median only): also fit each class's
+    per-call spread from the samples' spread (simfog.variation.spread_of, the median over its measurements), and
+    fit the links on each measurement's time without its expected slowest rank (variation.base_time), so that the
+    model with that spread gives back the measured medians.
 
     Returns a Calibration. Raises ConfigError for an empty trace, an unknown algorithm or statistic, or a
     measurement whose statistic is 0 s; Infeasible when no measurement calibrates a link class, or a class has
@@ -284,6 +292,7 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
     if not trace.measurements:
         raise ConfigError("measurements", [], "at least one measurement (a trace with nothing measured)")
     by_class: dict[str, list] = {}
+    samples: dict[str, list] = {}
     for i, m in enumerate(trace.measurements):
         cls = link_class(m.ranks, m.nodes)
         if cls is None:
@@ -296,7 +305,12 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
                               f"samples whose {statistic} is >= {MIN_TIME_S:g} s (errors are relative)")
         a, b = coefficients(m.collective, m.ranks, algorithm)
         by_class.setdefault(cls, []).append((m.collective, m.ranks, m.nodes, m.bytes, t, a, b * m.bytes))
-    fits = {c: _fit_class(c, _points(by_class[c])) for c in CLASSES if c in by_class}
+        samples.setdefault(cls, []).append((m.time_s, m.ranks))
+    if per_call and statistic != "median":
+        raise ConfigError("statistic", statistic, "median when the per-call spread is fitted too")
+    spreads = {c: variation.class_spread(samples[c]) if per_call else 0.0 for c in by_class}
+    fits = {c: replace(_fit_class(c, _points(by_class[c], spreads[c])), spread=spreads[c])
+            for c in CLASSES if c in by_class}
     if not fits:
         raise Infeasible("no measurement calibrates a link: need several ranks on one node (intra) or one rank "
                          "per node on several nodes (nic); mixed layouts are only used for residuals")
@@ -306,8 +320,10 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
             if cls == "mixed" and "nic" not in fits:
                 continue  # the intra link alone says nothing about crossing a node
             use = [fits[cls]] if cls in fits else [fits[c] for c in CLASSES if c in fits]
-            rows.append(Residual(cls, coll, ranks, nodes, nbytes, t, max(f.predict(a, bm, nbytes) for f in use),
-                                 max(f.link_time(a, bm) for f in use)))
+            slowest = variation.median_factor(max(f.spread for f in use), ranks)  # 1 without a spread
+            rows.append(Residual(cls, coll, ranks, nodes, nbytes, t,
+                                 max(f.predict(a, bm, nbytes) for f in use) * slowest,
+                                 max(f.link_time(a, bm) for f in use) * slowest))
     p = trace.provenance
     source = f"{trace.backend}/{trace.transport}, {p.source} {p.date} on {p.host}"
     return Calibration(algorithm, fits, tuple(rows), source, statistic)
@@ -327,8 +343,11 @@ def cluster_from_network_trace(path_or_trace: str | Path | NetworkTrace, base: C
     return link_calibration(path_or_trace, **how).apply(base)
 
 
-def _points(rows: Sequence[tuple]) -> _Points:
+def _points(rows: Sequence[tuple], spread: float = 0.0) -> _Points:
+    """The class's points; with a per-call `spread`, each time without its expected slowest rank."""
     coll, ranks, nodes, nbytes, t, a, bm = zip(*rows, strict=True)
+    if spread:
+        t = [variation.base_time(x, spread, n) for x, n in zip(t, ranks, strict=True)]
     return _Points(tuple(coll), np.array(ranks), np.array(nodes), np.array(nbytes), np.array(t), np.array(a),
                    np.array(bm, dtype=float))
 

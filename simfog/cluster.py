@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simfog.errors import ConfigError
+from simfog.variation import MAX_SPREAD
 
 if TYPE_CHECKING:
     from simfog.fabric.job import JobFabric
@@ -25,11 +26,13 @@ class Link:
     a message of M bytes takes α + max(M / flow cap, k·M / bandwidth). A cap below the bandwidth is what one TCP
     stream (or a CPU-bound sender) reaches on a fast NIC: several flows then add up until they fill the link,
     where without a cap each extra flow divides it at once. Without a cap every number is what it was before the
-    cap existed, bit for bit."""
+    cap existed, bit for bit. `spread`: the per-call spread of a call's time on this link class (coefficient of
+    variation, 0..simfog.variation.MAX_SPREAD; simfog.variation says how runs draw it), 0 for none."""
 
     latency_s: float
     bandwidth_Bps: float
     flow_bandwidth_Bps: float | None = None
+    spread: float = 0.0
 
     def __post_init__(self):
         if not self.latency_s >= 0:
@@ -38,6 +41,10 @@ class Link:
             raise ConfigError("bandwidth", self.bandwidth_Bps, "a bandwidth > 0")
         if self.flow_bandwidth_Bps is not None and not self.flow_bandwidth_Bps > 0:
             raise ConfigError("flow_bandwidth", self.flow_bandwidth_Bps, "a bandwidth > 0, or none (the link's)")
+        if isinstance(self.spread, bool) or not isinstance(self.spread, int | float) or \
+                not 0 <= self.spread <= MAX_SPREAD:
+            raise ConfigError("spread", self.spread, f"a coefficient of variation from 0 to {MAX_SPREAD} (0.03 = 3 % "
+                              "per call)")
 
     @property
     def flow_Bps(self) -> float:

@@ -22,10 +22,12 @@ from simfog.algorithms.dataflow.settings import DataflowSettings
 from simfog.algorithms.dynamic.settings import DynamicSettings
 from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
+from simfog.engine.compute import COMPUTE_DRAWS, SHARED_DEFAULT
 from simfog.errors import ConfigError, SimfogWarning, one_of, unknown_key
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
+from simfog.variation import MODES
 
 if TYPE_CHECKING:
     from simfog.collectives import CostModel
@@ -35,6 +37,8 @@ COMPUTE_MODES = ("samples", "mean", "replay")
 DEFAULT_COMPUTE = "samples"
 DEFAULT_SEED = 0
 DEFAULT_ITERATIONS = 5
+COMPUTE_DRAWS_ALLOWED = ('"independent" (a draw per rank), "shared" (one draw for all ranks) or the share of '
+                         "iterations whose ranks share one draw, from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,13 @@ class Workload:
     trace_path: str
     compute: str = DEFAULT_COMPUTE
     optimizer: str = "momentum"  # simfog.memory.OPTIMIZERS: the optimizer states each rank holds
+    # with compute "samples": the share of iterations whose ranks all run one draw (simfog.engine.compute)
+    compute_shared: float = SHARED_DEFAULT
+
+    def __post_init__(self):
+        w = self.compute_shared
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 1:
+            raise ConfigError("workload.compute_draws", w, COMPUTE_DRAWS_ALLOWED)
 
     def compute_source(self) -> str:
         """Where the compute times come from, in one line for people: measured (device, date, how many recorded
@@ -58,7 +69,10 @@ class Workload:
                    "replay": "replayed in recorded order"}[self.compute]
             return (f"ESTIMATED for {device} ({p.command or 'no command recorded'}): {t.samples} sample(s) per "
                     f"layer, {how}")
-        how = {"samples": f"each rank draws one of {t.samples} recorded iterations per iteration",
+        each = "each rank draws" if not self.compute_shared else (
+            "all ranks draw together" if self.compute_shared == 1 else
+            f"ranks draw together in {self.compute_shared:.0%} of iterations, else each rank")
+        how = {"samples": f"{each} one of {t.samples} recorded iterations per iteration",
                "mean": f"means of {t.samples} recorded iterations",
                "replay": f"{t.samples} recorded iterations replayed in order"}[self.compute]
         return f"{p.source} on {device} ({p.date[:10] or 'undated'}): {how}"
@@ -93,6 +107,9 @@ class Comm(AllreduceSettings, ShardedSettings, DataflowSettings, DynamicSettings
     """Seconds per collective launch: hooks, negotiation (None: the trace's, else unmeasured)."""
     overlap_slowdown: float | None = None
     """Backward runs this many times slower beside a running collective, 1..1000 (None: the trace's)."""
+    variation: str = "draw"
+    """How the links' per-call spread is evaluated (simfog.variation.MODES): "draw" (each call drawn, seeded) or
+    "expected" (each call its expected slowest participant); nothing varies where every spread is 0."""
 
     def __post_init__(self):
         check_name("algorithm", self.algorithm)
@@ -114,6 +131,8 @@ class Comm(AllreduceSettings, ShardedSettings, DataflowSettings, DynamicSettings
                                       not all(isinstance(x, str) and x in allowed for x in given)):
                 raise ConfigError(f"comm.{key}", given, f"one or more of {', '.join(allowed)}, e.g. "
                                   f'"{allowed[1]}"')
+        if self.variation not in MODES:
+            raise ConfigError("comm.variation", self.variation, f"one of {', '.join(MODES)}")
         f = self.overlap_slowdown
         if f is not None and (isinstance(f, bool) or not isinstance(f, int | float) or not 1 <= f <= 1e3):
             raise ConfigError("comm.overlap_slowdown", f, "a number from 1 to 1000: how many times slower "
@@ -239,10 +258,10 @@ SHARDED_KEYS = set(SHARDED_KEY_ALGORITHMS)
 _TOP = {"seed", "iterations", "workload", "cluster", "comm", "heterogeneity", "fabric"}
 _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay", "straggler_distribution",
            "degraded_nics"}
-_WORKLOAD = {"trace", "compute", "optimizer"}
+_WORKLOAD = {"trace", "compute", "optimizer", "compute_draws"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
-            "intra_flow_bandwidth", "gpu"}
+            "intra_flow_bandwidth", "gpu", "nic_spread", "intra_spread"}
 
 
 def _quantity_of(kind: str):
@@ -310,7 +329,7 @@ COMM_KEYS = {
     "hsdp_group": ("hsdp_group", None), "reduce_bucket_size": ("reduce_bucket_size", _elements),
     "allgather_bucket_size": ("allgather_bucket_size", _elements),
     "stage3_prefetch_bucket_size": ("prefetch_bucket_size", _elements), "overlap_comm": ("overlap_comm", None),
-    "zero_reduce": ("zero_reduce", None)}
+    "zero_reduce": ("zero_reduce", None), "variation": ("variation", None)}
 _COMM = set(COMM_KEYS)
 KEY_OF_FIELD = {f: k for k, (f, _) in COMM_KEYS.items()}  # Comm field -> its [comm] key (for messages)
 
@@ -389,6 +408,10 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     from simfog.memory import DEFAULT_OPTIMIZER, OPTIMIZERS
 
     optimizer = _choice(w, "optimizer", "workload.", source, DEFAULT_OPTIMIZER, choices=tuple(OPTIMIZERS))
+    draws = w.get("compute_draws", SHARED_DEFAULT)
+    shared = COMPUTE_DRAWS.get(draws, draws) if isinstance(draws, str) else draws
+    if isinstance(shared, str):
+        raise ConfigError("workload.compute_draws", draws, COMPUTE_DRAWS_ALLOWED, source=source)
 
     c = _section(d, "cluster", _CLUSTER, source)
     p = "cluster."
@@ -447,7 +470,11 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
                                       source)
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
-    return Experiment(seed, iterations, Workload(trace, str(trace_path), compute, optimizer), cluster, comm, source,
+    try:
+        workload = Workload(trace, str(trace_path), compute, optimizer, shared)
+    except ConfigError as e:
+        raise e.in_file(source) if source else e from None
+    return Experiment(seed, iterations, workload, cluster, comm, source,
                       network_trace, hetero, network, link_scores)
 
 
@@ -581,8 +608,9 @@ def warn_if_nccl_without_network(collective: str, network: NetworkFile | None, w
 
 def _with_flow_caps(cluster: Cluster, c: Mapping, source: str | None) -> Cluster:
     """The per-flow caps of the point-to-point model (simfog.p2p) from [cluster] nic_flow_bandwidth /
-    intra_flow_bandwidth, put on the links after any calibration has replaced them (a network file's [p2p] caps
-    come with its links: simfog.network_file.use)."""
+    intra_flow_bandwidth, and the per-call spreads (simfog.variation) from nic_spread / intra_spread, put on the
+    links after any calibration has replaced them (a network file's [p2p] caps come with its links:
+    simfog.network_file.use)."""
     links = {}
     for key, link in (("nic_flow_bandwidth", "nic"), ("intra_flow_bandwidth", "intra")):
         if key not in c:
@@ -592,6 +620,12 @@ def _with_flow_caps(cluster: Cluster, c: Mapping, source: str | None) -> Cluster
             raise ConfigError(f"cluster.{key}", c[key], 'a bandwidth > 0 with its unit, e.g. "850Mbit/s" (what one '
                               "flow reaches; leave the key out for the link's bandwidth)", source=source)
         links[link] = replace(getattr(cluster, link), flow_bandwidth_Bps=cap)
+    for key, link in (("nic_spread", "nic"), ("intra_spread", "intra")):  # per-call spread (simfog.variation)
+        if key in c:
+            try:
+                links[link] = replace(links.get(link, getattr(cluster, link)), spread=c[key])
+            except ConfigError as e:
+                raise ConfigError(f"cluster.{key}", c[key], e.allowed, source=source) from None
     return replace(cluster, **links) if links else cluster
 
 

@@ -160,6 +160,7 @@ class Result:
             "network_trace": exp.network_trace,
             "network_file": exp.network.path if getattr(exp, "network", None) is not None else None,
             **_overhead_fields(exp),
+            **_variation_fields(exp),
             **_mixing_fields(self.mixing),
             **(self.memory.summary() if self.memory is not None else {}),
             **(self.interval or {}),
@@ -173,6 +174,15 @@ def _overhead_fields(exp) -> dict:
     with `<name>_source`: "experiment file", "measured on <device> by the collector (...)" or "unmeasured: 0"."""
     overheads = getattr(exp, "overheads", None)
     return overheads().summary() if callable(overheads) else {}
+
+
+def _variation_fields(exp) -> dict:
+    """Per-call variation (simfog.variation), only where a link has a spread: each class's spread and how the run
+    evaluated it ("draw" or "expected")."""
+    c = exp.cluster
+    if not (c.nic.spread or c.intra.spread):
+        return {}
+    return {"nic_spread": c.nic.spread, "intra_spread": c.intra.spread, "variation": exp.comm.variation}
 
 
 MIXING_FIELDS = ("topology", "spectral_gap", "iterations_to_consensus", "consensus_eps",

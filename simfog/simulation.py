@@ -23,6 +23,7 @@ from simfog.experiment import Experiment
 from simfog.results import PATH_ANALYTIC, PATH_EVENTS, Result
 from simfog.span_log import SpanLog, iteration_columns
 from simfog.units import LIMITS
+from simfog.variation import Variation
 
 # The longest run simfog simulates (s) and how it is said: the longest time a quantity may say, so that a bandwidth
 # too small or a latency too large is refused rather than answered with an iteration of 1e9 s or more.
@@ -43,6 +44,8 @@ class Simulation:
         self.path_requested = path
         self.compute = ComputeModel.from_trace(exp.workload.trace, exp.workload.compute)
         self.cost = exp.cost_model()
+        # per-call variation of collective times (simfog.variation): the tables algorithms draw from
+        self.variation = Variation(exp.comm.variation, exp.seed, exp.iterations)
         allowed = self.symmetric_allowed()
         if symmetric and not allowed:
             raise ValueError("symmetric fast path requested, but ranks are not provably identical")
@@ -50,7 +53,8 @@ class Simulation:
         self.ranks = exp.ranks
         self.simulated_ranks = 1 if self.symmetric else self.ranks
         rng = np.random.default_rng(exp.seed)
-        self.draws = self.compute.draw(rng, exp.iterations, self.ranks, replay=exp.workload.compute == "replay")
+        self.draws = self.compute.draw(rng, exp.iterations, self.ranks, replay=exp.workload.compute == "replay",
+                                       shared=exp.workload.compute_shared)
         self.slowdown, self.delays = _heterogeneity(exp, rng)
         # Every interval recorded, as numpy columns (simfog.span_log). Algorithms call
         # `record(rank, iteration, kind, name, start, end)` for one, `log.record_block` for a block of ranks.
@@ -88,10 +92,14 @@ class Simulation:
         return memory
 
     def symmetric_allowed(self) -> bool:
-        """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike."""
+        """All ranks are identical when every layer time is fixed and the algorithm treats ranks alike, and, when
+        call times are drawn per call (simfog.variation), every call the algorithm makes is among all ranks
+        (`symmetric_draws`)."""
         exp = self.experiment
         fixed = self.compute.samples == 1
-        return fixed and exp.homogeneous and self.algorithm_class.symmetric
+        drawn = exp.comm.variation == "draw" and (exp.cluster.nic.spread or exp.cluster.intra.spread)
+        return fixed and exp.homogeneous and self.algorithm_class.symmetric and \
+            (not drawn or self.algorithm_class.symmetric_draws)
 
     def single_rank_time_s(self) -> float:
         """The reference of scaling efficiency: the mean time one rank alone (no communication) takes for the very

@@ -164,3 +164,28 @@ def test_summary_names_the_path_and_results_are_columns():
     assert result.summary()["path"] == "analytic" and result.records is None
     assert isinstance(result.columns["end_s"], np.ndarray) and result.columns["end_s"].shape == (4, 3)
     assert len(result.intervals()) > 0  # records built on demand
+
+
+def with_spread(exp, nic: float = 0.06, intra: float = 0.03, variation: str = "draw"):
+    """`exp` whose links vary per call (simfog.variation), drawn or at their expected slowest."""
+    c = exp.cluster
+    return replace(exp.with_comm(variation=variation),
+                   cluster=replace(c, nic=replace(c.nic, spread=nic), intra=replace(c.intra, spread=intra)))
+
+
+@pytest.mark.parametrize("variation", ["draw", "expected"])
+@pytest.mark.parametrize("merge,collective", [("wfbp", "ring"), ("ddp", "hierarchical"), ("mgwfbp", "linear"),
+                                              ("single", "nccl")])
+def test_per_call_variation_analytic_equals_events(merge, collective, variation):
+    """Collectives drawn per call (or at their expected slowest): the closed form reads the event engine's table of
+    the iteration's durations, so both agree bit for bit, heterogeneity and overheads included; the symmetric path
+    too (every bucket's collective is among all ranks)."""
+    for compute, hetero, overheads in (("mean", "none", "none"), ("samples", "stragglers", "copies")):
+        exp = make_experiment(TRACES["fixed" if compute == "mean" else "sampled"], nodes=3, gpus_per_node=2,
+                              merge=merge, collective=collective, compute=compute, iterations=4, seed=5,
+                              **OVERHEADS[overheads])
+        exp = with_spread(replace(exp, heterogeneity=HETERO[hetero]), variation=variation)
+        a, _ = assert_same(exp)
+        assert a.summary() != simulate(with_spread(exp, 0.0, 0.0)).summary()
+    assert_same(with_spread(make_experiment(TRACES["fixed"], nodes=3, gpus_per_node=2, merge=merge,
+                                            collective=collective)), symmetric=True)

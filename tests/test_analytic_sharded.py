@@ -196,3 +196,17 @@ def test_record_order_breaks_ties_by_issue_whatever_the_layout():
     S = E - rng.integers(0, 2, (200, 4))
     want = np.lexsort((np.broadcast_to(rec.issue, E.shape), S, E), axis=1)
     assert (rec.order(S, E) == want).all()
+
+
+@pytest.mark.parametrize("variation", ["draw", "expected"])
+@pytest.mark.parametrize("config", FSDP_CONFIGS[::5] + HSDP_CONFIGS[::3] + ZERO_CONFIGS[::4] + OTHER_CONFIGS[-3:],
+                         ids=_name)
+def test_per_call_variation_analytic_equals_events(config, variation):
+    """Collectives drawn per (iteration, collective, group) (or at their expected slowest): the closed form's
+    durations are the engine's overhead + time · factor, so both agree bit for bit, records in order too."""
+    from tests.test_analytic import with_spread
+
+    for compute, nodes, gpus, collective, iterations, hetero in ENVIRONMENTS:
+        exp = make_experiment(TRACES[compute], nodes=nodes, gpus_per_node=gpus, collective=collective,
+                              compute=compute, iterations=iterations, seed=nodes, **config)
+        assert_same(with_spread(replace(exp, heterogeneity=hetero), variation=variation))

@@ -145,3 +145,17 @@ def test_blocks_of_ranks_sum_alike(monkeypatch):
     exp = make_experiment(TRACES["sampled"], nodes=3, gpus_per_node=4, merge="wfbp", collective="ring",
                           compute="samples", streams=3, seed=5, bucket_copy_Bps=3e9, collective_overhead_s=30e-6)
     assert_same(replace(exp, heterogeneity=HETERO["stragglers"]))
+
+
+def test_per_call_variation_on_shared_links_takes_the_event_engine():
+    """Collectives that share links and vary per call: the event engine draws them (the channel scales each
+    collective's time by its factor); its runs are seeded."""
+    from tests.test_analytic import with_spread
+
+    exp = with_spread(make_experiment(TRACES["sampled"], nodes=2, gpus_per_node=2, merge="wfbp", compute="samples",
+                                      streams=2))
+    sim = new_simulation(exp)
+    assert "vary per call" in why_events(sim)
+    a, b = sim.run(), simulate(exp)
+    assert a.path == "events" and a.summary() == b.summary()
+    assert a.summary()["iteration_time_s"] != simulate(with_spread(exp, 0.0, 0.0)).summary()["iteration_time_s"]

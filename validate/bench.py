@@ -29,6 +29,11 @@ Matrix (replay mode, 2 x 5 x 3 x 2 x 2 = 120 allreduce configurations, 2 x 2 x 2
   allreduce of the whole buffer (simfog.collectives gloo_ring). Rows also compare the measured memory peak with
   simfog's (measured_memory_B, predicted_memory_B).
 
+- long rows (validate.comparison.distributions): one MLP configuration per family (wfbp, neighbour averaging,
+  WAGMA, fsdp 300 kB units with reshard) on 4 ranks of one per node at 200 Mbit/s, 120 measured iterations each
+  ("...-long"): the rows on which the per-iteration distributions are judged (KS distance against the floor of
+  two samples of one distribution, rows differing at 5 %, p99).
+
 - fabric (validate.jobs): two MLP wfbp jobs of 2 nodes each, 200 Mbit/s, on 2 leaves of 2 nodes whose uplinks are
   2:1 oversubscribed (one NIC's rate), each job alone and both together: placed contiguous (each job on a leaf
   of its own: nothing crosses an uplink) and scattered (seeded: each job on both leaves, so both rings share both
@@ -58,7 +63,8 @@ from simfog.cluster import Cluster, Link
 from simfog.experiment import Comm, Experiment, Workload
 from simfog.trace import load_model_trace
 from validate.cluster.fingerprint import fingerprint
-from validate.comparison import compare
+from validate.comparison import compare, distributions
+from validate.comparison.compare import algorithm_of
 from validate.run import Options, run_group
 
 MODELS = (("resnet20", 32), ("mlp", 1024))
@@ -77,6 +83,10 @@ FSDP = tuple((f"fsdp-{unit_label}-{'reshard' if reshard else 'keep'}",
 # Measured iterations per model: at least ~0.5 s of steady state per row, so that one stall of the shared host
 # (a few ms) moves the mean by little; the MLP's iterations last 15-130 ms (ResNet-20's 150-600 ms)
 ITERATIONS = {"resnet20": 10, "mlp": 30}
+# Long rows: one MLP configuration per family with LONG_ITERATIONS measured iterations, so that a KS test of their
+# per-iteration times means something (validate.comparison.distributions), on the cluster every family runs on
+LONG = (("wfbp", Comm(merge="wfbp")), *DECENTRALIZED, FSDP[2])  # FSDP[2]: 300 kB units, reshard
+LONG_ITERATIONS, LONG_SHAPE = 120, (4, 1, NIC_BANDWIDTHS[0])
 WARMUP, SEED = 3, 1
 # fabric rows: placement label -> the [[job]] placement keys of jobs a and b (2 nodes each of 4 on 2 leaves)
 FABRIC_PLACEMENTS = {"contiguous": ({"placement": "contiguous"}, {"placement": "contiguous"}),
@@ -138,8 +148,17 @@ def groups(traces: dict[str, Path], *, quick: bool = False) -> list[tuple[tuple,
                         exp = Experiment(SEED, ITERATIONS[model], Workload(trace, str(traces[model]), "samples"),
                                          cluster, comm)
                         exps.append((f"{model}-{label}-{n}r-{n // rpn}x{rpn}-{bw_text.replace('/s', '')}", exp))
+                if (n, rpn, bw_text) == LONG_SHAPE and not quick:
+                    exps += long_rows(loaded["mlp"], str(traces["mlp"]), cluster)
                 out.append(((n, rpn, bw), exps))
     return out
+
+
+def long_rows(trace, trace_path: str, cluster: Cluster) -> list[tuple[str, Experiment]]:
+    """The long rows (LONG) of the MLP on `cluster`: [(id, Experiment)], ids ending in "-long"."""
+    tag = f"{cluster.ranks}r-{cluster.nodes}x{cluster.ranks_per_node}-{LONG_SHAPE[2].replace('/s', '')}"
+    return [(f"mlp-{label}-{tag}-long", Experiment(SEED, LONG_ITERATIONS, Workload(trace, trace_path, "samples"),
+                                                   cluster, comm)) for label, comm in LONG]
 
 
 def fabric_jobs(trace: Path, *, quick: bool = False) -> list[tuple[str, list]]:
@@ -227,6 +246,13 @@ def verdict(rows: list[dict]) -> str:
         h = compare.error_stats(limited)
         lines.append(f"host-limited, reported apart: {len(limited)} rows, median {h['median_abs_rel_error']:.1%}, "
                      f"worst {h['worst_abs_rel_error']:.1%} ({h['worst_id']})")
+    for kind in sorted({algorithm_of(r).split(":")[0] for r in rows if not compare.host_limited(r)}):
+        k = compare.error_stats([r for r in rows if not compare.host_limited(r)
+                                 and algorithm_of(r).split(":")[0] == kind])
+        if k["configurations"]:
+            lines.append(f"{kind}: median {k['median_abs_rel_error']:.1%}, worst {k['worst_abs_rel_error']:.1%}, mean "
+                         f"signed {k['mean_rel_error']:+.1%} over {k['configurations']} rows the rig can emulate")
+    lines += distributions.lines([r for r in rows if not compare.host_limited(r)])
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ the wire, and the experiment as simulated with all of them.
    one rank per node (the NIC class; on as many such nodes as the run has ranks, so that as many processes share
    the cores) and on the ranks of one node (the intra class), timed by `validate.ranks.worker --calibrate` as
    `simfog collect network` times, under the runs' scheduling; never from the validation runs.
-2. `calibration_of`: fitted by `simfog.calibrate.fit` with ring coefficients (gloo), or NCCL's model
+2. `calibration_of`: fitted by `simfog.calibrate.fit` with ring coefficients and each class's per-call spread
+   (the repetitions' spread, simfog.variation: the prediction draws every call from it) for gloo, or NCCL's model
    (validate.nccl_calibration) on GPUs.
 3. `host_overheads`: this host's bucket copy bandwidth (simfog.overheads' inputs), measured by the validator.
 4. `host_probes`: the group's probes of what its families' rank programs cost the host (validate.host_calibration),
@@ -50,7 +51,7 @@ def calibration_of(net: NetworkTrace | None, collective: str, backend: str = "gl
 
         return nccl_calibration.fit(net, collective)
     return fit(replace(net, measurements=tuple(m for m in net.measurements if m.collective == collective)),
-               algorithm="ring", mixed_as_nic=True)
+               algorithm="ring", mixed_as_nic=True, per_call=True)
 
 
 def host_overheads(trace, mode: str, backend: str = "gloo") -> dict:

@@ -31,6 +31,17 @@ host cost. Each family applies the fit through the model's inputs (`Family.with_
 as collective_overhead_s and, per byte, a slower bucket copy; the sharded and WAGMA families as collective_overhead_s;
 neighbour averaging in its links' latency. Every row records the fit, how it was measured and how it was applied
 (`host_excess_s`, `host_excess_s_per_B`, `overheads_source`).
+
+FSDP measures the whole step instead of its collectives' spans (`step_excess`): what a sharded step pays beyond
+its bare collectives is not all inside them. FSDP2's issuing thread wakes up before a collective starts (its
+request to the launch stamped as the span's start is not in the span), the rank's thread wakes up after it ends,
+and the per-layer hooks, copy-in and copy-out, resharding and the prefetch order sit around them; on a slower host
+the span fit left every fsdp row 6-7.5 % fast (issue 39). So each variant the rows run (reshard_after_forward,
+prefetch) is probed on its own, one probe per size at which its rows pay the fit (each row's mean collective;
+FSDP_PROBE_LAYERS layers of that size, a unit each), and the point of a size is the per-collective overhead x at
+which simfog's prediction of that probe's steady-state iteration (collective_overhead_s = x, everything else as the
+rows are predicted) equals the measured one (the median over its iterations), solved by bisection: the same
+a + b·M fit then holds what the step pays per collective and per byte, whatever the mechanism.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ PROBE_BACKWARD_S = 3e-3  # replayed, per layer (at least): collectives overlap c
 # each other (gloo runs two at once, where the prediction queues them; their sharing is not the host's cost)
 COVER = 1.25
 PROBE_ITERATIONS = 6
+FSDP_PROBE_LAYERS = 4  # layers (units) of one size per fsdp probe
+FSDP_PROBE_ITERATIONS = 10  # its steps' median is the point: more steps than the span probes, one point per probe
+STEP = "per-collective overhead at which simfog's probe step equals the measured one (median over its iterations)"
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,28 @@ def excess_points(per_rank: Sequence[Mapping], bare: Sequence[Sequence[tuple[flo
     """(bytes, span - bare) of every collective of every measured iteration; `bare[it][c]` = (bytes, seconds)."""
     return [(b[c][0], s[c] - b[c][1]) for s, b in zip(spans(per_rank), bare, strict=False)
             for c in range(min(len(s), len(b))) if s[c] == s[c]]
+
+
+def step_excess(exp: Experiment, measured_s: float, tolerance_s: float = 1e-6) -> float:
+    """The per-collective overhead x >= 0 at which simfog's steady-state iteration of `exp` (comm's
+    collective_overhead_s = x) equals `measured_s`, by bisection (the iteration does not shrink as x grows; the
+    draws of a run are seeded, so the same at every x): 0 when x = 0 already predicts at least `measured_s`; at
+    most 1 s."""
+    from simfog.simulation import simulate
+    from validate.comparison.compare import steady_iteration_s
+
+    def predicted(x: float) -> float:
+        return steady_iteration_s(simulate(replace(exp, comm=replace(exp.comm, collective_overhead_s=x))))
+
+    if predicted(0.0) >= measured_s:
+        return 0.0
+    lo, hi = 0.0, 1e-3
+    while predicted(hi) < measured_s and hi < 1.0:
+        lo, hi = hi, 2 * hi
+    while hi - lo > tolerance_s:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted(mid) < measured_s else (lo, mid)
+    return (lo + hi) / 2
 
 
 def medians_by_size(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -360,6 +360,15 @@ class CostModel:
                 model = replace(self, cluster=plain)
         return _cost(model, op, float(nbytes), group)
 
+    def spread(self, members: Sequence[int] | None = None) -> float:
+        """The per-call spread of a collective among `members` (None: all ranks): the largest of the link classes
+        it crosses (simfog.cluster.Link.spread; a ring step waits for its slowest hop); 0 for one rank."""
+        return self.group_spread(Group.of(self.cluster, members))
+
+    def group_spread(self, group: Group) -> float:
+        """spread() of a group already described."""
+        return max((link.spread for link in _links_used(self.cluster, group)), default=0.0)
+
     def allreduce(self, nbytes: float) -> float:
         """Seconds for an allreduce of `nbytes` among all ranks (= time("allreduce", nbytes))."""
         return self.time("allreduce", nbytes)

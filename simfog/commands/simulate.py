@@ -88,6 +88,9 @@ def format_summary(s: dict) -> str:
         lines.append(f"  WARNINGS           {Caveat.line(Caveat(**w) for w in s['warnings'])}")
     links = (f"network file {s['network_file']}" if s.get("network_file") else
              f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
+    if "nic_spread" in s:  # per-call variation (simfog.variation)
+        links += (f"; per-call spread {100 * s['nic_spread']:g} % between nodes, {100 * s['intra_spread']:g} % within "
+                  f"({'drawn per call' if s['variation'] == 'draw' else 'each call its expected slowest rank'})")
     lines.append(f"  inputs             trace {s['trace']}; {links}")
     if "bucket_copy_Bps" in s:
         copy = (units.format_bandwidth(s["bucket_copy_Bps"]).replace("bit/s", "bit/s copies")

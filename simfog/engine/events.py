@@ -14,16 +14,18 @@ if TYPE_CHECKING:  # SimPy is imported only when a run takes the event engine (s
 
 class Collective:
     """A collective among `expected` ranks: it starts when the last participant arrives (each arrives once it has
-    launched the collective and its communication stream is free) and ends `duration_s` later."""
+    launched the collective and its communication stream is free) and ends `duration_s` later. On a shared channel
+    its time is the channel's times `factor` (its per-call variation, simfog.variation)."""
 
-    __slots__ = ("env", "expected", "arrived", "duration_s", "start", "end", "done", "name", "channel", "nbytes")
+    __slots__ = ("env", "expected", "arrived", "duration_s", "start", "end", "done", "name", "channel", "nbytes",
+                 "factor")
 
     def __init__(self, env: simpy.Environment, expected: int, duration_s: float, name: str = "",
-                 channel: SharedChannel | None = None, nbytes: float = 0.0):
+                 channel: SharedChannel | None = None, nbytes: float = 0.0, factor: float = 1.0):
         self.env, self.expected, self.arrived, self.duration_s = env, expected, 0, duration_s
         self.start = self.end = None
         self.done = env.event()
-        self.name, self.channel, self.nbytes = name, channel, nbytes
+        self.name, self.channel, self.nbytes, self.factor = name, channel, nbytes, factor
 
     def join(self) -> simpy.Event:
         """Arrive; returns the event that fires when the collective has finished."""
@@ -52,16 +54,18 @@ class SharedChannel:
         self.links = SharedResource(1e-9)  # collective -> fraction still to do
         self.generation = 0
 
-    def _rate(self, nbytes: float):
+    def _rate(self, nbytes: float, factor: float = 1.0):
         def rate(k: int) -> float:
             d = self.duration(nbytes, k)
+            if factor != 1.0:
+                d = d * factor
             return 1.0 / d if d > 0 else INF
 
         return rate
 
     def start(self, coll: Collective, nbytes: float) -> None:
         coll.nbytes = nbytes
-        self.links.add(self.env.now, coll, 1.0, self._rate(nbytes))
+        self.links.add(self.env.now, coll, 1.0, self._rate(nbytes, coll.factor))
         self._schedule()
 
     def _schedule(self) -> None:

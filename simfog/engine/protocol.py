@@ -4,10 +4,10 @@ A training algorithm (comm.algorithm) is a class derived from `TrainingAlgorithm
 simfog.algorithms.REGISTRY and built once per run with the run: `cls(run)`, where `run` is the
 simfog.simulation.Simulation composing it. The run gives the algorithm what it reads: `experiment`, `cost` (the
 collective CostModel), `compute` (simfog.engine.compute.ComputeModel), `draws` (iterations, ranks: each rank's trace
-sample per iteration), `slowdown` (ranks,), `delays` (iterations, ranks), `ranks`, `simulated_ranks`, and for the
-event engine `env` (the SimPy environment) with `record(rank, iteration, kind, name, start, end)` and `log`
-(simfog.span_log.SpanLog) to keep intervals; a closed form ends with `run.result(...)`, the one place a
-Result is built.
+sample per iteration), `variation` (simfog.variation.Variation: the per-call factors of collective times),
+`slowdown` (ranks,), `delays` (iterations, ranks), `ranks`, `simulated_ranks`, and for the event engine `env` (the
+SimPy environment) with `record(rank, iteration, kind, name, start, end)` and `log` (simfog.span_log.SpanLog) to
+keep intervals; a closed form ends with `run.result(...)`, the one place a Result is built.
 
 The base gives every hook a default, so an algorithm overrides only what it does differently; the engines call the
 hooks below and read nothing else of an algorithm.
@@ -15,6 +15,8 @@ hooks below and read nothing else of an algorithm.
 Before the algorithm is built (class level):
 - `symmetric`: True when it treats every rank alike, so that one rank may stand for all when the layer times are
   fixed and the ranks homogeneous (the symmetric fast path). Default False.
+- `symmetric_draws`: True when, besides, every call it makes is among all ranks, so that one rank still stands for
+  all when call times are drawn per call and group (simfog.variation, comm.variation = "draw"). Default False.
 - `for_experiment(experiment) -> type`: the class that runs `experiment` (default: this one). A name whose runs
   split by a setting picks here (allreduce with Horovod's run-time fusion runs another program).
 - `whole_iterations`: True when the algorithm runs each whole iteration itself (`run_iteration`; communication that
@@ -60,6 +62,7 @@ class TrainingAlgorithm(ABC):
     """Base of every training algorithm: the hooks of the module docstring, with their defaults."""
 
     symmetric: ClassVar[bool] = False
+    symmetric_draws: ClassVar[bool] = False
     whole_iterations: ClassVar[bool] = False
     backward_s: np.ndarray | None = None
 

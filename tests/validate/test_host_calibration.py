@@ -12,10 +12,13 @@ import pytest
 from simfog.cluster import Link
 from simfog.simulation import new_simulation, simulate
 from validate.calibration import simulated_experiment
+from validate.comparison.compare import steady_iteration_s
 from validate.families import FAMILIES
 from validate.families.decentralized import by_phase, predicted_spans, with_latency
 from validate.host_calibration import (
     COVER,
+    FSDP_PROBE_ITERATIONS,
+    FSDP_PROBE_LAYERS,
     PROBE_BACKWARD_S,
     PROBE_SIZES,
     HostFit,
@@ -24,6 +27,7 @@ from validate.host_calibration import (
     fit_line,
     probe_trace,
     spans,
+    step_excess,
 )
 
 from ..conftest import make_experiment, make_trace
@@ -117,7 +121,7 @@ def test_sharded_and_wagma_pay_the_fit_at_their_collectives_size(record):
     fit_ = HostFit(1e-3, 2e-9, 8, "host probe: test")
     colls = new_simulation(fsdp).algorithm.plan.colls
     mean = sum(c.nbytes for c in colls) / len(colls)
-    paid, _, note = FAMILIES["fsdp"].with_host_costs(fsdp, {"fsdp": fit_})
+    paid, _, note = FAMILIES["fsdp"].with_host_costs(fsdp, {"fsdp-reshard-k1": fit_})
     # per collective the fit at the plan's mean size: every iteration pays the fit's sum over its collectives
     assert paid.overheads().collective_overhead_s == pytest.approx(1e-3 + 2e-9 * mean)
     assert len(colls) * paid.overheads().collective_overhead_s == pytest.approx(
@@ -127,6 +131,50 @@ def test_sharded_and_wagma_pay_the_fit_at_their_collectives_size(record):
                                  None, record)
     paid, _, _ = FAMILIES["wagma"].with_host_costs(wagma, {"wagma": fit_})
     assert paid.overheads().collective_overhead_s == pytest.approx(1e-3 + 2e-9 * trace.nbytes)
+
+
+def test_fsdp_probes_each_variant_the_rows_run_at_every_size(record):
+    trace = make_trace([1e-3] * 4, [2e-3] * 4, [1000, 0, 3000, 2000])
+    rows = [make_experiment(trace, nodes=2, gpus_per_node=1, algorithm="fsdp", fsdp_unit=unit,
+                            reshard_after_forward=reshard, prefetch=1)
+            for unit in ("layer", 300e3) for reshard in (True, False)]
+    probes = FAMILIES["fsdp"].host_probes(rows, None)
+    # the rows' plans' mean collectives: units of a layer (3 with parameters: 4000, 12000, 8000 B; with reshard
+    # two all-gathers and a reduce-scatter each, without one all-gather and a reduce-scatter), or of 300 kB (one)
+    means = {}
+    for exp in rows:
+        colls = new_simulation(exp).algorithm.plan.colls
+        means.setdefault(FAMILIES["fsdp"]._probe(exp)[0], set()).add(sum(c.nbytes for c in colls) / len(colls))
+    assert means == {"fsdp-reshard-k1": {8000.0, 24000.0}, "fsdp-keep-k1": {8000.0, 24000.0}}
+    assert sorted(probes) == sorted(f"fsdp-{v}-k1-{s}B" for v in ("reshard", "keep") for s in (8000, 24000))
+    for pid, (key, exp) in probes.items():
+        assert pid.startswith(key) and exp.comm.fsdp_unit == "layer" and exp.iterations == FSDP_PROBE_ITERATIONS
+        assert exp.comm.reshard_after_forward == (key == "fsdp-reshard-k1")
+        sizes = {t.nbytes for t in exp.workload.trace.tensors.values()}
+        assert len(exp.workload.trace.layers) == FSDP_PROBE_LAYERS and sizes == {int(pid.split("-")[-1][:-1])}
+
+
+def test_fsdp_probe_solves_the_model_for_the_overhead_the_step_pays(record):
+    """A probe whose measured steps last what simfog predicts with 0.7 ms per collective: its point is 0.7 ms at the
+    probe's size (within the bisection's tolerance); steps no longer than the model's give 0."""
+    trace = probe_trace((300_000,) * FSDP_PROBE_LAYERS)
+    exp = simulated_experiment(make_experiment(trace, nodes=4, gpus_per_node=1, algorithm="fsdp", iterations=6,
+                                               nic=Link(3e-4, 25e6)), None, record)
+    slower = simulate(replace(exp, comm=replace(exp.comm, collective_overhead_s=7e-4)))
+    target = steady_iteration_s(slower)
+    assert step_excess(exp, target) == pytest.approx(7e-4, abs=2e-6)
+    assert step_excess(exp, 0.5 * steady_iteration_s(simulate(exp))) == 0.0
+
+    def records(step_s):  # every rank ends iteration k at (k + 1)·step_s: steady iterations of step_s
+        its = [{"start": k * step_s, "forward_end": k * step_s, "backward_end": k * step_s,
+                "optimizer_start": (k + 1) * step_s, "end": (k + 1) * step_s, "launch": [], "done": [],
+                "launch_order": []} for k in range(6)]
+        return [{"iterations": its, "buckets": []} for _ in range(4)]
+
+    sim = new_simulation(exp)
+    prepared = SimpleNamespace(experiment=exp, sim=sim, plan=FAMILIES["fsdp"].plan(sim))
+    ((size, x),) = FAMILIES["fsdp"].host_points(prepared, records(target))
+    assert size == 300_000 and x == pytest.approx(7e-4, abs=2e-6)
 
 
 def _neighbor(latency_s=1e-4):

@@ -32,6 +32,7 @@ def row_keys(vid: str, exp: Experiment, options, emulated: bool, cal) -> dict:
         if cal is not None and cls in cal.fits:
             keys[f"{cls}_latency_s"] = cal.fits[cls].latency_s
             keys[f"{cls}_fit_bandwidth_Bps"] = cal.fits[cls].bandwidth_Bps
+            keys[f"{cls}_spread"] = getattr(cal.fits[cls], "spread", "")  # per call (simfog.variation)
     return keys
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from simfog import merge
 from simfog.experiment import Comm, Experiment
+from simfog.variation import expected_factor
 from validate.families.base import buckets_match, fit_of
 from validate.host_calibration import (
     EXCESS,
@@ -70,10 +71,11 @@ class Allreduce:
 
     def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
         """The in-step excess of each bucket the ranks ran (DDP's as DDP built them) over its allreduce as the
-        prediction costs it."""
+        prediction costs it (on average: with its expected slowest rank, simfog.variation)."""
         trace, cost = prepared.experiment.workload.trace, prepared.sim.cost
         sizes = [float(sum(trace.tensors[n].nbytes for n in bucket)) for bucket in per_rank[0]["buckets"]]
-        bare = [(m, cost.allreduce(m)) for m in sizes]
+        slowest = expected_factor(cost.spread(), cost.cluster.ranks)
+        bare = [(m, cost.allreduce(m) * slowest) for m in sizes]
         return excess_points(per_rank, [bare] * len(per_rank[0]["iterations"]))
 
     def with_host_costs(self, sim_exp: Experiment, fits: Mapping) -> tuple[Experiment, object, str]:

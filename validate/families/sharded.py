@@ -11,17 +11,23 @@ collectives, one "bucket" each. fsdp rows add the measured memory peak per rank 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from simfog import merge
 from simfog.experiment import Comm, Experiment
 from simfog.simulation import new_simulation
+from simfog.variation import expected_factor
 from validate.families.base import buckets_match, fit_of
 from validate.host_calibration import (
     EXCESS,
+    FSDP_PROBE_ITERATIONS,
+    FSDP_PROBE_LAYERS,
+    STEP,
     excess_points,
     overheads_record,
     probe_experiment,
     probe_trace,
+    step_excess,
     with_overheads,
 )
 
@@ -50,9 +56,11 @@ class _Sharded:
         return out
 
     def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
-        """The in-step excess of the plan's collectives (the records' order) over their cost in the prediction."""
+        """The in-step excess of the plan's collectives (the records' order) over their cost in the prediction (on
+        average: with its expected slowest rank, simfog.variation)."""
         sim = prepared.sim
-        bare = [(float(c.nbytes), sim.cost.time(c.op, c.nbytes, None)) for c in sim.algorithm.plan.colls]
+        slowest = expected_factor(sim.cost.spread(), sim.ranks)
+        bare = [(float(c.nbytes), sim.cost.time(c.op, c.nbytes, None) * slowest) for c in sim.algorithm.plan.colls]
         return excess_points(per_rank, [bare] * len(per_rank[0]["iterations"]))
 
     def with_host_costs(self, sim_exp: Experiment, fits: Mapping) -> tuple[Experiment, object, str]:
@@ -62,8 +70,7 @@ class _Sharded:
         fit, why = fit_of(fits, self._probe(sim_exp)[0])
         if fit is None:
             return sim_exp, None, why
-        colls = new_simulation(sim_exp).algorithm.plan.colls
-        mean = sum(c.nbytes for c in colls) / len(colls) if colls else 0.0
+        mean = _mean_collective(sim_exp)
         value = fit.excess_s(mean)
         record = overheads_record(sim_exp)
         record["collective_overhead_s"] = value
@@ -95,9 +102,42 @@ class Fsdp(_Sharded):
     def measured_keys(self, sim_exp: Experiment, config: Mapping, per_rank: Sequence[dict], plan, mode: str) -> dict:
         return {**memory_keys(sim_exp, per_rank, mode), **super().measured_keys(sim_exp, config, per_rank, plan, mode)}
 
+    host_measured = STEP
+
     def _probe(self, exp: Experiment) -> tuple[str, dict]:
-        """FSDP2 with one unit per probe layer, resharded after forward, prefetch 1 (three collectives a layer)."""
-        return "fsdp", {"algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": True, "prefetch": 1}
+        """FSDP2 with one unit per probe layer, resharded after forward or not and prefetching as the row does."""
+        reshard, k = bool(exp.comm.reshard_after_forward), int(exp.comm.prefetch)
+        return f"fsdp-{'reshard' if reshard else 'keep'}-k{k}", {
+            "algorithm": "fsdp", "fsdp_unit": "layer", "reshard_after_forward": reshard, "prefetch": k}
+
+    def host_probes(self, experiments: Sequence[Experiment], cost) -> dict[str, tuple[str, Experiment]]:
+        """Per variant of the rows (reshard_after_forward, prefetch), one probe per size at which a row of that
+        variant pays the fit (its plan's mean collective, `with_host_costs`), every layer of that size
+        (validate.host_calibration: the step, not the spans, is measured). The rows' own sizes rather than fixed
+        ones: a size this host's TCP handles badly (1 MB all-gathers on 2 ranks run ~30 % slow, see
+        simfog.collectives' gloo_ring) would otherwise set the per-byte slope for every size."""
+        out = {}
+        for exp in experiments:
+            key, comm = self._probe(exp)
+            size = 4 * max(1, round(_mean_collective(exp) / 4))  # whole float32 elements
+            trace = probe_trace((size,) * FSDP_PROBE_LAYERS, name=f"p{size}b")
+            probe = probe_experiment(exp, trace, param_dtype=None, reduce_dtype=None, **comm)
+            out.setdefault(f"{key}-{size}B", (key, replace(probe, iterations=FSDP_PROBE_ITERATIONS)))
+        return out
+
+    def host_points(self, prepared, per_rank: Sequence[dict]) -> list[tuple[float, float]]:
+        """(the probe's collective size, the per-collective overhead that makes its predicted step the measured
+        one): the median steady-state iteration of the probe's records, inverted through simfog
+        (validate.host_calibration.step_excess)."""
+        import statistics
+
+        from validate.comparison.compare import iteration_times, measured_result
+
+        measured = iteration_times(measured_result(prepared.experiment, per_rank))[1:]
+        if not len(measured):
+            return []
+        size = float(prepared.sim.algorithm.plan.colls[0].nbytes)
+        return [(size, step_excess(prepared.experiment, float(statistics.median(measured))))]
 
 
 class Zero2(_Sharded):
@@ -125,6 +165,12 @@ class Zero2(_Sharded):
         from validate.ranks.zero import ZERO2_NOTE
 
         return {"merge": "", "note": ZERO2_NOTE}
+
+
+def _mean_collective(exp: Experiment) -> float:
+    """The mean size of the collectives of `exp`'s plan (bytes; 0 without any)."""
+    colls = new_simulation(exp).algorithm.plan.colls
+    return sum(c.nbytes for c in colls) / len(colls) if colls else 0.0
 
 
 def memory_keys(sim_exp: Experiment, per_rank: Sequence[dict], mode: str) -> dict:

@@ -10,7 +10,8 @@ Per iteration, with s the rank's compute draw, slow its slowdown, d its straggle
     per bucket b, in order:
         launch = t_b + ready[s, b]·slow;  T = T + (launch − T) if launch > T       (SimPy: now + delay)
         T += copy_b (pack, when > 0);  T += overhead (when > 0);  arrive_b = T
-        start_b = max over ranks of arrive_b;  end_b = start_b + duration_b       (the Collective barrier)
+        start_b = max over ranks of arrive_b;  end_b = start_b + duration_b       (the Collective barrier; the
+                                                       iteration's own under per-call variation, simfog.variation)
         T = end_b (+ copy_b: unpack)
     t_e  = t_b + bwd[s]·slow;  t_o = max(t_e, T);  next t0 = t_o + opt[s]·slow
 
@@ -111,7 +112,7 @@ def _schedule(sim, it: int, t0: np.ndarray):
         if overhead > 0:
             T = T + overhead
         start = T.max()
-        end = start + alg.durations[b]
+        end = start + alg.duration(it, b)
         after = end + copy if copy > 0 else end
         steps.append((pre, mid, T, start, end, after))
         T = after

@@ -43,6 +43,8 @@ def blocker(alg) -> str | None:
     """None when the streams loop can run `alg` (an AllreduceSGD with static buckets and streams > 1), else why not:
     a collective that takes no time (one rank) or whose time is not finite, for some number of collectives
     sharing the links."""
+    if alg.call_factors is not None:
+        return "collectives sharing links vary per call (simfog.variation): the event engine draws them"
     duration = alg.channel.duration
     for b in alg.buckets:
         for k in range(1, alg.streams + 1):

@@ -94,6 +94,12 @@ class _Compressed(AllreduceSGD):
         return [{"bucket": i, "tensors": len(b.tensors), "bytes": b.nbytes, **c}
                 for i, (b, c) in enumerate(zip(self.buckets, self.costs, strict=True))]
 
+    def wire_durations(self) -> tuple[list[float], list[float] | None]:
+        """The communication varies per call (simfog.variation); the codec's compute does not."""
+        if self.sim.ranks == 1:
+            return self.durations, None
+        return [c["comm_s"] for c in self.costs], [c["codec_s"] for c in self.costs]
+
 
 class Fp16Allreduce(_Compressed):
     """DDP fp16_compress_hook: gradients cast to float16 for the allreduce (half the bytes) and back."""

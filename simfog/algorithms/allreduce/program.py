@@ -6,6 +6,10 @@ its last rank has arrived; packs, launch overheads and unpacks on the stream aro
 
 from __future__ import annotations
 
+from functools import cached_property
+
+import numpy as np
+
 from simfog import merge
 from simfog.algorithms.allreduce.plan import (
     bucket_ready,
@@ -25,6 +29,7 @@ class AllreduceSGD(TrainingAlgorithm):
     """Data-parallel SGD: bucketed gradient allreduce overlapping backward (DDP, Horovod, BAGUA, MG-WFBP...)."""
 
     symmetric = True
+    symmetric_draws = True  # every bucket's collective is among all ranks
     overheads = CommOverheads()  # none, for subclasses that do not model them (compressed algorithms)
     # The event-engine methods the closed forms replay: a subclass (or a patch) that defines one anew runs a
     # program they do not know.
@@ -96,6 +101,38 @@ class AllreduceSGD(TrainingAlgorithm):
         return [{"bucket": i, "tensors": len(b.tensors), "bytes": b.nbytes, "allreduce_s": d}
                 for i, (b, d) in enumerate(zip(self.buckets, self.durations))]
 
+    def wire_durations(self) -> tuple[list[float], list[float] | None]:
+        """(the part of each bucket's duration that varies per call, the part that does not or None): the whole
+        collective here; a compressed allreduce keeps its codec apart."""
+        return self.durations, None
+
+    @cached_property
+    def call_factors(self) -> np.ndarray | None:
+        """(iterations, buckets): the factor of each bucket's collective in each iteration, its slowest rank's
+        among all ranks (simfog.variation), or None when nothing varies."""
+        sim = self.sim
+        return sim.variation.factors("allreduce.buckets", np.full(len(self.buckets), sim.cost.spread()), sim.ranks)
+
+    @cached_property
+    def varied(self) -> np.ndarray | None:
+        """(iterations, buckets): each bucket's collective time in each iteration, the wire part times its
+        factor (`call_factors`), or None when nothing varies. The event engine and the closed form read this one
+        table."""
+        f = self.call_factors
+        if f is None:
+            return None
+        wire, fixed = self.wire_durations()
+        out = np.asarray(wire, dtype=float) * f
+        return out if fixed is None else out + np.asarray(fixed, dtype=float)
+
+    @cached_property
+    def _varied_rows(self) -> list[list[float]]:
+        return self.varied.tolist()
+
+    def duration(self, iteration: int, b: int) -> float:
+        """Bucket b's collective time in `iteration` (its cost-model time when nothing varies)."""
+        return self.durations[b] if self.varied is None else self._varied_rows[iteration][b]
+
     def backward_started(self, rank, iteration, sample, t_backward):
         return self.sim.env.process(self._comm_stream(rank, iteration, sample, t_backward))
 
@@ -103,9 +140,10 @@ class AllreduceSGD(TrainingAlgorithm):
         key = (iteration, b)
         coll = self.collectives.get(key)
         if coll is None:
+            factor = 1.0 if self.call_factors is None else float(self.call_factors[iteration, b])
             coll = self.collectives[key] = Collective(self.sim.env, self.sim.simulated_ranks,
-                                                      self.durations[b], f"bucket{b}", self.channel,
-                                                      self.buckets[b].nbytes)
+                                                      self.duration(iteration, b), f"bucket{b}", self.channel,
+                                                      self.buckets[b].nbytes, factor)
         return coll
 
     def _comm_stream(self, rank, iteration, sample, t_backward):

@@ -62,15 +62,15 @@ class AllreduceStep:
         alg = self.alg
         cluster, cost, n = alg.sim.experiment.cluster, alg.sim.cost, alg.n
         if not alg.hier:
-            op = plan.op(ready, cost.allreduce(nbytes))
+            op = plan.op(ready, cost.allreduce(nbytes), vary=("inter", 0))
             return [op] * n, [[op] for _ in range(n)]
-        intra = [plan.op([ready[r] for r in alg.node_ranks(u)], cost.time("allreduce", nbytes, alg.node_ranks(u)))
-                 for u in range(cluster.nodes)]
+        intra = [plan.op([ready[r] for r in alg.node_ranks(u)], cost.time("allreduce", nbytes, alg.node_ranks(u)),
+                         vary=("intra", u)) for u in range(cluster.nodes)]
         leaders = [u * cluster.ranks_per_node for u in range(cluster.nodes)]
-        inter = plan.op(intra, cost.time("allreduce", nbytes, leaders))
+        inter = plan.op(intra, cost.time("allreduce", nbytes, leaders), vary=("inter", 0))
         last, owned = [0] * n, [[] for _ in range(n)]
         for u in range(cluster.nodes):
-            b = plan.op((inter,), cost.time("broadcast", nbytes, alg.node_ranks(u)))
+            b = plan.op((inter,), cost.time("broadcast", nbytes, alg.node_ranks(u)), vary=("bcast", u))
             for r in alg.node_ranks(u):
                 last[r] = b
                 owned[r] = [intra[u], b] + ([inter] if r == leaders[u] else [])

@@ -57,6 +57,7 @@ class Phase:
         self.intra = [_node_costs(alg, "allreduce", f) for f in full] if hier else None
         self.bcast = [_node_costs(alg, "broadcast", f) for f in full] if hier else None
         self.hier = hier
+        self.factors = alg.flow_factors(phase) or {}  # per-call variation (simfog.variation), as the engine's Runs
         if not isinstance(st, P2PStep):
             leaders = list(range(0, self.n, self.L))
             self.inter = [alg.sim.cost.time("allreduce", b, leaders) for b in self.sizes] if hier else \
@@ -80,26 +81,34 @@ class Phase:
             col = np.arange(len(owners)) - np.repeat(np.cumsum(counts) - counts, counts)
             self.idx[owners[order], col] = ids[order]
 
-    def bucket(self, b: int, ready: np.ndarray, timed: bool):
-        """Evaluate bucket b from each rank's ready time: (last (n,), owned starts, owned ends (n, K), nan where
-        none) — owned only when timed; untimed adds no durations (the engine's `avail`)."""
+    def bucket(self, b: int, ready: np.ndarray, timed: bool, it: int = 0):
+        """Evaluate bucket b of iteration `it` from each rank's ready time: (last (n,), owned starts, owned ends
+        (n, K), nan where none) — owned only when timed; untimed adds no durations (the engine's `avail`)."""
         add = np.add if timed else (lambda x, _d: x)
         if isinstance(self.step, P2PStep):
-            return self._p2p(b, ready, add, timed)
-        return self._allreduce(b, ready, add, timed)
+            return self._p2p(b, ready, add, timed, it)
+        return self._allreduce(b, ready, add, timed, it)
 
-    def _allreduce(self, b, ready, add, timed):
+    def _d(self, kind: str, base, b: int, it: int):
+        """The duration(s) of bucket b's ops of `kind` in iteration `it`: `base` times their per-call factors when
+        they vary (the engine's Run multiplies the same operands)."""
+        table = self.factors.get(kind)
+        if table is None:
+            return base
+        return base * (table[it, b, 0] if kind == "inter" else table[it, b])
+
+    def _allreduce(self, b, ready, add, timed, it):
         n, L = self.n, self.L
         if not self.hier:
             s = ready.max()
-            e = add(s, self.inter[b])
+            e = add(s, self._d("inter", self.inter[b], b, it))
             last = np.full(n, e)
             return last, (np.full((n, 1), s), np.full((n, 1), e)) if timed else None
         i_s = ready.reshape(self.nodes, L).max(1)
-        i_e = add(i_s, self.intra[b])
+        i_e = add(i_s, self._d("intra", self.intra[b], b, it))
         x_s = i_e.max()
-        x_e = add(x_s, self.inter[b])
-        b_e = add(np.full(self.nodes, x_e), self.bcast[b])
+        x_e = add(x_s, self._d("inter", self.inter[b], b, it))
+        b_e = add(np.full(self.nodes, x_e), self._d("bcast", self.bcast[b], b, it))
         last = np.repeat(b_e, L)
         if not timed:
             return last, None
@@ -108,7 +117,7 @@ class Phase:
         E = np.stack([np.repeat(i_e, L), last, np.where(leader, x_e, np.nan)], axis=1)
         return last, (S, E)
 
-    def _exchange(self, b, ready, add):
+    def _exchange(self, b, ready, add, it):
         """The exchange of bucket b up to its messages: (node allreduce starts or None, first: when a go rank's
         node average ended (else its ready), go: when it starts sending (after any encode), message starts,
         message ends)."""
@@ -117,19 +126,19 @@ class Phase:
             first = np.full(self.n, ready.max())
         if self.hier:
             i_s = first.reshape(self.nodes, self.L).max(1)
-            first = add(i_s, self.intra[b])
+            first = add(i_s, self._d("intra", self.intra[b], b, it))
         go = first if self.sender is None else np.where(self.sender, add(first, self.enc), first)
         ms = go[self.spos] if st.one_sided else np.maximum(go[self.spos], go[self.dpos])
-        return i_s, first, go, ms, add(ms, self.dur[b])
+        return i_s, first, go, ms, add(ms, self._d("message", self.dur[b], b, it))
 
-    def _p2p(self, b, ready, add, timed):
+    def _p2p(self, b, ready, add, timed, it):
         n, L = self.n, self.L
-        i_s, first, go, ms, me = self._exchange(b, ready, add)
+        i_s, first, go, ms, me = self._exchange(b, ready, add, it)
         has = self.idx >= 0
         acc = np.maximum(go, np.where(has, me[self.idx], -np.inf).max(1, initial=-np.inf))
         after = np.where(self.sender, add(acc, self.dec), acc) if self.sender is not None else acc
         if self.hier:
-            b_e = add(after, self.bcast[b])
+            b_e = add(after, self._d("bcast", self.bcast[b], b, it))
             last = np.repeat(b_e, L)
         else:
             last = after
@@ -150,9 +159,10 @@ class Phase:
             E = np.concatenate([E2, first[node, None], last[:, None]], axis=1)
         return last, (S, E)
 
-    def messages(self, b: int, ready: np.ndarray):
-        """(start, end) of every message of bucket b (the engine's message log), from the ranks' ready times."""
-        return self._exchange(b, ready, np.add)[3:]
+    def messages(self, b: int, ready: np.ndarray, it: int = 0):
+        """(start, end) of every message of bucket b in iteration `it` (the engine's message log), from the ranks'
+        ready times."""
+        return self._exchange(b, ready, np.add, it)[3:]
 
 
 def _merge(L: np.ndarray, owned, last: np.ndarray) -> dict:
@@ -201,11 +211,11 @@ def iterate(sim, it: int, t0: np.ndarray, messages: bool = False) -> dict:
         for b in range(len(ph.sizes)):
             ready = inputs[b] if done is None else np.maximum(inputs[b], done)
             if messages:
-                out["sent"].append(ph.messages(b, ready))
-            done, owned = ph.bucket(b, ready, True)
+                out["sent"].append(ph.messages(b, ready, it))
+            done, owned = ph.bucket(b, ready, True, it)
             out["buckets"].append(_merge(ready, owned, done))
             avail = t_b if avail is None else np.maximum(t_b, avail)
-            avail, _ = ph.bucket(b, avail, False)
+            avail, _ = ph.bucket(b, avail, False, it)
         t_o = np.maximum(t_e, np.where(done > avail, avail + (done - avail), avail))
     out["t_o"], out["t_end"] = t_o, t_o + c.optimizer_s[s] * slow
     return out

@@ -78,12 +78,14 @@ def run(sim):
     state: dict[tuple[int, int], tuple] = {}  # (rank, iteration) -> (end of backward, sample)
     drained: dict[int, int] = {}              # job -> resources it has drained on so far
     job_of: list[tuple[int, int]] = []        # job -> (iteration, message op)
+    job_factor: list[float] = []              # job -> its message's per-call factor (simfog.variation)
 
     def plan_run(it: int) -> Run:
         if it not in runs:
             phase = it % alg.period
             plan = alg.plan(phase)
-            runs[it] = Run(plan, it, lambda run, rank, t: rank_done(rank, run.iteration, t))
+            runs[it] = Run(plan, it, lambda run, rank, t: rank_done(rank, run.iteration, t),
+                           alg.op_factors(phase, it))
             if phase not in msgs:
                 msgs[phase] = _messages(alg, plan, phase)
         return runs[it]
@@ -96,11 +98,15 @@ def run(sim):
     def begin(it: int, op: int, t: float) -> None:
         m = msgs[it % alg.period].get(op)
         if m is None:
-            push(t + runs[it].plan.dur[op], "op", it, op)
+            push(t + runs[it].dur[op], "op", it, op)
             return
         _, nbytes, bw, cap, out_r, in_r = m
+        factor = runs[it].factor(op)
+        if factor != 1.0:  # per-call variation (simfog.variation): the message's bytes and latency scaled alike
+            nbytes = nbytes * factor
         job = len(job_of)
         job_of.append((it, op))
+        job_factor.append(factor)
         drained[job] = 0
         links.add(t, job, out_r, nbytes, bw, cap)
         links.add(t, job, in_r, nbytes, bw, cap)
@@ -151,5 +157,6 @@ def run(sim):
             if drained[job] == 2:  # through both of its resources
                 del drained[job]
                 it, op = job_of[job]
-                push(t_link + msgs[it % alg.period][op][0], "op", it, op)
+                latency = msgs[it % alg.period][op][0]
+                push(t_link + latency * job_factor[job], "op", it, op)
     return sim.result(path=PATH_FLUID, started=started, events=seq)

@@ -29,8 +29,15 @@ class Plan:
         self.inputs: list[list[int]] = [[] for _ in range(ranks)]
         self.parts: list[list[tuple]] = [[] for _ in range(ranks)]
         self.sends: list[list[tuple[int, int, float]]] = [[] for _ in range(ranks)]  # (op, dst, bytes)
+        # ops whose duration varies per call (simfog.variation): op -> (kind, bucket, index) in the algorithm's
+        # factor tables (DataflowAlgorithm.flow_factors), the bucket being the one `chain` is building
+        self.vary: dict[int, tuple[str, int, int]] = {}
+        self.bucket = 0
 
-    def op(self, deps: Sequence[int] = (), duration: float = 0.0, done_of: int = -1) -> int:
+    def op(self, deps: Sequence[int] = (), duration: float = 0.0, done_of: int = -1,
+           vary: tuple[str, int] | None = None) -> int:
+        """An op lasting `duration` after its `deps`; `vary` = (kind, index): its time varies per call, as the
+        factor table `kind`'s entry `index` of the current bucket says."""
         i = len(self.dur)
         self.dur.append(duration)
         self.succ.append([])
@@ -38,6 +45,8 @@ class Plan:
         self.done_of.append(done_of)
         for d in deps:
             self.succ[d].append(i)
+        if vary is not None:
+            self.vary[i] = (vary[0], self.bucket, vary[1])
         return i
 
     def input(self, rank: int) -> int:
@@ -50,13 +59,20 @@ class Run:
     """One iteration's evaluation of a Plan: inputs arrive rank by rank (their times may lie in the past or the
     future: max-plus does not care); `on_done(run, rank, t)` fires when rank's last operation has an end time."""
 
-    def __init__(self, plan: Plan, iteration: int, on_done: Callable):
+    def __init__(self, plan: Plan, iteration: int, on_done: Callable, factors: Sequence[float] | None = None):
         self.plan, self.iteration, self.on_done = plan, iteration, on_done
+        # each op's duration in this iteration: the plan's, times its per-call factor (simfog.variation) if any
+        self.factors = factors
+        self.dur = plan.dur if factors is None else [d * f for d, f in zip(plan.dur, factors, strict=True)]
         self.start = [-math.inf] * len(plan.dur)
         self.end = [math.nan] * len(plan.dur)
         self.missing = plan.npred.copy()
         self.events: dict = {}
         self.finished = 0
+
+    def factor(self, op: int) -> float:
+        """Op `op`'s per-call factor in this iteration (1.0: it does not vary)."""
+        return 1.0 if self.factors is None else self.factors[op]
 
     def give(self, rank: int, times: Sequence[float]) -> None:
         p, start = self.plan, self.start
@@ -65,7 +81,7 @@ class Run:
             start[op] = t
         while stack:
             op, t = stack.pop()
-            stack += [(s, start[s] + p.dur[s]) for s in self.ended(op, t)]
+            stack += [(s, start[s] + self.dur[s]) for s in self.ended(op, t)]
 
     def ended(self, op: int, t: float) -> list[int]:
         """Op `op` ends at t: its successors' starts move to t if later, and those with no input left are
@@ -95,8 +111,8 @@ def exchange(plan: Plan, cluster, ready: dict[int, int], pairs: Sequence[tuple[i
     src, dst = (np.array([p[i] for p in live], dtype=np.int64) for i in (0, 1))
     times = message_durations(cluster, src, dst, nbytes, latencies).tolist()
     mine: dict[int, list[int]] = {r: [] for r in ready}
-    for (s, d), t in zip(live, times, strict=True):
-        o = plan.op((ready[s],) if one_sided else (ready[s], ready[d]), t)
+    for i, ((s, d), t) in enumerate(zip(live, times, strict=True)):
+        o = plan.op((ready[s],) if one_sided else (ready[s], ready[d]), t, vary=("message", i))
         plan.sends[s].append((o, d, nbytes))
         if not buffered:
             mine[s].append(o)
@@ -158,7 +174,8 @@ class P2PStep:
             intra, bcast = {}, {}
             for u in range(cluster.nodes):
                 members = alg.node_ranks(u)
-                intra[u] = plan.op([ready[r] for r in members], cost.time("allreduce", full, members))
+                intra[u] = plan.op([ready[r] for r in members], cost.time("allreduce", full, members),
+                                   vary=("intra", u))
             first = {u * cluster.ranks_per_node: intra[u] for u in range(cluster.nodes)}
         else:
             first = {r: ready[r] for r in range(n)}
@@ -178,7 +195,7 @@ class P2PStep:
         for u in range(cluster.nodes):
             members = alg.node_ranks(u)
             leader = members[0]
-            bcast[u] = plan.op((after[leader],), cost.time("broadcast", full, members))
+            bcast[u] = plan.op((after[leader],), cost.time("broadcast", full, members), vary=("bcast", u))
             for r in members:
                 last[r] = bcast[u]
                 owned[r] += [intra[u], bcast[u]]

@@ -73,7 +73,9 @@ class DataflowAlgorithm(TrainingAlgorithm):
             return None
         run = self._runs.get(iteration)
         if run is None:
-            run = self._runs[iteration] = Run(self.plan(iteration % self.period), iteration, self._finished)
+            phase = iteration % self.period
+            run = self._runs[iteration] = Run(self.plan(phase), iteration, self._finished,
+                                              self.op_factors(phase, iteration))
         run.events[rank] = event = self.sim.env.event()
         run.give(rank, self._inputs(rank, iteration, sample, t_backward))
         return event
@@ -128,6 +130,7 @@ class DataflowAlgorithm(TrainingAlgorithm):
         has arrived and the rank's bucket b-1 has ended. step(plan, ready ops, nbytes) -> (last op, ops) per rank."""
         plan, prev = Plan(self.n), None
         for b, nbytes in enumerate(sizes):
+            plan.bucket = b  # the bucket of the ops `step` adds (their per-call factors, Plan.vary)
             ready = [plan.input(r) for r in range(self.n)]
             if prev is not None:
                 ready = [plan.op((x, p)) for x, p in zip(ready, prev, strict=True)]
@@ -139,6 +142,56 @@ class DataflowAlgorithm(TrainingAlgorithm):
         for r in range(self.n):
             plan.op((prev[r],), 0.0, done_of=r)
         return plan
+
+    def flow_factors(self, phase: int) -> dict[str, np.ndarray] | None:
+        """Per kind of op that varies per call (simfog.variation; Plan.vary), (iterations, buckets, index)
+        factors of phase `phase`: "message" (by the link it crosses; see _flow_factors for its n), "intra" and
+        "bcast" (per node, among its ranks), "inter" (the allreduce among all ranks, or among the node leaders when
+        hierarchical); None when nothing varies. Made once per phase: the event engine's Runs and the closed form
+        read the same tables."""
+        memo = self.__dict__.setdefault("_factor_tables", {})
+        if phase not in memo:
+            memo[phase] = self._flow_factors(phase)
+        return memo[phase]
+
+    def _flow_factors(self, phase: int) -> dict[str, np.ndarray] | None:
+        cluster, cost = self.sim.experiment.cluster, self.sim.cost
+        if self.n == 1 or not (cluster.nic.spread or cluster.intra.spread):
+            return None
+        sizes, step = self.phase_steps(phase)
+        buckets, per_node = len(sizes), cluster.ranks_per_node
+        hier = step.hierarchical if isinstance(step, P2PStep) else self.hier
+        spreads = {}
+        if isinstance(step, P2PStep):
+            crossing = np.where(step.src // per_node == step.dst // per_node, cluster.intra.spread,
+                                cluster.nic.spread)
+            # drawn, each message is a call of its own (n = 1): a rank waiting for k of them pays the slowest draw;
+            # expected, each pays the expected slowest of the messages its receiver takes part in
+            taking_part = np.bincount(step.src, minlength=self.n) + np.bincount(step.dst, minlength=self.n)
+            n = taking_part[step.dst] if self.sim.variation.mode == "expected" else 1
+            spreads["message"] = (np.tile(crossing, (buckets, 1)), n)
+        else:
+            leaders = list(range(0, self.n, per_node)) if hier else None
+            spreads["inter"] = (np.full((buckets, 1), cost.spread(leaders)), cluster.nodes if hier else self.n)
+        if hier:
+            node = (np.full((buckets, cluster.nodes), cost.spread(list(self.node_ranks(0)))), per_node)
+            spreads["intra"] = spreads["bcast"] = node
+        tables = {kind: self.sim.variation.factors(f"dataflow.{kind}.{phase}", s, n)
+                  for kind, (s, n) in spreads.items()}
+        return {kind: t for kind, t in tables.items() if t is not None} or None
+
+    def op_factors(self, phase: int, iteration: int) -> list[float] | None:
+        """Each op's per-call factor in `iteration` (1.0 for ops that do not vary), for a Run; None when nothing
+        varies."""
+        tables = self.flow_factors(phase)
+        if tables is None:
+            return None
+        plan = self.plan(phase)
+        out = [1.0] * len(plan.dur)
+        for op, (kind, b, i) in plan.vary.items():
+            if kind in tables:
+                out[op] = float(tables[kind][iteration, b, i])
+        return out
 
     def node_ranks(self, node: int) -> range:
         L = self.sim.experiment.cluster.ranks_per_node

@@ -5,6 +5,7 @@ operations and BAGUA's asynchronous averaging loop. What each models and from wh
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -35,10 +36,12 @@ class HorovodAllreduce(TrainingAlgorithm):
     buffers one after another; it sleeps until the next cycle is due."""
 
     symmetric = True
+    symmetric_draws = True  # its fused allreduces are among all ranks
 
     def __init__(self, sim):
         super().__init__(sim)
         comm = sim.experiment.comm
+        self.calls = sim.variation.sequence("horovod.fused")  # per-call variation (simfog.variation)
         self.tensors, offsets = tensor_ready_offsets(sim)
         self.overheads = oh = sim.experiment.overheads()
         if oh.overlap_slowdown != 1.0 and offsets.size:
@@ -100,6 +103,9 @@ class HorovodAllreduce(TrainingAlgorithm):
                         pending = [i for i in pending if i not in done]
                         for bucket in merge.horovod_fuse([self.tensors[i] for i in ready], self.threshold):
                             duration = sim.cost.allreduce(bucket.nbytes)
+                            factor = self.calls.next_factor(sim.cost.spread(), sim.ranks)
+                            if factor != 1.0:
+                                duration = duration * factor
                             copy = self.overheads.copy_s(bucket.nbytes)
                             for what, cost in (("pack", copy), ("overhead", self.overheads.collective_overhead_s)):
                                 if cost > 0:
@@ -161,6 +167,7 @@ class WAGMA(TrainingAlgorithm):
         self.blocking: dict[tuple[int, int], object] = {}  # wait_for_group: (iteration, group id) -> Collective
         self.globals: dict[int, object] = {}
         self.starts = [[] for _ in range(n)]            # per rank: when each of its iterations began
+        self.calls = sim.variation.sequence("wagma.operations")  # per-call variation (simfog.variation)
 
     # --- costs --------------------------------------------------------------------------------------------------
 
@@ -180,6 +187,17 @@ class WAGMA(TrainingAlgorithm):
     def is_global(self, iteration: int) -> bool:
         return (iteration + 1) % self.global_every == 0
 
+    def _varied(self, seconds: float, layout: int | None = None, gid: int = 0) -> float:
+        """`seconds` of one group operation (layout and group id; None: the global one) times its slowest member's
+        factor (simfog.variation), drawn in the order the engine starts them."""
+        cost = self.sim.cost
+        if not (cost.cluster.nic.spread or cost.cluster.intra.spread):
+            return seconds
+        members = None if layout is None else [gid | sum(1 << b for b, on in zip(self.layouts[layout], pick) if on)
+                                                for pick in itertools.product((0, 1), repeat=len(self.layouts[layout]))]
+        factor = self.calls.next_factor(cost.spread(members), self.n if members is None else len(members))
+        return seconds * factor if factor != 1.0 else seconds
+
     # --- the event engine's hooks -------------------------------------------------------------------------------
 
     def backward_started(self, rank, iteration, sample, t_backward):
@@ -197,7 +215,7 @@ class WAGMA(TrainingAlgorithm):
         key, now = (iteration, gid), sim.env.now
         op = self.ops.get(key)
         if op is None:  # the first member triggers the group's collective
-            d = float(self.group_seconds(layout)[rank])
+            d = self._varied(float(self.group_seconds(layout)[rank]), layout, gid)
             op = self.ops[key] = [now, now + d, sim.env.timeout(d), 0]
         op[3] += 1
         if op[3] == self.sizes[layout]:
@@ -212,7 +230,8 @@ class WAGMA(TrainingAlgorithm):
         coll = self.blocking.get(key)
         if coll is None:
             coll = self.blocking[key] = Collective(self.sim.env, 2 ** len(self.layouts[layout]),
-                                                   float(self.group_seconds(layout)[rank]), "group")
+                                                   self._varied(float(self.group_seconds(layout)[rank]), layout,
+                                                                gid), "group")
         arrived = self.sim.env.now
         done = coll.join()
         if coll.arrived == coll.expected:
@@ -225,7 +244,7 @@ class WAGMA(TrainingAlgorithm):
     def _global(self, rank, iteration):
         coll = self.globals.get(iteration)
         if coll is None:
-            coll = self.globals[iteration] = Collective(self.sim.env, self.n, self.global_s, "global")
+            coll = self.globals[iteration] = Collective(self.sim.env, self.n, self._varied(self.global_s), "global")
         arrived = self.sim.env.now
         yield coll.join()
         if coll.start > arrived:
@@ -266,6 +285,7 @@ class AsyncModelAverage(TrainingAlgorithm):
         self.period_s = exp.comm.async_period_s or BAGUA_ASYNC_PERIOD_S
         self.eps = exp.comm.consensus_eps or DEFAULT_CONSENSUS_EPS
         self.round_s = sim.cost.time("broadcast", 1) + sim.cost.allreduce(self.nbytes)
+        self.calls = sim.variation.sequence("async.rounds")  # per-call variation (simfog.variation)
         # starts[r, j]: when rank r's iteration j began, known for j <= known[r]; the entry known[r] is the end of
         # its latest known iteration (iterations follow each other with no wait: forward starts when the optimizer
         # step ends). A table rather than a list per rank: a round cuts every rank's share at once.
@@ -295,7 +315,8 @@ class AsyncModelAverage(TrainingAlgorithm):
             if end is not None and env.now >= end:
                 return
             start = env.now
-            yield env.timeout(self.round_s)
+            factor = self.calls.next_factor(self.sim.cost.spread(), self.sim.ranks)
+            yield env.timeout(self.round_s * factor if factor != 1.0 else self.round_s)
             self.round_ends.append(env.now)
             ranks, its, s, e = split_rounds(self.starts, self.known, start, env.now)
             kept = its < n_it

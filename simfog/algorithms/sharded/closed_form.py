@@ -6,7 +6,8 @@ Every rank runs the same program (`ShardedAlgorithm.run_iteration`), flattened o
 
     issue c    arrive = max(now, end of the previous collective of c's stream, end of c.after, end of the
                previous collective of c's process group, on any stream);
-               start_c = max of arrive over c's group; end_c = start_c + duration_c  (per group)
+               start_c = max of arrive over c's group; end_c = start_c + duration_c  (per group; per iteration
+               under per-call variation, simfog.variation)
                on the compute stream the rank waits for it: now = end_c
     need c     now = max(now, end_c)                 (what a step needs, a hook waits for)
     step i     now = now + (Σ of step i's layer times)·slow (+ the straggler delay on the last forward step)
@@ -80,7 +81,7 @@ def iterate(sim, prog: Program, it: int, t0: np.ndarray, tables: dict | None = N
                 arrival = np.maximum(arrival, ends(previous))
             communicators[prog.communicators[k]] = k
             start[k] = g.max(arrival)
-            end[k] = start[k] + prog.durations[k]
+            end[k] = start[k] + prog.duration(k, it)
             if keep:
                 arrive[k] = arrival
             mine = ends(k)

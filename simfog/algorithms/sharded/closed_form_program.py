@@ -65,6 +65,13 @@ class Program:
     kinds: tuple
     last_forward: int
     issued: tuple
+    # per collective, (iterations,) or (iterations, groups): its duration in each iteration under per-call variation
+    # (simfog.variation: the overhead plus the wire time times the factor), or None when nothing varies
+    varied: tuple | None = None
+
+    def duration(self, k: int, it: int):
+        """Collective k's duration in iteration `it` (a float, or per group)."""
+        return self.durations[k] if self.varied is None else self.varied[k][it]
 
 
 def program(sim) -> Program:
@@ -103,10 +110,17 @@ def program(sim) -> Program:
         for j in step.layers:  # float(sum(times[j] for j in layers)): added in this order, from 0
             total = total + times[:, j]
         seconds.append(total)
+    wire = _wire_times(sim, groups)
+    overhead = alg.collective_overhead_s
+    factors = alg.call_factors
+    varied = None
+    if factors is not None:  # the engine's overhead + time · factor, per (iteration, group)
+        varied = tuple(overhead + w * (factors[:, k, 0] if g.kind == "all" else factors[:, k, :g.count])
+                       for k, (w, g) in enumerate(zip(wire, groups)))
     return Program(tuple(ops), groups, tuple(coll.group for coll in plan.colls),
-                   tuple(coll.stream for coll in plan.colls), _durations(sim, groups),
+                   tuple(coll.stream for coll in plan.colls), tuple(overhead + w for w in wire),
                    tuple(seconds), tuple(step.kind for step in plan.steps),
-                   max(i for i, s in enumerate(plan.steps) if s.kind == "forward"), tuple(issued))
+                   max(i for i, s in enumerate(plan.steps) if s.kind == "forward"), tuple(issued), varied)
 
 
 def _groups(alg, n: int, group: str) -> Groups:
@@ -115,17 +129,17 @@ def _groups(alg, n: int, group: str) -> Groups:
     return Groups(group, alg.group_size, n)
 
 
-def _durations(sim, groups) -> tuple:
-    """Each collective's duration (a float, or per group), as cost.time gives it for the group's members, asked once
-    per distinct (op, bytes, group shape)."""
+def _wire_times(sim, groups) -> tuple:
+    """Each collective's network time (a float, or per group), as cost.time gives it for the group's members, asked
+    once per distinct (op, bytes, group shape); its duration adds the collective overhead (before any variation:
+    the engine's overhead + time, or overhead + time · factor)."""
     alg, cost = sim.algorithm, sim.cost
-    overhead = alg.collective_overhead_s
     shapes: dict = {}
     memo: dict = {}
     out = []
     for coll, g in zip(alg.plan.colls, groups):
         if g.kind == "all":
-            out.append(overhead + cost.time(coll.op, coll.nbytes, None))
+            out.append(cost.time(coll.op, coll.nbytes, None))
             continue
         if g not in shapes:
             shapes[g] = _shapes(alg, g)
@@ -134,10 +148,30 @@ def _durations(sim, groups) -> tuple:
         for group, nodes in reps:
             key = (coll.op, coll.nbytes, group, None if nodes is None else frozenset(nodes))
             if key not in memo:
-                memo[key] = overhead + cost.group_time(coll.op, coll.nbytes, group, nodes)
+                memo[key] = cost.group_time(coll.op, coll.nbytes, group, nodes)
             times.append(memo[key])
         out.append(np.array(times)[index])
     return tuple(out)
+
+
+def group_spreads(alg) -> tuple[np.ndarray, np.ndarray]:
+    """(spread, size), each (collectives, most groups of one): the per-call spread and the ranks of each
+    collective's group gid (Sharded._members over all ranks; padded with spread 0 and size 1)."""
+    cost, colls = alg.sim.cost, alg.plan.colls
+    groups = [_groups(alg, alg.n, coll.group) for coll in colls]
+    width = max((g.count for g in groups), default=1)
+    spread, size = np.zeros((len(colls), width)), np.ones((len(colls), width))
+    shapes: dict = {}
+    for k, g in enumerate(groups):
+        if g.kind == "all":
+            spread[k, 0], size[k, 0] = cost.spread(), alg.n
+            continue
+        if g not in shapes:
+            index, reps = _shapes(alg, g)
+            shapes[g] = (np.array([cost.group_spread(r) for r, _ in reps])[index],
+                         np.array([r.ranks for r, _ in reps])[index])
+        spread[k, :g.count], size[k, :g.count] = shapes[g]
+    return spread, size
 
 
 def _shapes(alg, g: Groups):

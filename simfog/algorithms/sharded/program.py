@@ -7,6 +7,10 @@ closed form solves this very program.
 
 from __future__ import annotations
 
+from functools import cached_property
+
+import numpy as np
+
 from simfog.algorithms.sharded.plan import (
     LayerBytes,
     Plan,
@@ -27,6 +31,7 @@ class ShardedAlgorithm(TrainingAlgorithm):
     `self.plan` and set `self.shards`."""
 
     symmetric = True
+    symmetric_draws = True  # every collective is among all ranks (hsdp's are not)
     whole_iterations = True
     shards = 1
     # The event-engine methods the closed form replays: a subclass (or a patch) that defines one anew runs a
@@ -78,9 +83,22 @@ class ShardedAlgorithm(TrainingAlgorithm):
         if obj is None:
             sim = self.sim
             local = sim.simulated_ranks if members is None else sum(1 for m in members if m < sim.simulated_ranks)
-            duration = self.collective_overhead_s + sim.cost.time(coll.op, coll.nbytes, members)
-            obj = self._collectives[key] = Collective(sim.env, local, duration, coll.name)
+            wire = sim.cost.time(coll.op, coll.nbytes, members)
+            if self.call_factors is not None:  # per-call variation (simfog.variation)
+                wire = wire * float(self.call_factors[iteration, c, gid])
+            obj = self._collectives[key] = Collective(sim.env, local, self.collective_overhead_s + wire, coll.name)
         return key, obj
+
+    @cached_property
+    def call_factors(self) -> np.ndarray | None:
+        """(iterations, collectives, groups): the factor of each collective of each group gid in each iteration,
+        its slowest member's (simfog.variation), or None when nothing varies."""
+        from simfog.algorithms.sharded.closed_form_program import group_spreads
+
+        if not (self.sim.cost.cluster.nic.spread or self.sim.cost.cluster.intra.spread):
+            return None
+        spread, size = group_spreads(self)
+        return self.sim.variation.factors("sharded.collectives", spread, size)
 
     def describe_buckets(self) -> list[dict]:
         return [{"bucket": i, "name": c.name, "collective": c.op, "bytes": c.nbytes, "tensors": len(c.units),
@@ -255,6 +273,7 @@ class HSDP(FSDP):
     """FSDP2 with a (Replicate, Shard) mesh: fsdp inside groups of hsdp_group ranks, gradients allreduced across."""
 
     hsdp = True
+    symmetric_draws = False
 
 
 class _Zero(ShardedAlgorithm):
