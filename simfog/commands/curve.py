@@ -25,9 +25,14 @@ MAX_POINTS = 1000  # rank counts one curve may have: each is a simulation
 def parse_ranks(text: str) -> list[int]:
     """"4,8,16" as given; "4,8,...,2048" expands geometrically (ratio 8/4) or arithmetically ("8,16,...,64") when
     the second step is not a whole ratio. Raises ConfigError for anything else."""
-    parts = [x.strip() for x in text.split(",") if x.strip()]
+    from simfog.sweeps import option_list
+
     bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
-    if not parts:
+    try:
+        parts = option_list(text, "--ranks")
+    except ConfigError:
+        raise bad from None
+    if not all(p == "..." or (p.isascii() and p.isdigit()) for p in parts):  # int() reads "4_0", "٤"
         raise bad
     if "..." not in parts:
         try:

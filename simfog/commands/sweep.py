@@ -7,7 +7,7 @@ import os
 from simfog import units
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
-from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, option_list
+from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, count_list, option_list
 
 
 def add_arguments(parser) -> None:
@@ -81,14 +81,11 @@ def run(args) -> int:
     from simfog.cli import DEFAULT_EXPERIMENT
 
     if args.output is not None:
-        check_output(args.output)
+        check_output(args.output, field="-o")
     check_jobs(args.jobs)
     pricing = pricing_from_args(args)
     exp = experiment.load(args.file or DEFAULT_EXPERIMENT)
-    try:
-        ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
-    except ValueError:
-        raise ConfigError("--ranks", args.ranks, "comma-separated integers, e.g. 4,8,16") from None
+    ranks = count_list(args.ranks, "--ranks") if args.ranks is not None else [exp.ranks]
     thresholds = ([experiment.comm_value("threshold", t, field="--threshold")
                    for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])
