@@ -120,7 +120,7 @@ def run(args) -> int:
     pricing = pricing_from_args(args)
     args.level = level_from_args(args)  # checked before anything is written
     for suffix in ("csv", "png", "svg") if args.output is not None else ():
-        check_output(f"{args.output}.{suffix}")
+        check_output(f"{args.output}.{suffix}", field="-o")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
     if args.output is not None:
         if not Path(f"{args.output}.csv").exists():  # resuming redraws the plots of that CSV; else never overwrite
