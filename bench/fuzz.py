@@ -5,22 +5,27 @@ Inputs are mutations of what the project ships and reads: the model and network 
 experiments (the embedded default and notebooks/experiments), the plan catalogue, the reference logs in
 ../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths; and
 (issue 22) the Python API's arguments, calibrated network files, the sharded algorithms' knobs, benchmark logs
-with zero times or impossible importer options, and sweep CSVs torn by a kill. Each family below builds inputs
-that are malformed by construction, so exit 0 is always wrong for them (except the Kineto family, whose odd
-events a tolerant importer may read: there exit 0 must write a trace that loads; and sweep_resume, whose resumed
-sweep must exit 0 with the CSV the uninterrupted sweep wrote).
+with zero times or impossible importer options, and sweep CSVs torn by a kill; and (issue 35) [fabric] tables at
+and past their bounds, output paths that cannot be made (/proc, /sys, names over 255 bytes, paths over 4 KiB,
+empty ones) for every command and simfog.sweep, the jobs API and Experiment.with_comm with what no file can say,
+retarget at the edges of its options, count lists typed wrong, and calibrate --nvls where NVLS cannot run. Each
+family below builds inputs that are malformed by construction, so exit 0 is always wrong for them (except the
+Kineto and retarget_outputs families, whose inputs a command may take: there exit 0 must write a trace that loads;
+sweep_resume, whose resumed sweep must exit 0 with the CSV the uninterrupted sweep wrote; and calibrate_flags,
+whose exit 0 must come with a warning that names nvls).
 
 Each input runs in-process through simfog.cli.main(argv) (or the API call) in its own folder, under a per-input
 alarm so a hang is reported rather than waited out. Outcomes:
   clean      exit 2, one line `simfog...: error: ...` naming the file or option, nothing written
-  ok         exit 0 where that is allowed (Kineto, sweep_resume) and the output loads / is the expected one
+  ok         exit 0 where that is allowed and the output loads / is the expected one / the warning is given
   traceback  an exception escaped main()
   silent     exit 0 for malformed input, or an exit without exactly one error line, or output written
   vague      a clean error that does not name the file or option it is about
   hang       over the per-input time limit
 
-    python bench/fuzz.py                 # 3,400 inputs (200 per family), seed 0
+    python bench/fuzz.py                 # 4,800 inputs (200 per family), seed 0
     python bench/fuzz.py -n 5000 --seed 7 --show 20
+    python bench/fuzz.py -n 200 --families fabric,jobs_api
 
 The last line is `tried=<n> tracebacks=<n> silent=<n> hangs=<n>`. tests/test_fuzz_cli.py runs the same
 families through hypothesis in CI.
@@ -1250,7 +1255,8 @@ def make_case(family: str, seed: int, d: Path) -> Case:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", type=int, default=3400, help="inputs to try (spread evenly over the families)")
+    parser.add_argument("-n", type=int, default=200 * len(FAMILIES),
+                        help="inputs to try (spread evenly over the families; default 200 each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=30, help="seconds per input before it counts as a hang")
     parser.add_argument("--show", type=int, default=10, help="findings printed in full")

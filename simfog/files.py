@@ -158,9 +158,11 @@ def output_kind(path: Path, field: str = "output") -> str | None:
     Raises ConfigError naming `field` where it cannot be looked at (no permission, a symlink loop)."""
     try:
         mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return "file" if os.path.islink(path) else None  # a dangling link: writing follows it
     except OSError as e:
+        if os.path.islink(path):  # a dangling link, or a loop: a write replaces the link itself
+            return "file"
+        if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+            return None
         raise ConfigError(field, str(path), f"a path that can be looked at ({e.strerror or e})") from None
     return "folder" if stat.S_ISDIR(mode) else "file"
 
