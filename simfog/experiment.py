@@ -243,6 +243,12 @@ class Experiment:
         return replace(self, cluster=self.cluster.with_ranks(ranks))
 
     def with_comm(self, **changes) -> Experiment:
+        """This experiment with Comm fields changed, in SI (threshold_bytes=26214400.0), each checked by Comm.
+        Raises ConfigError for a name that is no Comm field (`override` takes the file's [comm] keys and units)."""
+        unknown = sorted(set(changes) - set(Comm.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(unknown[0], changes[unknown[0]], "a field of simfog.experiment.Comm (merge, collective, "
+                              "threshold_bytes, ...); simfog.experiment.override takes the file's [comm] keys")
         return replace(self, comm=replace(self.comm, **changes))
 
 

@@ -24,8 +24,14 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 def check_input(path: str | os.PathLike) -> Path:
     """`path` as a Path if it is an existing regular file. Raises ConfigError ("path") for a missing file, a
-    directory, or a FIFO, device or socket: those can block for ever or never end (/dev/zero)."""
-    path = Path(path)
+    directory, or a FIFO, device or socket: those can block for ever or never end (/dev/zero); and for what is
+    no path (None, a number, bytes) or an empty one."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise ConfigError("path", path, "a path to a file (a str or os.PathLike)")
+    if not text:
+        raise ConfigError("path", text, "a file name (not empty)")
+    path = Path(text)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -115,23 +121,88 @@ def parse_toml(text: str, source: str, allowed: str = "valid TOML") -> dict:
         raise ConfigError("toml", str(e)[:80], allowed, source=source) from None
 
 
-def check_output(path: str | os.PathLike) -> Path:
-    """`path` as a Path if a file can be written there: not an existing directory, and its folder exists (or can
-    be made) as a folder. Raises ConfigError ("output") otherwise; commands call it before their work, so a bad
-    -o fails at once and writes nothing."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError("output", path, "a file name (a str or os.PathLike)")
-    path = Path(path)
-    if "\0" in str(path):
-        raise ConfigError("output", str(path), "a file name without NUL bytes")
-    if path.is_dir():
-        raise ConfigError("output", str(path), "a file name, not an existing directory")
+# Linux's (and macOS's) longest file name and path, in bytes, on every common filesystem. Writes go through a
+# temporary file ".<name>.<pid>.<8 random>.tmp" beside the target (atomic_open): a name must leave room for its
+# 15 characters and a pid of up to 7 digits (pid_max is at most 2**22).
+NAME_MAX = 255
+PATH_MAX = 4096
+_TEMP_EXTRA = 22
+
+
+def output_name(path: object, field: str = "output", *, folder: bool = False) -> Path:
+    """`path` as a Path if it can name an output at all: a str or os.PathLike (not bytes), not empty, without NUL
+    bytes, no name in it over NAME_MAX bytes (a file's own, unless `folder`, over NAME_MAX less what its temporary
+    file adds) and under PATH_MAX in all. Raises ConfigError naming `field`. Looks at nothing on disk."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise ConfigError(field, path, "a file name (a str or os.PathLike)")
+    if not text:
+        raise ConfigError(field, text, "a file name (not empty)")
+    if "\0" in text:
+        raise ConfigError(field, text, "a file name without NUL bytes")
+    if len(os.fsencode(text)) >= PATH_MAX:
+        raise ConfigError(field, text, f"a path of under {PATH_MAX:,} bytes ({len(os.fsencode(text)):,} here)")
+    path = Path(text)
+    for i, part in enumerate(path.parts):
+        own = i == len(path.parts) - 1 and not folder
+        most, size = NAME_MAX - _TEMP_EXTRA * own, len(os.fsencode(part))
+        if size > most:
+            raise ConfigError(field, text, f"a file name of at most {most} bytes ({size} here: names end at "
+                              f"{NAME_MAX} bytes, and the file is written through a temporary one whose name adds "
+                              f"up to {_TEMP_EXTRA})" if own else f"folder names of at most {most} bytes ({size} here)")
+    return path
+
+
+def output_kind(path: Path, field: str = "output") -> str | None:
+    """What is at `path` now: None (nothing), "folder" (a directory, or a link to one) or "file" (anything else).
+    Raises ConfigError naming `field` where it cannot be looked at (no permission, a symlink loop)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if os.path.islink(path):  # a dangling link, or a loop: a write replaces the link itself
+            return "file"
+        if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+            return None
+        raise ConfigError(field, str(path), f"a path that can be looked at ({e.strerror or e})") from None
+    return "folder" if stat.S_ISDIR(mode) else "file"
+
+
+def check_output(path: str | os.PathLike, *, field: str = "output") -> Path:
+    """`path` as a Path if a file can be written there: a name output_name accepts, not an existing directory,
+    and the nearest folder on its way that exists is a folder where files (or the missing folders) can be made.
+    Raises ConfigError naming `field` otherwise. The one check of an output path: commands (through
+    refuse_existing), the Python API and sweeps call it before their work, so a bad -o fails at once and writes
+    nothing."""
+    path = output_name(path, field)
+    if output_kind(path, field) == "folder":
+        raise ConfigError(field, str(path), "a file name, not an existing directory")
     for parent in path.parents:  # the nearest existing ancestor must be a folder
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise ConfigError("output", str(path), f"a file in a folder ({parent} is not a folder)")
+        kind = output_kind(parent, field)
+        if kind == "file":
+            raise ConfigError(field, str(path), f"a file in a folder ({parent} is not a folder)")
+        if kind == "folder":
+            _probe(parent, path, field)
             break
     return path
+
+
+def _probe(folder: Path, path: Path, field: str) -> None:
+    """Make and remove an empty folder in `folder`: what a write does there first, and the only test that holds
+    everywhere (os.access says yes to root on /proc and /sys, where nothing can be made; statvfs misses some
+    read-only mounts)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".simfog-probe-", dir=folder))
+    except OSError as e:
+        raise ConfigError(field, str(path), f"a file in a folder where files can be made ({folder}: "
+                          f"{e.strerror or e})") from None
+
+
+def make_parent(path: Path, field: str = "output") -> None:
+    """The folders on the way to `path`, made if missing. Raises ConfigError naming `field` where they cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # the parent is a file, not writable, a read-only mount, ...
+        raise ConfigError(field, str(path), f"a file in a writable folder ({e.strerror or e})") from None
 
 
 def _temp_pattern(path: Path) -> re.Pattern:
@@ -160,8 +231,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
     """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error.
     Temporary files that killed writers left beside `path` are removed first (see `_remove_stale_temps`)."""
     path = check_output(path)
+    make_parent(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(path)
         # the writer's pid in the name tells a later write whether this file is still being written
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
@@ -210,8 +281,12 @@ def write_json(path: str | os.PathLike, data: object, *, indent: int | None = 1)
 
 
 def refuse_existing(paths, *, force: bool, option: str = "-o") -> None:
-    """Outputs are never overwritten by accident: ConfigError naming the first of `paths` that exists, unless
+    """Every one of `paths` (None: not asked for) can be written (check_output), and outputs are never overwritten
+    by accident: ConfigError naming `option` and the first of `paths` that cannot be written or exists, unless
     `force`. Called before any work, so a long run is not wasted on a name that would be refused."""
+    for p in paths:
+        if p is not None:
+            check_output(p, field=option)
     if force:
         return
     for p in paths:
@@ -241,11 +316,15 @@ def new_run_dir(command: str, root: str | os.PathLike = RUNS_ROOT):
     from datetime import UTC, datetime
 
     root = Path(root)
-    if root.exists() and not root.is_dir():
+    if output_kind(root, "output folder") == "file":
         raise ConfigError("output folder", str(root), "a directory (a file of that name is in the way)")
-    root.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    run = RunDir(Path(tempfile.mkdtemp(prefix=f".{command}-{stamp}.", suffix=".partial", dir=root)))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        run = RunDir(Path(tempfile.mkdtemp(prefix=f".{command}-{stamp}.", suffix=".partial", dir=root)))
+    except OSError as e:  # a read-only working directory, ...
+        raise ConfigError("output folder", str(root), f"a folder where a run's folder can be made ({e.strerror or e}"
+                          "); or name one with -o") from None
     try:
         yield run
         for n in range(1, 10_000):

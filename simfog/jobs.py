@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -113,8 +114,9 @@ class JobsResult:
 
 
 def load(path: str | Path) -> list[Job]:
-    """The jobs of a jobs file (module docstring). Raises ConfigError naming the file, the field and the value."""
-    path = Path(path)
+    """The jobs of a jobs file (module docstring). Raises ConfigError naming the file, the field and the value (or
+    "path" for what is no file)."""
+    path = files.check_input(path)
     data = files.parse_toml(files.read_text(path), str(path))
     try:
         return from_table(data, base_dir=path.parent, source=str(path))
@@ -124,6 +126,8 @@ def load(path: str | Path) -> list[Job]:
 
 def is_jobs_file(path: str | Path) -> bool:
     """True when `path` is a TOML file with [[job]] tables."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        return False
     path = Path(path)
     if not path.is_file() or path.suffix != ".toml":
         return False
@@ -134,6 +138,13 @@ def is_jobs_file(path: str | Path) -> bool:
 
 
 def from_table(d: dict, *, base_dir: Path = Path("."), source: str | None = None) -> list[Job]:
+    """The jobs of a jobs file's parsed table `d` (module docstring), its paths relative to `base_dir`. Raises
+    ConfigError naming `source`, the field and the value (or the argument, for a `d` that is no table)."""
+    if not isinstance(d, dict):
+        raise ConfigError("d", d, "a jobs file's table: a dict with [cluster], [fabric] and [[job]] tables")
+    if not isinstance(base_dir, (str, os.PathLike)):
+        raise ConfigError("base_dir", base_dir, "the folder the file's paths are relative to (a str or os.PathLike)")
+    base_dir = Path(base_dir)
     for key in d:
         if key not in _TOP:
             raise ConfigError(key, d[key], unknown_key(key, _TOP, "not a key of a jobs file"), source=source)
@@ -152,15 +163,33 @@ def from_table(d: dict, *, base_dir: Path = Path("."), source: str | None = None
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"cluster.{key}", v if v is not None else "(missing)", "an integer >= 1 (nodes: all "
                               "the jobs' machines)", source=source)
-    jobs, taken, names = [], (), set()
+    jobs, taken = [], ()
     for i, t in enumerate(tables):
         job = _job(i, t, d, cluster, total, gpus, taken, base_dir, source)
-        if job.name in names:
-            raise ConfigError(f"job[{i}].name", job.name, "a name no other job has", source=source)
-        names.add(job.name)
+        check_jobs([*jobs, job], source=source)
         taken += job.nodes
         jobs.append(job)
     return jobs
+
+
+def check_jobs(jobs: object, *, source: str | None = None) -> None:
+    """What jobs on one fabric must be, from a jobs file or given to `run`: a list of 1 to MOST_JOBS Jobs (from
+    `load` or `from_table`), no two of one name or on one node. Raises ConfigError naming the first at fault."""
+    if not isinstance(jobs, (list, tuple)) or not 1 <= len(jobs) <= MOST_JOBS:
+        raise ConfigError("jobs", jobs, f"a list of 1 to {MOST_JOBS} jobs (simfog.jobs.load or from_table)",
+                          source=source)
+    names, nodes = set(), set()
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise ConfigError(f"jobs[{i}]", job, "a Job (simfog.jobs.load or from_table)", source=source)
+        if job.name in names:
+            raise ConfigError(f"job[{i}].name", job.name, "a name no other job has", source=source)
+        shared = nodes.intersection(job.nodes)
+        if shared:
+            raise ConfigError(f"job[{i}].placement", sorted(shared)[:8], "nodes no earlier job holds (each node "
+                              "runs one job)", source=source)
+        names.add(job.name)
+        nodes.update(job.nodes)
 
 
 def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: tuple, base_dir: Path,
@@ -218,6 +247,7 @@ def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: 
 def run(jobs: list[Job], *, model: str = "expectation") -> JobsResult:
     """Each job's iteration time and duty alone and together under `model`, "timeline" or "expectation" (module
     docstring)."""
+    check_jobs(jobs)
     if model not in MODELS:
         raise ConfigError("model", model, f"one of {', '.join(MODELS)}")
     if model == "timeline":

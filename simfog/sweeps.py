@@ -237,9 +237,10 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
         scheduler: str | None = None, progress: bool = True, level: float | None = None) -> list[dict]:
     """Run every point not already in `out` (CSV), appending each row as it finishes, each with its prediction
     interval at `level` (None: none). Returns all rows of `out`."""
+    from simfog.files import check_output, make_parent
     from simfog.progress import bar as progress_bar
 
-    out = Path(out)
+    out = check_output(out)  # the one check of an output path, before anything is read or run
     record = record_of(exp)
     if level is not None:
         from simfog.bands import check_level
@@ -252,8 +253,8 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
     _upgrade_old_columns(out, record)
     todo = [p for p in points if p.key() not in done]
     new_file = not out.exists() or out.stat().st_size == 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a", newline="") as f, progress_bar(total=len(todo), enabled=progress, unit="exp") as bar:
+    make_parent(out)
+    with _append(out) as f, progress_bar(total=len(todo), enabled=progress, unit="exp") as bar:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         if new_file:
             writer.writeheader()
@@ -275,6 +276,15 @@ def run(exp: Experiment, points: Iterable[Point], out: str | os.PathLike, *, job
             writer.writeheader()
             writer.writerows(ordered)
     return ordered
+
+
+def _append(path: Path):
+    """`path` opened to append rows. Raises ConfigError ("output") where it cannot be (a file without write
+    permission)."""
+    try:
+        return open(path, "a", newline="")
+    except OSError as e:
+        raise ConfigError("output", str(path), f"a file that can be written ({e.strerror or e})") from None
 
 
 def _axes_order(points: Iterable[Point]):
@@ -321,12 +331,22 @@ def _execute(exp: Experiment, todo: list[Point], jobs: int, scheduler: str | Non
 
 
 def option_list(text: str, option: str) -> list[str]:
-    """The comma-separated values of `option`; an option given with nothing in it (`--ranks ''`) is an error
-    rather than a silent fall back to the file's value."""
-    values = [x.strip() for x in text.split(",") if x.strip()]
-    if not values:
-        raise ConfigError(option, text, "one or more comma-separated values")
+    """The comma-separated values of `option`. An option given with nothing in it (`--ranks ''`) is an error rather
+    than a silent fall back to the file's value, and so is an empty value or one with spaces around it (`4,,8`,
+    `' 4'`): a list typed wrong, not what was meant."""
+    values = text.split(",")
+    if any(not v or v != v.strip() for v in values):
+        raise ConfigError(option, text, "one or more comma-separated values, without empty ones or spaces, e.g. 4,8")
     return values
+
+
+def count_list(text: str, option: str) -> list[int]:
+    """The comma-separated whole numbers of `option` (ASCII digits only: int() also reads "4_0" and other
+    scripts' digits). Raises ConfigError naming `option`."""
+    values = option_list(text, option)
+    if not all(v.isascii() and v.isdigit() for v in values):
+        raise ConfigError(option, text, "comma-separated whole numbers, e.g. 4,8,16")
+    return [int(v) for v in values]
 
 
 MAX_JOBS = 1024

@@ -137,7 +137,8 @@ class ModelTrace:
         }
 
     def save(self, path: str | Path) -> None:
-        files.write_json(path, self.to_dict())
+        """Write the trace (gzipped for .gz) atomically; ConfigError, nothing written, if it would not load."""
+        files.write_json(path, _loadable(self.to_dict(), model_trace_from_dict, path))
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,19 @@ class NetworkTrace:
         }
 
     def save(self, path: str | Path) -> None:
-        files.write_json(path, self.to_dict())
+        """Write the trace (gzipped for .gz) atomically; ConfigError, nothing written, if it would not load."""
+        files.write_json(path, _loadable(self.to_dict(), network_trace_from_dict, path))
+
+
+def _loadable(d: dict, parse, path: str | Path) -> dict:
+    """`d` (a trace's to_dict) if `parse`, the loader's own check, takes it, else ConfigError naming `path`: no
+    command (import, retarget, collect) writes what simfog cannot read back (a 1e302 s layer, layers of 0 s)."""
+    try:
+        parse(d)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, f"{e.allowed}; this trace would not load, so it is not written",
+                          source=str(path)) from None
+    return d
 
 
 def _provenance_dict(p: Provenance) -> dict:

@@ -26,7 +26,7 @@ from simfog import nccl, network_file, units
 from simfog.bands import LEVELS
 from simfog.calibrate import ALGORITHMS, STATISTICS, fit
 from simfog.errors import ConfigError, Infeasible
-from simfog.files import check_output, refuse_existing
+from simfog.files import refuse_existing
 from simfog.nccl import bands as nccl_bands
 from simfog.nccl import fit as nccl_fit
 from simfog.nccl.facts import model_of_name
@@ -81,8 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Calibrate, print the report, write the network file if asked. Returns 0. Raises ConfigError and Infeasible
     (nothing to fit), both naming the trace file(s)."""
-    if args.output:
-        check_output(args.output)
     refuse_existing([args.output], force=args.force)
     try:
         return _run(args)
@@ -98,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     if model == "auto":
         model = "nccl" if all(t.backend == "nccl" for t in traces) else "alpha-beta"
     if model == "alpha-beta":
-        if args.output:
+        if args.output is not None:
             raise ConfigError("--output", args.output, "only with the NCCL model (--model nccl); an α-β fit is "
                               "used through [cluster] network_trace")
         if len(traces) > 1:
@@ -135,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(cal.report())
         print(interval_line(held_out))
-    if args.output:
+    if args.output is not None:
         e = cal.errors()
         network_file.save(args.output, cal.network, {
             "fitted_from": ", ".join(args.trace), "fitted": ", ".join(cal.fitted),

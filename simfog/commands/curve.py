@@ -32,9 +32,14 @@ def parse_ranks(text: str, option: str = "--ranks") -> list[int]:
 
 
 def _series(text: str) -> list[int]:
-    parts = [x.strip() for x in text.split(",") if x.strip()]
+    from simfog.sweeps import option_list
+
     bad = ConfigError("--ranks", text, 'comma-separated integers, e.g. 4,8,16 or 4,8,...,2048')
-    if not parts:
+    try:
+        parts = option_list(text, "--ranks")
+    except ConfigError:
+        raise bad from None
+    if not all(p == "..." or (p.isascii() and p.isdigit()) for p in parts):  # int() reads "4_0", "٤"
         raise bad
     if "..." not in parts:
         try:
@@ -135,7 +140,7 @@ def run(args) -> int:
     pricing = pricing_from_args(args)
     args.level = level_from_args(args)  # checked before anything is written
     for suffix in ("csv", "png", "svg") if args.output is not None else ():
-        check_output(f"{args.output}.{suffix}")
+        check_output(f"{args.output}.{suffix}", field="-o")
     points = checked_grid(exp, ranks, args.merge, args.collective, [exp.comm.threshold_bytes])
     if args.output is not None:
         if not Path(f"{args.output}.csv").exists():  # resuming redraws the plots of that CSV; else never overwrite

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ConfigError("--output", str(out), "a file name ending in .json or .json.gz")
-    check_output(out)
+    check_output(out, field="--output")
     files = list(getattr(args, "files", None) or [args.file])
     options = _options(args.kind, args.set)
     collective = getattr(args, "collective", None)

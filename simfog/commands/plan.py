@@ -88,6 +88,7 @@ def counts_from_args(args) -> dict | None:
     """{"gpus": [...]} or {"nodes": [...]} from --gpus / --nodes, or None when neither is given. Raises ConfigError
     for both, for a target beside them, or for anything but comma-separated positive integers."""
     from simfog.errors import ConfigError
+    from simfog.sweeps import count_list
 
     given = {k: getattr(args, k) for k in ("gpus", "nodes") if getattr(args, k) is not None}
     if not given:
@@ -98,12 +99,13 @@ def counts_from_args(args) -> dict | None:
     for flag, value in (("--target-samples-per-s", args.target_samples_per_s), ("--epoch-time", args.epoch_time)):
         if value is not None:
             raise ConfigError(flag, value, f"not used with --{name} (a plan at fixed counts has no target)")
+    bad = ConfigError(f"--{name}", text, "comma-separated integers >= 1, e.g. 16,64,256")
     try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or any(n < 1 for n in counts):
-        raise ConfigError(f"--{name}", text, "comma-separated integers >= 1, e.g. 16,64,256")
+        counts = count_list(text, f"--{name}")
+    except ConfigError:
+        raise bad from None
+    if any(n < 1 for n in counts):
+        raise bad
     return {name: counts}
 
 
@@ -230,7 +232,7 @@ def run(args) -> int:
     from simfog.commands.outputs import folder_prefix
     from simfog.commands.simulate import cluster_overrides
     from simfog.errors import ConfigError, Infeasible
-    from simfog.files import check_output, refuse_existing
+    from simfog.files import refuse_existing
     from simfog.overrides import OPTION_PREFIX, as_options, cluster_keys
     from simfog.plan import load_catalogue, plan, workload_experiment
 
@@ -245,8 +247,6 @@ def run(args) -> int:
     if args.top < 1:
         raise ConfigError("--top", args.top, "an integer >= 1")
     if args.output is not None:
-        for suffix in ("csv", "png"):
-            check_output(f"{args.output}.{suffix}")
         refuse_existing([f"{args.output}.csv", f"{args.output}.png"], force=args.force)
     if args.samples and args.compute not in (None, "samples"):
         raise ConfigError("--samples", True, f"--compute samples, not beside --compute {args.compute}")

@@ -30,18 +30,21 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from simfog import units
     from simfog.errors import ConfigError
-    from simfog.files import check_output, refuse_existing
+    from simfog.files import refuse_existing
     from simfog.retarget import pin_step, precision_note, retarget
-    from simfog.trace import load_model_trace
+    from simfog.trace import MAX_SECONDS, MIN_COMPUTE_SECONDS, load_model_trace
 
-    check_output(args.output)
     refuse_existing([args.output], force=args.force)
     launch_s = units.seconds(args.launch, field="--launch")
     rate = args.samples_per_s
     if rate is not None and not (rate > 0 and rate < float("inf")):
         raise ConfigError("--samples-per-s", rate, "a measured throughput > 0 (samples per second on one GPU)")
-    out = retarget(load_model_trace(args.trace), args.device, precision=args.precision, efficiency=args.efficiency,
-                   launch_s=launch_s)
+    trace = load_model_trace(args.trace)
+    if rate is not None and not MIN_COMPUTE_SECONDS <= trace.batch_size / rate <= MAX_SECONDS:
+        raise ConfigError("--samples-per-s", rate, f"a throughput from {trace.batch_size / MAX_SECONDS:g} to "
+                          f"{trace.batch_size / MIN_COMPUTE_SECONDS:g} samples/s: a step of batch {trace.batch_size} "
+                          f"that lasts from {MIN_COMPUTE_SECONDS:g} s to {MAX_SECONDS:g} s, as a trace's may")
+    out = retarget(trace, args.device, precision=args.precision, efficiency=args.efficiency, launch_s=launch_s)
     if rate is not None:
         out = pin_step(out, out.batch_size / rate, f"simfog retarget --samples-per-s {rate:g}: {rate:g} samples/s "
                        f"at batch {out.batch_size} measured on one {args.device}")

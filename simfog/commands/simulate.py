@@ -163,7 +163,7 @@ def run_jobs(args) -> int:
 def run(args) -> int:
     from simfog import caveats
     from simfog.cli import print_json
-    from simfog.files import atomic_open, check_output, refuse_existing
+    from simfog.files import atomic_open, refuse_existing
     from simfog.jobs import is_jobs_file
     from simfog.run_bands import attach, extrapolated
     from simfog.simulation import simulate
@@ -172,9 +172,7 @@ def run(args) -> int:
         return run_jobs(args)
 
     level = check_level(args.level, "--level")  # before simulating: a bad level fails at once
-    for path in (args.intervals, args.timeline):
-        if path:
-            check_output(path)  # before simulating: a bad name fails at once
+    # before simulating: a bad name (simfog.files.check_output) or an existing file fails at once
     refuse_existing([args.intervals], force=args.force, option="--intervals")
     refuse_existing([args.timeline], force=args.force, option="--timeline")
     result = caveats.attach(simulate(load_with_overrides(args), progress=True))
@@ -183,10 +181,10 @@ def run(args) -> int:
     notes = extrapolated(result.experiment, result.buckets)
     if notes is not None:
         summary["extrapolated"] = notes
-    if args.intervals:
+    if args.intervals is not None:
         with atomic_open(args.intervals) as f:
             result.intervals().to_csv(f, index=False)
-    if args.timeline:
+    if args.timeline is not None:
         import sys
 
         from simfog.timeline import parse_rank_list, write_chrome_trace

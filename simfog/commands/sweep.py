@@ -8,7 +8,7 @@ from simfog import units
 from simfog.commands.simulate import add_cluster_overrides, cluster_overrides
 from simfog.errors import ConfigError
 from simfog.files import check_output, new_run_dir
-from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, option_list
+from simfog.sweeps import NO_INTERVAL, check_jobs, checked_grid, count_list, option_list
 
 
 def add_arguments(parser) -> None:
@@ -100,20 +100,16 @@ def run(args) -> int:
     from simfog import experiment, sweeps
 
     if args.output is not None:
-        check_output(args.output)
+        check_output(args.output, field="-o")
     check_jobs(args.jobs)
     if args.ranks is not None and args.nodes is not None:
         raise ConfigError("--nodes", args.nodes, "either --ranks or --nodes, not both")
     pricing = pricing_from_args(args)
     exp = load_cluster(args)
-    try:
-        if args.nodes is not None:
-            ranks = ranks_of_nodes([int(n) for n in option_list(args.nodes, "--nodes")], exp, args.nodes)
-        else:
-            ranks = [int(r) for r in option_list(args.ranks, "--ranks")] if args.ranks is not None else [exp.ranks]
-    except ValueError:
-        flag, text = ("--nodes", args.nodes) if args.nodes is not None else ("--ranks", args.ranks)
-        raise ConfigError(flag, text, "comma-separated integers, e.g. 4,8,16") from None
+    if args.nodes is not None:
+        ranks = ranks_of_nodes(count_list(args.nodes, "--nodes"), exp, args.nodes)
+    else:
+        ranks = count_list(args.ranks, "--ranks") if args.ranks is not None else [exp.ranks]
     thresholds = ([experiment.comm_value("threshold", t, field="--threshold")
                    for t in option_list(args.threshold, "--threshold")]
                   if args.threshold is not None else [exp.comm.threshold_bytes])

@@ -112,7 +112,7 @@ def run(args) -> int:
     from simfog.cli import print_json
     from simfog.commands.outputs import folder_prefix
     from simfog.errors import Caveat, ConfigError
-    from simfog.files import atomic_open, check_output, new_run_dir, refuse_existing
+    from simfog.files import atomic_open, new_run_dir, refuse_existing
     from simfog.titles import input_columns
     from simfog.tune import tune
     from simfog.tune_framework import FRAMEWORKS, tune_framework
@@ -133,8 +133,6 @@ def run(args) -> int:
         raise ConfigError("--tolerance", args.tolerance, "a percent in [0, 100), e.g. 1")
     tolerance = 0.01 if args.tolerance is None else args.tolerance / 100
     if args.output is not None:
-        check_output(f"{args.output}.png")
-        check_output(f"{args.output}.csv")
         refuse_existing([f"{args.output}.png", f"{args.output}.csv"], force=args.force)
     args.merge = None  # tune's --merge names what to search, not the experiment's comm.merge
     exp = load_with_overrides(args)

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 from simfog import units
 from simfog.errors import ConfigError, one_of, unknown_key
-from simfog.fabric.base import Fabric
+from simfog.fabric.base import MOST_NODES, Fabric
 from simfog.fabric.clos import FatTree
 from simfog.fabric.dragonfly import Dragonfly
 from simfog.fabric.flat import Flat
@@ -113,6 +113,9 @@ def _fat_tree(r: _Reader, nodes: int, nic_Bps: float, nics: int, common: dict) -
     pods = r.integer("pods", _enough(nodes, per_leaf * per_pod))
     r.holds("pods", pods * per_pod * per_leaf, nodes)
     spines = r.integer("spines_per_pod", u1)
+    if spines > u1:  # no uplink of a leaf would reach some spine (and none would be left per spine to count)
+        raise r._error("spines_per_pod", spines, f"at most the leaves' uplinks ({u1}; a multiple of spines_per_pod): "
+                      "every leaf links to every spine of its pod")
     u2, rate2 = r.uplinks("spine", per_pod * u1 * rate1 / spines, per_pod * u1 // spines)
     return FatTree(nodes_per_leaf=per_leaf, leaves=pods * per_pod, leaf_uplinks=u1, leaf_uplink_Bps=rate1,
                    leaves_per_pod=per_pod, spines_per_pod=spines, spine_uplinks=u2, spine_uplink_Bps=rate2,
@@ -151,15 +154,17 @@ class _Reader:
                 raise self._error(key, "(missing)", f"an integer >= {least}")
             return default
         v = self.t[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
-            raise self._error(key, v, f"an integer >= {least}")
+        # at most MOST_NODES: the rates derived from counts stay finite floats (a 400-digit count overflowed)
+        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= MOST_NODES:
+            raise self._error(key, v, f"an integer >= {least} and at most {MOST_NODES:,}")
         return v
 
     def number(self, key: str, default: float | None, least: float = 0.0) -> float | None:
         if key not in self.t:
             return default
         v = self.t[key]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not (least < v < math.inf or v == least > 0):
+        big = isinstance(v, int) and abs(v) > 1e300  # a 400-digit integer: no float holds it
+        if isinstance(v, bool) or not isinstance(v, int | float) or big or not (least < v < math.inf or v == least > 0):
             raise self._error(key, v, f"a finite number >= {least:g}" if least else "a finite number > 0")
         return float(v)
 

@@ -134,7 +134,25 @@ def resolve(traces, given: dict) -> Facts:
             hardware[key] = value
     if hardware["version"] is not None:
         parse_release(hardware["version"], "--nccl-version")
+    if hardware["nvls"]:
+        warnings += _without_nvls(hardware, sources)
     return Facts(hardware, channels, sources, tuple(warnings))
+
+
+def _without_nvls(hardware: dict, sources: dict) -> list[str]:
+    """NVLink SHARP runs on the NVSwitches of Hopper and newer nodes (NCCL enables it only there): with GPUs of
+    an older generation, or GPUs on PCIe or linked directly (a transport given, not assumed), it is turned off
+    (`hardware` changed), and the warning says which fact rules it out."""
+    against = [f"gpu_arch {hardware['gpu_arch']} ({sources['gpu_arch']})"] \
+        if hardware["gpu_arch"] not in ("hopper", "blackwell") else []
+    transport = hardware["intra_transport"]
+    if transport == "pci" or (transport == "nvlink" and sources["intra_transport"] != "assumed"):
+        against.append(f"intra_transport {transport} ({sources['intra_transport']})")
+    if not against:
+        return []
+    hardware["nvls"] = False
+    return [f"nvls ({sources['nvls']}) needs Hopper or newer GPUs on NVSwitch, not {' and '.join(against)}; "
+            "fitted without NVLS (nvls = false)"]
 
 
 def _differs(key, a, b) -> bool:

@@ -4,12 +4,15 @@ the rank program; a request refused is answered with the reason, and the agent g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -172,18 +175,52 @@ def run_agent(workdir: str | Path, node: int, hosts: list[str], *, secret: bytes
     """The agent loop of node `node` (a NodeAgent): returns 0 once its run is stopped, 1 after `idle_timeout_s`
     without a request. Raises ConfigError for a workdir another user can write."""
     agent = NodeAgent(workdir, node, hosts, secret, port=port, log=log)
-    agent.announce()
+    with _signals_end_the_loop():
+        try:
+            agent.announce()
+            return _loop(agent, idle_timeout_s)
+        finally:
+            agent.withdraw()
+
+
+def _loop(agent: NodeAgent, idle_timeout_s: float) -> int:
     idle_since = time.monotonic()
+    while True:
+        outcome = agent.step()
+        if outcome == "stopped":
+            return 0
+        if outcome == "served":
+            idle_since = time.monotonic()
+            continue
+        if time.monotonic() - idle_since > idle_timeout_s:
+            return 1
+        time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def _signals_end_the_loop():
+    """SIGTERM (what `kill`, systemd and Slurm send) raises SystemExit(143) and SIGINT KeyboardInterrupt in the
+    agent's loop, so that its `finally` withdraws the announcement: by default SIGTERM ends the process at once
+    and leaves agents/node<I>.json behind. A second signal while the first is handled waits for the clean-up. An
+    ignored SIGINT (an agent started with `&` by a script) stays ignored; in a thread (tests) nothing changes,
+    since only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ending = []
+
+    def end(signum, frame):
+        if ending:
+            return
+        ending.append(signum)
+        raise SystemExit(128 + signum) if signum == signal.SIGTERM else KeyboardInterrupt
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s, handler in before.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(s, end)
     try:
-        while True:
-            outcome = agent.step()
-            if outcome == "stopped":
-                return 0
-            if outcome == "served":
-                idle_since = time.monotonic()
-                continue
-            if time.monotonic() - idle_since > idle_timeout_s:
-                return 1
-            time.sleep(POLL_S)
+        yield
     finally:
-        agent.withdraw()
+        for s, handler in before.items():
+            signal.signal(s, handler)
