@@ -3,7 +3,7 @@ line on stderr (from Python: a simfog.ConfigError naming the argument).
 
 Inputs are mutations of what the project ships and reads: the model and network traces in traces/, the
 experiments (the embedded default and notebooks/experiments), the plan catalogue, the reference logs in
-../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths; and
+bench/data/ref, plus bad command-line options, non-regular input files and bad output paths; and
 (issue 22) the Python API's arguments, calibrated network files, the sharded algorithms' knobs, benchmark logs
 with zero times or impossible importer options, and sweep CSVs torn by a kill. Each family below builds inputs
 that are malformed by construction, so exit 0 is always wrong for them (except the Kineto family, whose odd
@@ -49,7 +49,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = ROOT.parent / "shared" / "ref"
+REF = ROOT / "bench" / "data" / "ref"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
