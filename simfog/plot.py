@@ -336,15 +336,17 @@ def _sure_points(ax, part: pd.DataFrame, y: str, color) -> None:
 
 
 def published_beside_band(ax, x, published, predicted, lo, hi, inside, *, color, ideal=None, reading=None,
-                          network=None, joined: bool = True, marker: str = "o", what: str = "published",
-                          level: float = 0.9) -> None:
+                          network=None, joined: bool = True, marker: str = "o", point_color="black",
+                          what: str = "published", where: str = "", level: float = 0.9,
+                          ymax: float | None = None) -> None:
     """Published points beside simfog's prediction and its band on `ax`, read at a glance: the band shaded with
     its edges drawn, the prediction a line (`joined`; else each point's band a bar and its prediction a tick), and
-    every published point filled where it lies inside its band, hollow where it lies outside (`inside`: per point,
-    as the caller judged it), with ± its reading's precision (`reading`) as a bar. `ideal` (per point, e.g. GPUs x
-    one GPU's rate): every value is divided by it, so the axis is the share of linear scaling, linear from zero,
-    where a band of ±5 % is as wide at 128 GPUs as at 4; on a log axis of throughput it is a hair. `network`: the
-    (lo, hi) of the band's network part alone, shaded darker."""
+    every published point filled (`point_color`) where it lies inside its band, hollow where it lies outside
+    (`inside`: per point, as the caller judged it), with ± its reading's precision (`reading`) as a bar. `ideal`
+    (per point, e.g. GPUs x one GPU's rate): every value is divided by it, so the axis is the share of linear
+    scaling, linear from zero (up to `ymax` when given), where a band of ±5 % is as wide at 128 GPUs as at 4; on a
+    log axis of throughput it is a hair. `network`: the (lo, hi) of the band's network part alone, shaded darker.
+    `where` ends every label (", 4 x 4 GPUs"): several calls on one axis stay apart in its legend."""
     order = np.argsort(np.asarray(x, dtype=float), kind="stable")
     x = np.asarray(x, dtype=float)[order]
     scale = np.ones(len(x)) if ideal is None else np.asarray(ideal, dtype=float)[order]
@@ -354,25 +356,26 @@ def published_beside_band(ax, x, published, predicted, lo, hi, inside, *, color,
 
     pub, pred, low, high = per(published), per(predicted), per(lo), per(hi)
     ins = np.asarray(inside, dtype=bool)[order]
-    band = f"simfog {100 * level:g} % band"
+    band = f"simfog {100 * level:g} % band{where}"
     if joined:
         ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0, label=band)
         ax.plot(x, low, color=color, lw=0.8, alpha=0.8)
         ax.plot(x, high, color=color, lw=0.8, alpha=0.8)
         if network is not None:
             ax.fill_between(x, per(network[0]), per(network[1]), color=color, alpha=0.35, lw=0,
-                            label="its network part alone")
-        ax.plot(x, pred, color=color, lw=1.5, label="simfog prediction")
+                            label=f"its network part alone{where}")
+        ax.plot(x, pred, color=color, lw=1.5, label=f"simfog prediction{where}")
     else:
         ax.vlines(x, low, high, color=color, alpha=0.35, lw=7, label=band)
-        ax.plot(x, pred, "_", color=color, ms=14, mew=2, ls="none", label="simfog prediction")
+        ax.plot(x, pred, "_", color=color, ms=14, mew=2, ls="none", label=f"simfog prediction{where}")
     if reading is not None:
-        r = per(reading)
-        ax.errorbar(x, pub, yerr=r, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
-    for sel, face, where in ((ins, "black", "inside"), (~ins, "white", "outside")):
+        ax.errorbar(x, pub, yerr=per(reading), fmt="none", ecolor=point_color, elinewidth=0.8, capsize=2)
+    for sel, face, side in ((ins, point_color, "inside"), (~ins, "white", "outside")):
         if sel.any():
-            ax.plot(x[sel], pub[sel], marker, mfc=face, mec="black", mew=1.2, ms=6, ls="none", zorder=4,
-                    label=f"{what}, {where} the band")
+            ax.plot(x[sel], pub[sel], marker, mfc=face, mec=point_color, mew=1.2, ms=6, ls="none", zorder=4,
+                    label=f"{what}{where}, {side} the band")
     if ideal is not None:
         ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
-        ax.set_ylim(0, max(1.1, 1.05 * float(np.nanmax(np.concatenate([high, pub])))))
+        top = max(ax.get_ylim()[1] if ax.get_ylim()[0] == 0 else 0, 1.1,
+                  1.05 * float(np.nanmax(np.concatenate([high, pub]))))
+        ax.set_ylim(0, ymax if ymax is not None else top)
