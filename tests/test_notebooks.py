@@ -432,18 +432,21 @@ def test_committed_notebook_is_executed_with_full_settings(name):
 # rounded to within 2^-53 (1.1e-16) of its exact value; a platform may differ in those last bits (its libm, numpy's
 # SIMD loops). A record is built from at most ~10^6 such operations on positive times, so two platforms' records
 # differ by at most ~10^6 x 1.1e-16 = 1.1e-10 relative: 1e-9 passes that and fails any change of a modelled
-# number. Run under 7 BLAS-kernel and SIMD choices on one machine (OPENBLAS_CORETYPE = Haswell, SkylakeX's
-# default, Sandybridge; NPY_DISABLE_CPU_FEATURES = X86_V4 AVX512_ICL), their records were bit for bit the same.
+# number. Measured: under four BLAS-kernel and SIMD choices on one machine (OpenBLAS's own pick, SkylakeX, or
+# OPENBLAS_CORETYPE = Haswell or Sandybridge, with numpy's AVX-512 loops; SkylakeX without them,
+# NPY_DISABLE_CPU_FEATURES = X86_V4 AVX512_ICL), notebooks 01-08 gave the same records bit for bit.
 SIMULATED_REL_TOL = 1e-9
 # Fitted records (notebook 09: every one goes through simfog.nccl.fit, scipy.optimize.least_squares). OpenBLAS
-# picks its kernels by CPU (the committed golden came from Haswell's, a fresh run here from SkylakeX's) and numpy
+# picks its kernels by CPU (the golden before issue 36 came from Haswell's, a fresh run elsewhere from SkylakeX's,
+# 8.4e-9 apart) and numpy
 # its SIMD loops for exp and log, so the Jacobian's factorisation and the residuals differ in their last bits, the
 # solver takes other steps, and it stops elsewhere: once the cost F changes by less than ftol = 1e-8 of itself
 # (scipy's default, which the fit keeps) or after MAX_NFEV evaluations. Near its minimum the cost is
 # F* + (1/2) d'Hd, so a stop that fixes F to ftol fixes a parameter in a flat direction only to
-# d ~ sqrt(ftol) = 1e-4 of its scale, and a prediction moves with it: 1e-4. Measured: those 7 choices moved notebook
-# 09's records by up to 1.4e-6 (the flattest parameter of one fit, 1.2e-6), its prose and counts not at all. A
-# record a comparison decides (a point inside or outside, a count) flips only for a value within 1e-4 of its edge.
+# d ~ sqrt(ftol) = 1e-4 of its scale, and a prediction moves with it: 1e-4. Measured: seven such choices moved
+# notebook 09's records by up to 1.4e-6 (Sandybridge's kernels; the flattest parameter of one fit moved 1.2e-6),
+# its prose and counts not at all. A record a comparison decides (a point inside or outside, a count) flips only for
+# a value within 1e-4 of its edge.
 FITTED_REL_TOL = 1e-4
 GOLDEN_REL_TOL = {"09-interval-coverage.ipynb": FITTED_REL_TOL}
 
