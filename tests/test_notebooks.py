@@ -436,17 +436,15 @@ def test_committed_notebook_is_executed_with_full_settings(name):
 # OPENBLAS_CORETYPE = Haswell or Sandybridge, with numpy's AVX-512 loops; SkylakeX without them,
 # NPY_DISABLE_CPU_FEATURES = X86_V4 AVX512_ICL), notebooks 01-08 gave the same records bit for bit.
 SIMULATED_REL_TOL = 1e-9
-# Fitted records (notebook 09: every one goes through simfog.nccl.fit, scipy.optimize.least_squares). OpenBLAS
-# picks its kernels by CPU (the golden before issue 36 came from Haswell's, a fresh run elsewhere from SkylakeX's,
-# 8.4e-9 apart) and numpy
-# its SIMD loops for exp and log, so the Jacobian's factorisation and the residuals differ in their last bits, the
-# solver takes other steps, and it stops elsewhere: once the cost F changes by less than ftol = 1e-8 of itself
-# (scipy's default, which the fit keeps) or after MAX_NFEV evaluations. Near its minimum the cost is
-# F* + (1/2) d'Hd, so a stop that fixes F to ftol fixes a parameter in a flat direction only to
-# d ~ sqrt(ftol) = 1e-4 of its scale, and a prediction moves with it: 1e-4. Measured: seven such choices moved
-# notebook 09's records by up to 1.4e-6 (Sandybridge's kernels; the flattest parameter of one fit moved 1.2e-6),
-# its prose and counts not at all. A record a comparison decides (a point inside or outside, a count) flips only for
-# a value within 1e-4 of its edge.
+# Fitted records (notebook 09: every one goes through simfog.nccl.fit, scipy.optimize.least_squares). OpenBLAS picks
+# its kernels by CPU (the golden before issue 36 came from Haswell's, a fresh run elsewhere from SkylakeX's, 8.4e-9
+# apart) and numpy its SIMD loops for exp and log, so the Jacobian's factorisation and the residuals differ in their
+# last bits, the solver takes other steps, and it stops elsewhere: once the cost F changes by less than ftol = 1e-8
+# of itself (scipy's default, which the fit keeps) or after MAX_NFEV evaluations. Near its minimum the cost is F* +
+# (1/2) d'Hd, so a stop that fixes F to ftol fixes a parameter in a flat direction only to d ~ sqrt(ftol) = 1e-4 of
+# its scale, and a prediction moves with it: 1e-4. Measured: seven such choices moved notebook 09's records by up to
+# 1.4e-6 (Sandybridge's kernels; the flattest parameter of one fit moved 1.2e-6), its prose and counts not at all. A
+# record a comparison decides (a point inside or outside, a count) flips only for a value within 1e-4 of its edge.
 FITTED_REL_TOL = 1e-4
 GOLDEN_REL_TOL = {"09-interval-coverage.ipynb": FITTED_REL_TOL}
 
