@@ -249,3 +249,12 @@ def test_published_points_are_filled_inside_their_band_and_hollow_outside():
     assert [tuple(s[:, 1]) for s in bars.get_segments()] == [(4.0, 6.0), (4.0, 6.0)]
     assert [line.get_markerfacecolor() for line in ax.get_lines() if "band" in line.get_label()] == ["black",
                                                                                                      "white"]
+    # several series on one axis keep apart: their colour filled, their name in every label; a band clipped at ymax
+    ax = Figure().add_subplot()
+    plot.published_beside_band(ax, gpus, published, predicted, lo, 3 * hi, inside, color="tab:green", ideal=ideal,
+                               point_color="tab:green", where=": DDP", ymax=1.5)
+    assert ax.get_ylim() == (0, 1.5)
+    filled, = [line for line in ax.get_lines() if line.get_label() == "published: DDP, inside the band"]
+    assert filled.get_markerfacecolor() == "tab:green"
+    assert {line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")} >= {
+        "simfog prediction: DDP", "published: DDP, outside the band"}
