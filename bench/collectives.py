@@ -1,7 +1,7 @@
 """Held-out fidelity of simfog's NCCL model on public nccl-tests logs of every cluster the project holds.
 
 Each cluster (bench/nccl_corpus.py: every folder of bench/data/nccl-tests, and the two reference clusters of
-shared/ref/nccl-tests with their facts in bench/data/nccl-tests-ref-facts) is calibrated as `simfog calibrate` does
+bench/data/ref/nccl-tests with their facts in bench/data/nccl-tests-ref-facts) is calibrated as `simfog calibrate` does
 (simfog.nccl.fit) on its single-node and 2-node logs, with the facts its provenance states, then every larger log
 (3+ nodes, or more GPUs per node than any calibration log) is predicted at every size and collective and compared
 with the measured time (the least of out-of-place and in-place). Disturbed points are set aside by one fixed rule
@@ -273,7 +273,7 @@ def held_out(preps: list[Prepared], *, jobs: int = 1, learn: bool = True,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ref", default=str(ROOT.parent / "shared" / "ref" / "nccl-tests"),
+    parser.add_argument("--ref", default=str(ROOT / "bench" / "data" / "ref" / "nccl-tests"),
                         help="the nccl-tests folder of the reference set")
     parser.add_argument("--corpus", default=str(ROOT / "bench" / "data" / "nccl-tests"))
     parser.add_argument("--ref-facts", default=str(ROOT / "bench" / "data" / "nccl-tests-ref-facts"))
@@ -390,7 +390,7 @@ def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args)
     lines += [f"{k} = {value(v)}" for k, v in table.to_toml().items()]
     lines += ["", "[provenance]", f"generated = {value(datetime.now(UTC).strftime('%Y-%m-%d'))}",
               f"commit = {value(commit.strip())}", f"clusters = {json.dumps(sorted(scores))}",
-              f"corpus = {value('bench/data/nccl-tests and the reference set (shared/ref/nccl-tests)')}",
+              f"corpus = {value('bench/data/nccl-tests and the reference set (bench/data/ref/nccl-tests)')}",
               f"disturbed_rule = {value(nccl_corpus.DISTURBED_RULE)}"]
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")

@@ -3,7 +3,7 @@ line on stderr (from Python: a simfog.ConfigError naming the argument).
 
 Inputs are mutations of what the project ships and reads: the model and network traces in traces/, the
 experiments (the embedded default and notebooks/experiments), the plan catalogue, the reference logs in
-../shared/ref (when present), plus bad command-line options, non-regular input files and bad output paths; and
+bench/data/ref, plus bad command-line options, non-regular input files and bad output paths; and
 (issue 22) the Python API's arguments, calibrated network files, the sharded algorithms' knobs, benchmark logs
 with zero times or impossible importer options, and sweep CSVs torn by a kill; and (issue 35) [fabric] tables at
 and past their bounds, output paths that cannot be made (/proc, /sys, names over 255 bytes, paths over 4 KiB,
@@ -54,7 +54,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = ROOT.parent / "shared" / "ref"
+REF = ROOT / "bench" / "data" / "ref"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

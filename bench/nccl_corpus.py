@@ -4,7 +4,8 @@ small synthetic corpus.
 
 A cluster is a folder with a `facts.toml` (format: bench/data/nccl-tests/README.md) and its logs: every folder of
 bench/data/nccl-tests, and every folder of bench/data/nccl-tests-ref-facts whose logs lie in the reference set
-(shared/ref/nccl-tests/<same name>; only the facts are kept in the project).
+(bench/data/ref/nccl-tests/<same name>, copied byte for byte with the rest of the reference set; the facts
+are kept apart).
 
 Split: a log is held out when it has 3 or more nodes, or more GPUs per node than every log of at most 2 nodes;
 the others (single-node and 2-node logs) calibrate.

@@ -1,6 +1,6 @@
 """simfog: a trace-driven simulator of data-parallel training, with a real-run validator beside it.
 
-The Python API (see simfog.api and the README's "Python API"):
+The Python API (see simfog.api and docs/guide.md, "The Python API"):
 
     import simfog
     exp = simfog.load("notebooks/experiments/resnet50-v100-25g.toml")

@@ -1,5 +1,7 @@
-"""Figures: threshold and sharded tuning, scaling curves, capacity plans. matplotlib without pyplot (no global state, no
-display needed: figures render with the Agg canvas); files are written atomically, format from the suffix."""
+"""Figures: threshold and sharded tuning, scaling curves, capacity plans, and published points beside simfog's band.
+matplotlib without pyplot (no global state, no display needed: figures render with the Agg canvas); files are
+written atomically, format from the suffix. Read at a glance: legends inside their axes (in headroom the y axis
+makes for them), every band drawn with its edges, a point outside its band hollow."""
 
 from __future__ import annotations
 
@@ -53,6 +55,19 @@ def _from_zero(ax) -> None:
     ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
 
 
+def _legend_inside(ax, ncol: int = 2, fontsize: float = 7) -> None:
+    """The legend across the top of `ax`, inside it, the y axis raised (from zero still) until no line or band
+    reaches under the legend: nothing hidden, no third of the figure's width given to a legend beside it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    legend = ax.legend(fontsize=fontsize, loc="upper left", ncol=ncol, framealpha=0.95, borderaxespad=0.4)
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    height = legend.get_window_extent(renderer).height / ax.get_window_extent(renderer).height
+    lo, top = ax.get_ylim()
+    # the data's top stays below the legend's bottom (a 3 % gap): top' = top / (1 - height - gap), from zero
+    ax.set_ylim(lo, lo + (top - lo) / max(0.2, 1 - height - 0.03))
+
+
 def _ranks_axis(ax, ranks) -> None:
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(r) for r in ranks))
@@ -64,8 +79,8 @@ def _ranks_axis(ax, ranks) -> None:
 
 def tune_figure(result) -> Figure:
     """Iteration time (ms) against the merge threshold (log x) for a `simfog.tune.TuneResult`, the best threshold
-    starred and every baseline policy a horizontal line."""
-    fig = Figure(figsize=(8, 4.8))
+    starred, the thresholds within 1 % of it shaded and every baseline policy a horizontal line."""
+    fig = Figure(figsize=(11, 6))
     ax = fig.add_subplot()
     curve = result.curve.sort_values("threshold_bytes")
     ax.plot(curve.threshold_bytes, _ms(curve.iteration_time_s), "-", color="0.35", lw=1, zorder=2)
@@ -86,6 +101,9 @@ def tune_figure(result) -> Figure:
     ax.plot([result.best_threshold_bytes], [result.best_iteration_time_s * 1e3], "*", color="gold", mec="k", ms=16,
             zorder=4, label=f"best threshold {units.format_bytes(result.best_threshold_bytes)}: "
                             f"{units.format_time(result.best_iteration_time_s)} ({result.best_buckets} buckets)")
+    lo, hi = result.near_best_bytes
+    ax.axvspan(lo, hi, color="tab:green", alpha=0.15, lw=0, zorder=1,
+               label=f"within 1 % of the best: {units.format_bytes(lo)} to {units.format_bytes(hi)}")
     _versus_best_bars(ax, result, curve.threshold_bytes)
     _bytes_axis(ax)
     ax.set_xlabel("merge threshold (bucket size), log scale")
@@ -93,7 +111,7 @@ def tune_figure(result) -> Figure:
     _from_zero(ax)
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    _legend_inside(ax)
     return fig
 
 
@@ -117,8 +135,9 @@ def _versus_best_bars(ax, result, xs) -> None:
 def framework_tune_figure(result) -> Figure:
     """Iteration time (ms, from zero) against a framework's first knob (log x) for a
     `simfog.tune_framework.FrameworkTuneResult`: one line per value of its second knob (Horovod's cycle time), the
-    default a horizontal line with the tolerance band above the best, the chosen setting starred."""
-    fig = Figure(figsize=(8, 4.8))
+    default a horizontal line with the tolerance band above the best (its edges drawn: 1 % of an axis from zero is
+    a hair) and the values of the widest range within it shaded, the chosen setting starred."""
+    fig = Figure(figsize=(11, 6))
     ax = fig.add_subplot()
     knob = result.knobs[0]
     df = result.settings.dropna(subset=[k.name for k in result.knobs])
@@ -128,8 +147,12 @@ def framework_tune_figure(result) -> Figure:
         label = f"{result.knobs[1].name}={value:g}" if value is not None else knob.name
         ax.plot(part[knob.name], _ms(part.iteration_time_s), "o-", ms=3, lw=1, label=label)
     least = result.best["iteration_time_s"] * 1e3
-    ax.axhspan(least, least * (1 + result.tolerance), color="tab:green", alpha=0.2,
-               label=f"within {100 * result.tolerance:g} % of the best")
+    ax.axhspan(least, least * (1 + result.tolerance), color="tab:green", alpha=0.3, ec="tab:green", lw=0.8,
+               label=f"within {100 * result.tolerance:g} % of the best (the tolerance)")
+    if knob.name in result.plateau:
+        a, b = result.plateau[knob.name]
+        ax.axvspan(a, b, color="tab:green", alpha=0.12, lw=0, zorder=1,
+                   label=f"widest range within it: {knob.name} {knob.show(a)} .. {knob.show(b)}")
     ax.axhline(result.default["iteration_time_s"] * 1e3, color="tab:orange", ls="--", lw=1.2,
                label=f"default: {units.format_time(result.default['iteration_time_s'])}")
     c = result.choice
@@ -149,7 +172,7 @@ def framework_tune_figure(result) -> Figure:
     _from_zero(ax)
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    _legend_inside(ax)
     return fig
 
 
@@ -158,7 +181,7 @@ def sharded_tune_figure(result) -> Figure:
     `simfog.tune_sharded.ShardedTuneResult`: feasible settings as dots (filled: reshard_after_forward or zero3's
     overlap_comm true), infeasible ones as crosses at the time axis' floor, the cluster's gpu_memory a vertical
     line, the best starred and the defaults a diamond."""
-    fig = Figure(figsize=(8, 4.8))
+    fig = Figure(figsize=(11, 6))
     ax = fig.add_subplot()
     df = result.settings
     ok, bad = df[df.feasible], df[~df.feasible]
@@ -187,7 +210,7 @@ def sharded_tune_figure(result) -> Figure:
     _from_zero(ax)
     ax.set_title(result.title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    _legend_inside(ax)
     return fig
 
 
@@ -244,7 +267,9 @@ def curve_figure(df: pd.DataFrame, title: str = "") -> Figure:
 def plan_figure(result) -> Figure:
     """Cost against throughput (both log) for every configuration a `simfog.plan.PlanResult` evaluated: cost per
     epoch when an epoch was given (then lower is better at any throughput), else per hour. One line per option /
-    collective / merge through its GPU counts, the target a vertical line, the cheapest configuration circled."""
+    collective / merge through its GPU counts, the target a vertical line, the cheapest configuration circled. A plan
+    with --confidence draws each point's prediction interval (a bar across the throughput axis) and its throughput
+    reached with that confidence (a hollow triangle at the interval's lower bound: the target is met on it)."""
     fig = Figure(figsize=(9, 5))
     ax = fig.add_subplot()
     df = result.candidates
@@ -259,6 +284,19 @@ def plan_figure(result) -> Figure:
         ls = styles.setdefault((coll, merge), ["-", "--", ":", "-."][len(styles) % 4])
         ax.plot(part.samples_per_s, part[y], marker="o", ms=3, ls=ls, color=cmap[option], lw=1,
                 label=f"{option}: {coll} / {merge}")
+        if "samples_per_s_lo" in part:
+            _sure_points(ax, part, y, cmap[option])
+    confidence = result.info.get("confidence")
+    if "samples_per_s_lo" in df and len(df):
+        # proxies in grey: one legend entry each, not one per series
+        from simfog.bands import one_sided_level
+
+        ax.errorbar([], [], xerr=[], fmt="none", ecolor="0.4", alpha=0.3, elinewidth=3,
+                    label=f"{100 * one_sided_level(confidence):g} % prediction interval" if confidence else
+                    "prediction interval")
+        if confidence:
+            ax.plot([], [], "<", mfc="none", mec="0.3", ms=5, ls="none",
+                    label=f"{100 * confidence:g} % sure: its lower bound (the target is met on it)")
     if result.target_samples_per_s == result.target_samples_per_s:  # NaN: a plan at fixed counts, no target
         ax.axvline(result.target_samples_per_s, color="k", lw=1, ls="--",
                    label=f"target {result.target_samples_per_s:,.0f} samples/s")
@@ -267,6 +305,9 @@ def plan_figure(result) -> Figure:
         ax.plot([b["samples_per_s"]], [b[y]], "o", ms=14, mfc="none", mec="k", mew=2,
                 label=f"cheapest: {b['option']}, {b['gpus']} GPUs, {b['collective']} / {b['merge']}: "
                       f"{b[y]:,.2f} {result.currency}")
+        if confidence and b.get("samples_per_s_lo") == b.get("samples_per_s_lo"):  # NaN: no interval
+            ax.plot([b["samples_per_s_lo"]], [b[y]], "<", ms=11, mfc="none", mec="k", mew=2,
+                    label=f"its {100 * confidence:g} % sure throughput: {b['samples_per_s_lo']:,.0f} samples/s")
     ax.set_xscale("log")
     # Log only when costs span more than a factor 20 (cost per hour usually does; cost per epoch often does not,
     # and a log axis over a narrow range has almost no tick labels).
@@ -282,3 +323,59 @@ def plan_figure(result) -> Figure:
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
+
+
+def _sure_points(ax, part: pd.DataFrame, y: str, color) -> None:
+    """A plan series' prediction intervals as bars across the throughput axis, and their lower bounds (the
+    throughput reached with the plan's confidence) as hollow triangles."""
+    lo = part.samples_per_s_lo.to_numpy(dtype=float)
+    hi = part.samples_per_s_hi.to_numpy(dtype=float)
+    x = part.samples_per_s.to_numpy(dtype=float)
+    ax.errorbar(x, part[y], xerr=[x - lo, hi - x], fmt="none", ecolor=color, alpha=0.3, elinewidth=3)
+    ax.plot(lo, part[y], "<", mfc="none", mec=color, ms=5, ls="none")
+
+
+def published_beside_band(ax, x, published, predicted, lo, hi, inside, *, color, ideal=None, reading=None,
+                          network=None, joined: bool = True, marker: str = "o", point_color="black",
+                          what: str = "published", where: str = "", level: float = 0.9,
+                          ymax: float | None = None) -> None:
+    """Published points beside simfog's prediction and its band on `ax`, read at a glance: the band shaded with
+    its edges drawn, the prediction a line (`joined`; else each point's band a bar and its prediction a tick), and
+    every published point filled (`point_color`) where it lies inside its band, hollow where it lies outside
+    (`inside`: per point, as the caller judged it), with ± its reading's precision (`reading`) as a bar. `ideal`
+    (per point, e.g. GPUs x one GPU's rate): every value is divided by it, so the axis is the share of linear
+    scaling, linear from zero (up to `ymax` when given), where a band of ±5 % is as wide at 128 GPUs as at 4; on a
+    log axis of throughput it is a hair. `network`: the (lo, hi) of the band's network part alone, shaded darker.
+    `where` ends every label (", 4 x 4 GPUs"): several calls on one axis stay apart in its legend."""
+    order = np.argsort(np.asarray(x, dtype=float), kind="stable")
+    x = np.asarray(x, dtype=float)[order]
+    scale = np.ones(len(x)) if ideal is None else np.asarray(ideal, dtype=float)[order]
+
+    def per(v):
+        return np.asarray(v, dtype=float)[order] / scale
+
+    pub, pred, low, high = per(published), per(predicted), per(lo), per(hi)
+    ins = np.asarray(inside, dtype=bool)[order]
+    band = f"simfog {100 * level:g} % band{where}"
+    if joined:
+        ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0, label=band)
+        ax.plot(x, low, color=color, lw=0.8, alpha=0.8)
+        ax.plot(x, high, color=color, lw=0.8, alpha=0.8)
+        if network is not None:
+            ax.fill_between(x, per(network[0]), per(network[1]), color=color, alpha=0.35, lw=0,
+                            label=f"its network part alone{where}")
+        ax.plot(x, pred, color=color, lw=1.5, label=f"simfog prediction{where}")
+    else:
+        ax.vlines(x, low, high, color=color, alpha=0.35, lw=7, label=band)
+        ax.plot(x, pred, "_", color=color, ms=14, mew=2, ls="none", label=f"simfog prediction{where}")
+    if reading is not None:
+        ax.errorbar(x, pub, yerr=per(reading), fmt="none", ecolor=point_color, elinewidth=0.8, capsize=2)
+    for sel, face, side in ((ins, point_color, "inside"), (~ins, "white", "outside")):
+        if sel.any():
+            ax.plot(x[sel], pub[sel], marker, mfc=face, mec=point_color, mew=1.2, ms=6, ls="none", zorder=4,
+                    label=f"{what}{where}, {side} the band")
+    if ideal is not None:
+        ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
+        top = max(ax.get_ylim()[1] if ax.get_ylim()[0] == 0 else 0, 1.1,
+                  1.05 * float(np.nanmax(np.concatenate([high, pub]))))
+        ax.set_ylim(0, ymax if ymax is not None else top)

@@ -19,7 +19,8 @@ from simfog.commands import calibrate as calibrate_cli
 from simfog.errors import ConfigError, Infeasible
 from simfog.trace import Measurement, NetworkTrace, Provenance
 
-REF = Path(__file__).resolve().parents[1] / ".." / "shared" / "ref"
+from .conftest import REF
+
 COLLS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv")
 SIZES = tuple(2**k for k in range(2, 27))  # 4 B .. 64 MiB
 BASE = Cluster(2, 4, Link(1e-6, 1e11), Link(10e-6, 1.25e9), oversubscription=2.0)
@@ -233,8 +234,6 @@ def osu_trace(path: Path, procs: int) -> NetworkTrace:
 
 def test_osu_allreduce_8_nodes_has_its_protocol_breakpoint():
     path = REF / "mgwfbp-googlenet" / "allreduce8.log"
-    if not path.exists():
-        pytest.skip(f"reference data not found at {path}")
     trace = osu_trace(path, 8)
     assert len(trace.measurements) == 266
     f = fit(trace).fits["nic"]

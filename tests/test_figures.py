@@ -130,3 +130,132 @@ def test_tune_figures_draw_where_the_defaults_lie_within_the_models_uncertainty(
     kept = tune_framework(make_experiment(TRACE, alpha=1e-3, beta=1e-9), "ddp", tolerance=0.01)
     ax = plot.framework_tune_figure(kept).axes[0]
     assert kept.gain_interval is None and not [p for p in ax.patches if p.get_label().startswith("default /")]
+
+
+# --- read at a glance (issue 36, point 7): legends inside, bands drawn, points outside a band hollow ---
+
+def _drawn(fig):
+    """`fig` rendered with the Agg canvas, as `simfog.plot.save` writes it; returns its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _legend_inside_above_the_data(ax, renderer) -> None:
+    """The legend lies within the axes, and every line's highest point below the legend's bottom edge."""
+    legend, box = ax.get_legend(), ax.get_window_extent(renderer)
+    lb = legend.get_window_extent(renderer)
+    assert box.x0 <= lb.x0 and lb.x1 <= box.x1 and box.y0 <= lb.y0 and lb.y1 <= box.y1, (lb, box)
+    bottom = ax.transData.inverted().transform((0, lb.y0))[1]
+    top = max(np.nanmax(np.asarray(line.get_ydata(), dtype=float)) for line in ax.get_lines()
+              if len(line.get_ydata()))
+    assert top < bottom
+    assert ax.get_ylim()[0] == 0  # raised for the legend, still from zero
+
+
+def _span(ax, prefix: str) -> tuple[float, float]:
+    """The x extent, in data coordinates, of the one shaded span whose label starts with `prefix`."""
+    patch, = [p for p in ax.patches if p.get_label().startswith(prefix)]
+    return patch.get_x(), patch.get_x() + patch.get_width()
+
+
+def test_tune_figures_hold_their_legend_inside_and_show_the_tolerance():
+    from simfog.tune_sharded import tune_sharded
+
+    exp = make_experiment(TRACE, alpha=1e-4, beta=1e-11)
+    result = tune(exp, points=5, refine=0)
+    fig = plot.tune_figure(result)
+    ax, = fig.axes
+    _legend_inside_above_the_data(ax, _drawn(fig))
+    # the thresholds within 1 % of the best, across the whole height
+    assert np.allclose(_span(ax, "within 1 % of the best"), result.near_best_bytes)
+
+    framework = tune_framework(make_experiment(TRACE, alpha=1e-2, beta=1e-8), "ddp", tolerance=0.01)
+    fig = plot.framework_tune_figure(framework)
+    ax, = fig.axes
+    _legend_inside_above_the_data(ax, _drawn(fig))
+    least = framework.best["iteration_time_s"] * 1e3
+    band = next(p for p in ax.patches if p.get_label().startswith("within 1 % of the best"))
+    assert np.allclose([band.get_y(), band.get_y() + band.get_height()], [least, least * 1.01])
+    assert band.get_edgecolor()[3] > 0 and band.get_linewidth() > 0  # its edges drawn: 1 % of the axis is a hair
+    assert np.allclose(_span(ax, "widest range within it"), framework.plateau[framework.knobs[0].name])
+
+    fig = plot.sharded_tune_figure(tune_sharded(make_experiment(TRACE, algorithm="fsdp", alpha=1e-3, beta=1e-9)))
+    _legend_inside_above_the_data(fig.axes[0], _drawn(fig))
+
+
+def _confident_plan():
+    gpus = [8, 16, 32]
+    df = pd.DataFrame({"option": "a", "gpus": gpus, "nodes": [1, 2, 4], "collective": "ring", "merge": "ddp",
+                       "samples_per_s": [800.0, 1500.0, 2800.0], "samples_per_s_lo": [600.0, 1100.0, 2000.0],
+                       "samples_per_s_hi": [900.0, 1700.0, 3300.0], "cost_per_hour": [8.0, 16.0, 32.0],
+                       "meets_target": [False, False, True], "error": ""})
+    return PlanResult(df, df.iloc[2].to_dict(), 1900.0, "USD", None, "toy plan", {"confidence": 0.9})
+
+
+def test_a_confident_plan_draws_its_bands_and_its_points_reached_with_that_confidence():
+    from matplotlib.container import ErrorbarContainer
+
+    result = _confident_plan()
+    fig = plot.plan_figure(result)
+    ax, = fig.axes
+    _drawn(fig)
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[2]]
+    spans = [seg[:, 0] for c in bars for seg in c.lines[2][0].get_segments()]
+    assert sorted(map(tuple, spans)) == [(600.0, 900.0), (1100.0, 1700.0), (2000.0, 3300.0)]  # lo..hi, each point
+    sure = [line for line in ax.get_lines() if line.get_marker() == "<" and len(line.get_xdata())]
+    assert [list(line.get_xdata()) for line in sure] == [[600.0, 1100.0, 2000.0], [2000.0]]
+    assert all(line.get_markerfacecolor() == "none" for line in sure)  # hollow: a bound, not a prediction
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "80 % prediction interval" in labels and any(t.startswith("90 % sure") for t in labels)
+    assert "its 90 % sure throughput: 2,000 samples/s" in labels
+    plain = plot.plan_figure(_plan_result()).axes[0]  # no interval asked: none drawn
+    assert not [c for c in plain.containers if isinstance(c, ErrorbarContainer)]
+
+
+def test_published_points_are_filled_inside_their_band_and_hollow_outside():
+    from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.figure import Figure
+
+    gpus = np.array([16, 4, 8, 32])            # any order: drawn in x order
+    ideal = 100.0 * gpus
+    predicted = 0.9 * ideal
+    lo, hi = 0.85 * ideal, 0.95 * ideal        # a ±5 % band: a hair on a log axis of throughput
+    published = np.array([0.96, 0.9, 0.88, 0.7]) * ideal
+    inside = (lo <= published) & (published <= hi)
+    ax = Figure().add_subplot()
+    plot.published_beside_band(ax, gpus, published, predicted, lo, hi, inside, color="tab:blue", ideal=ideal,
+                               reading=0.01 * ideal)
+    filled = [line for line in ax.get_lines() if line.get_label().endswith("inside the band")]
+    hollow = [line for line in ax.get_lines() if line.get_label().endswith("outside the band")]
+    assert len(filled) == len(hollow) == 1
+    assert filled[0].get_markerfacecolor() == "black" and hollow[0].get_markerfacecolor() == "white"
+    assert list(filled[0].get_xdata()) == [4, 8] and list(hollow[0].get_xdata()) == [16, 32]
+    assert np.allclose(hollow[0].get_ydata(), [0.96, 0.7])  # the share of linear scaling
+    band, = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert np.isclose(ys.min(), 0.85) and np.isclose(ys.max(), 0.95)
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 1.0
+    # the band's edges are lines of their own: visible however narrow the band
+    edges = [line for line in ax.get_lines() if np.allclose(line.get_ydata(), 0.85) or
+             np.allclose(line.get_ydata(), 0.95)]
+    assert len(edges) == 2
+    # points not on a line (a single configuration each): each band a bar of its own
+    ax = Figure().add_subplot()
+    plot.published_beside_band(ax, [1, 2], [5.0, 9.0], [5.0, 5.0], [4.0, 4.0], [6.0, 6.0], [True, False],
+                               color="tab:red", joined=False)
+    bars, = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert [tuple(s[:, 1]) for s in bars.get_segments()] == [(4.0, 6.0), (4.0, 6.0)]
+    assert [line.get_markerfacecolor() for line in ax.get_lines() if "band" in line.get_label()] == ["black",
+                                                                                                     "white"]
+    # several series on one axis keep apart: their colour filled, their name in every label; a band clipped at ymax
+    ax = Figure().add_subplot()
+    plot.published_beside_band(ax, gpus, published, predicted, lo, 3 * hi, inside, color="tab:green", ideal=ideal,
+                               point_color="tab:green", where=": DDP", ymax=1.5)
+    assert ax.get_ylim() == (0, 1.5)
+    filled, = [line for line in ax.get_lines() if line.get_label() == "published: DDP, inside the band"]
+    assert filled.get_markerfacecolor() == "tab:green"
+    assert {line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")} >= {
+        "simfog prediction: DDP", "published: DDP, outside the band"}

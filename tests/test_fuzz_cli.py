@@ -2,7 +2,7 @@
 line on stderr naming the file or option at fault, no traceback, nothing written.
 
 The inputs come from bench/fuzz.py's families (mutations of traces/, notebooks/experiments, the embedded default
-experiment and catalogue, ../shared/ref logs, bad options, non-regular files, bad output paths); hypothesis picks
+experiment and catalogue, bench/data/ref logs, bad options, non-regular files, bad output paths); hypothesis picks
 families and seeds, derandomized so CI sees the same inputs every run. The CLI runs in-process through
 simfog.cli.main; a few cases that need a real process (Ctrl-C, a FIFO) run as subprocesses.
 """

@@ -1,4 +1,4 @@
-"""The log importers on every file of the reference data (../shared/ref): the layout of each nccl-tests log against
+"""The log importers on every file of the reference data (bench/data/ref): the layout of each nccl-tests log against
 the tables of nccl-tests/PROVENANCE.md, several logs merged into one trace through the `simfog import` command,
 a real log cut short, the MG-WFBP OSU logs together, and every other file refused with a ConfigError."""
 
@@ -15,8 +15,8 @@ from simfog.errors import ConfigError
 from simfog.importers import ImporterWarning, import_file, import_files
 from simfog.trace import load_network_trace
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "ref"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason=f"reference data not found at {REF}")
+from .conftest import REF
+
 ECHO, ABCI, MG = REF / "nccl-tests" / "echo-a100-azure", REF / "nccl-tests" / "abci-v100", REF / "mgwfbp-googlenet"
 SIMFOG = Path(sys.executable).with_name("simfog")
 A100, V100 = "A100-SXM4-40GB", "Tesla V100-SXM2-16GB"
@@ -37,13 +37,10 @@ LAYOUTS = [
 
 
 def test_the_table_covers_every_nccl_tests_log():
-    if not REF.is_dir():
-        pytest.skip(f"reference data not found at {REF}")
     logs = {p for p in (REF / "nccl-tests").rglob("*") if p.is_file() and p.suffix in (".log", ".nccl")}
     assert logs == {row[0] for row in LAYOUTS}
 
 
-@needs_ref
 @pytest.mark.parametrize("path, ranks, nodes, gpu, rows", LAYOUTS,
                          ids=lambda v: v.name if isinstance(v, Path) else None)
 def test_layout_of_every_nccl_tests_log(path, ranks, nodes, gpu, rows):
@@ -60,14 +57,12 @@ def test_layout_of_every_nccl_tests_log(path, ranks, nodes, gpu, rows):
     assert run["avg_busbw_GBps"] is not None and run["header"].startswith("nThread 1 nGpus ")
 
 
-@needs_ref
 def test_echo_128_interleaved_tag_still_gives_16_nodes_of_8():
     run = import_file("nccl-tests", ECHO / "nccl_128.log").extra["nccl_tests"][0]
     assert "node-00000C" in run["hosts"] and len(run["hosts"]) == 16     # not node-[1,0]<stdout>:00000C
     assert run["ranks_per_host"]["node-00000C"] == 8
 
 
-@needs_ref
 def test_cli_merges_every_nccl_tests_log_into_one_trace(tmp_path):
     paths = [str(row[0]) for row in LAYOUTS]
     out = tmp_path / "net.json.gz"
@@ -99,7 +94,6 @@ def test_cli_merges_every_nccl_tests_log_into_one_trace(tmp_path):
     assert [r["file"] for r in net3.extra["nccl_tests"]] == ["nccl_8.log", "nccl_16.log", "job02.sh.7194532.nccl"]
 
 
-@needs_ref
 def test_collective_option_on_the_command_line(tmp_path):
     out = tmp_path / "x.json"
     r = subprocess.run([str(SIMFOG), "import", "nccl-tests", str(ECHO / "nccl_8.log"), "--collective", "all_reduce",
@@ -115,7 +109,6 @@ def test_collective_option_on_the_command_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-@needs_ref
 @pytest.mark.parametrize("name, rows_kept, last", [("nccl_64.log", 11, 1 << 20), ("nccl_1.log", 20, 4 << 20)])
 def test_a_real_log_cut_short_imports_with_a_warning(tmp_path, name, rows_kept, last):
     raw = (ECHO / name).read_bytes()
@@ -128,7 +121,6 @@ def test_a_real_log_cut_short_imports_with_a_warning(tmp_path, name, rows_kept, 
     assert net.extra["nccl_tests"][0]["truncated"]
 
 
-@needs_ref
 def test_cli_osu_logs_at_several_process_counts(tmp_path):
     out = tmp_path / "x.json.gz"
     r = subprocess.run([str(SIMFOG), "import", "osu", *(str(MG / f"allreduce{n}.log") for n in (2, 4, 8)), "-o",
@@ -150,10 +142,9 @@ LOG_KINDS = ("nccl-tests", "osu", "imb")
 
 
 def _every_ref_file():
-    return sorted(p for p in REF.rglob("*") if p.is_file()) if REF.is_dir() else []
+    return sorted(p for p in REF.rglob("*") if p.is_file())
 
 
-@needs_ref
 @pytest.mark.parametrize("path", _every_ref_file(), ids=lambda p: str(p.relative_to(REF)))
 def test_every_ref_file_imports_or_is_refused_with_a_config_error(path):
     """Each log importer either reads the file or refuses it with one ConfigError naming it; never another

@@ -1,4 +1,4 @@
-"""Importers, checked on real third-party files (shared/ref) against the numbers in their PROVENANCE.md, on a
+"""Importers, checked on real third-party files (bench/data/ref) against the numbers in their PROVENANCE.md, on a
 hand-made Kineto trace with hand-computed answers, and on synthetic nccl-tests logs (hypothesis)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from simfog.importers.kineto import network_trace_of as kineto_network
 from simfog.importers.mgwfbp import network_trace_of
 from simfog.trace import load_model_trace, load_network_trace
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "ref"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason=f"reference data not found at {REF}")
+from .conftest import REF
+
 MiB = 1 << 20
 ECHO, ABCI, MG = REF / "nccl-tests" / "echo-a100-azure", REF / "nccl-tests" / "abci-v100", REF / "mgwfbp-googlenet"
 GLOO, NCCL = REF / "gloo-ddp-cpu", REF / "kineto-nccl" / "nccl_parser_config" / "nccl_data.json.gz"
@@ -60,7 +60,6 @@ def test_importing_simfog_importers_does_not_import_torch():
 
 # ---- nccl-tests ----
 
-@needs_ref
 @pytest.mark.parametrize("name, ranks, nodes, t1mib, t32mib, t1gib", [
     ("nccl_1.log", 1, 1, 5.26, 54.81, 1620.4), ("nccl_2.log", 2, 1, 59.46, 229.6, 5203.1),
     ("nccl_4.log", 4, 1, 66.24, 279.2, 7173.7), ("nccl_8.log", 8, 1, 72.53, 361.0, 8139.2),
@@ -73,7 +72,6 @@ def test_echo_a100_reference_points(name, ranks, nodes, t1mib, t32mib, t1gib):
     assert net.backend == "nccl" and net.provenance.source == "imported"
 
 
-@needs_ref
 def test_echo_quirks_in_place_column_interleaved_tag_and_transport():
     net8 = import_file("nccl-tests", ECHO / "nccl_8.log")
     assert us(net8, 33554432) == [361.0, 357.5]          # [out-of-place, in-place]
@@ -89,7 +87,6 @@ def test_echo_quirks_in_place_column_interleaved_tag_and_transport():
     assert us(oop, 33554432) == [361.0]
 
 
-@needs_ref
 @pytest.mark.parametrize("path, ranks, nodes, t4, t1mib, t32mib, avg", [
     ("intra_vnode/job04.sh.7280532.nccl", 4, 1, 8.48, 79.05, 447.3, 18.8014),
     ("inter_vnode/job02.sh.7194532.nccl", 8, 2, 17.98, 198.7, 2970.9, 4.85188),
@@ -106,7 +103,6 @@ def test_abci_v100_reference_points(path, ranks, nodes, t4, t1mib, t32mib, avg):
     assert net.provenance.date.startswith("2021-06-")     # from the UCX warnings' unix time stamps
 
 
-@needs_ref
 @pytest.mark.parametrize("path", sorted(ECHO.glob("*.log")) + sorted(ABCI.glob("*/*.nccl")), ids=lambda p: p.name)
 def test_times_agree_with_the_logs_busbw_column(path):
     """busbw = size/time * 2(n-1)/n: checks the µs -> s conversion and the column alignment of every row."""
@@ -173,7 +169,6 @@ def test_the_collective_is_read_inferred_or_must_be_given(tmp_path):
     assert "2(n-1)/n confirms it" in net.provenance.notes
 
 
-@needs_ref
 def test_an_osu_log_given_to_the_nccl_tests_importer(tmp_path):
     with pytest.raises(ConfigError, match="nccl-tests log.*use kind 'osu'") as e:
         import_file("nccl-tests", MG / "allreduce8.log")
@@ -184,7 +179,6 @@ def test_an_osu_log_given_to_the_nccl_tests_importer(tmp_path):
 
 # ---- OSU ----
 
-@needs_ref
 @pytest.mark.parametrize("name, ranks, expected", [
     ("allreduce2.log", 2, [31.92, 67.49, 126.12, 201.40, 1839.14]),
     ("allreduce4.log", 4, [54.50, 71.82, 223.94, 300.92, 2251.96]),
@@ -197,7 +191,6 @@ def test_osu_reference_points(name, ranks, expected):
     assert "one process per node" in net.provenance.notes and net.backend == "mpi"
 
 
-@needs_ref
 def test_osu_process_count_must_be_known_and_consistent(tmp_path):
     (tmp_path / "osu.log").write_bytes((MG / "allreduce4.log").read_bytes())
     with pytest.raises(ConfigError, match="pass ranks=N"):
@@ -216,7 +209,6 @@ def test_osu_process_count_must_be_known_and_consistent(tmp_path):
 
 # ---- MG-WFBP ----
 
-@needs_ref
 def test_mgwfbp_googlenet_tmp8comm():
     mt = import_file("mgwfbp", MG / "tmp8comm.log")
     assert (mt.model, len(mt.layers), len(mt.tensors), mt.parameters) == ("googlenet", 64, 128, 13_379_136)
@@ -237,7 +229,6 @@ def test_mgwfbp_googlenet_tmp8comm():
     assert sum(b["time_s"] for b in mg["merged_buckets"] if b["time_s"]) == pytest.approx(0.297641, abs=5e-7)
 
 
-@needs_ref
 @pytest.mark.parametrize("name, compute_ms, comm_ms, comm_rows, merged", [
     ("tmp8ocomm.log", 202.303, 319.427, 65, (30, 277.154)), ("tmp2comm.log", 200.329, 153.993, 128, None),
     ("tmp4comm.log", 206.783, 261.512, 128, None), ("tmp4ocomm.log", 201.959, 257.556, 65, (50, 176.717)),
@@ -256,7 +247,6 @@ def test_mgwfbp_other_dumps(name, compute_ms, comm_ms, comm_rows, merged):
         assert (len(times), sum(times) * 1e3) == (merged[0], pytest.approx(merged[1], abs=5e-4))
 
 
-@needs_ref
 def test_mgwfbp_forward_ratio_network_trace_and_wrong_files():
     mt = import_file("mgwfbp", MG / "tmp8comm.log", forward_per_backward=0.5)
     assert mt.layers[0].forward_s == (pytest.approx(0.0151437 / 2),) and mt.provenance.estimated
@@ -354,7 +344,6 @@ def test_kineto_collectives_that_data_parallelism_does_not_issue_are_named(tmp_p
 
 # ---- Kineto: real traces ----
 
-@needs_ref
 @pytest.mark.parametrize("rank, durations_ms", [
     (0, [[28.69], [64.93, 76.86], [52.88, 58.46]]), (1, [[70.87], [8.65, 37.65], [10.60, 38.11]])])
 def test_kineto_gloo_ddp_buckets_and_durations(rank, durations_ms):
@@ -375,7 +364,6 @@ def test_kineto_gloo_ddp_buckets_and_durations(rank, durations_ms):
     assert (k["clock"], k["params_from"], mt.device["kind"]) == ("cpu", "AccumulateGrad shapes", "cpu")
 
 
-@needs_ref
 @pytest.mark.filterwarnings("ignore:.*NOT the model's tensors:UserWarning")
 def test_kineto_nccl_resnet50_buckets_kernels_and_layers():
     with pytest.raises(ConfigError, match="batch_size"):
@@ -420,7 +408,6 @@ def _replay_at_own_layout(mt, net):
     return simulate(exp).summary()
 
 
-@needs_ref
 def test_kineto_nccl_replay_reproduces_the_profiler_step(tmp_path):
     with pytest.warns(ImporterWarning, match="NOT the model's tensors"):
         mt = import_file("kineto", NCCL, batch_size=32)
@@ -446,7 +433,6 @@ def test_kineto_nccl_replay_reproduces_the_profiler_step(tmp_path):
     assert summary["iteration_time_s"] == pytest.approx(measured, rel=0.05)    # 220.5 ms vs 222.4 ms measured
 
 
-@needs_ref
 @pytest.mark.parametrize("rank, exposed_ms", [(0, [29.25, 76.73, 61.74]), (1, [73.40, 31.23, 38.69])])
 def test_kineto_gloo_step_is_compute_exposed_comm_and_host(rank, exposed_ms):
     mt = import_file("kineto", GLOO / f"rank{rank}.json.gz")
@@ -463,7 +449,6 @@ def test_kineto_gloo_step_is_compute_exposed_comm_and_host(rank, exposed_ms):
         ("allreduce", 4 * 2_108_426, 2), ("allreduce", 4 * 6_558_720, 2)]
 
 
-@needs_ref
 @pytest.mark.filterwarnings("ignore:.*NOT the model's tensors:UserWarning")
 def test_kineto_sampled_128_rank_pair_imports_what_it_has():
     with pytest.warns(ImporterWarning, match=r"not plain data-parallel.*alltoall x4 \(largest 382,132,224 bytes\); "
@@ -474,14 +459,12 @@ def test_kineto_sampled_128_rank_pair_imports_what_it_has():
     assert "10 of 10 collectives have no execution record" in mt.provenance.notes    # no kernels in this sample
 
 
-@needs_ref
 @pytest.mark.slow
 def test_kineto_trace_without_any_sizes_is_refused():
     with pytest.raises(ConfigError, match="sizes not recorded"):
         import_file("kineto", REF / "kineto-nccl" / "df_index_resolver" / "df_index_resolver.json.gz", batch_size=1)
 
 
-@needs_ref
 def test_truncated_and_wrong_kineto_files(tmp_path):
     raw = (GLOO / "rank0.json.gz").read_bytes()
     (tmp_path / "cut.json.gz").write_bytes(raw[: len(raw) // 2])
@@ -585,7 +568,6 @@ def gloo_folder(tmp_path):
     return folder
 
 
-@needs_ref
 def test_kineto_gloo_folder_collectives_timed_across_ranks(gloo_folder, tmp_path):
     mt = import_file("kineto", gloo_folder)
     k = mt.extra["kineto"]
@@ -615,7 +597,6 @@ def dataclass_replace_times(a, b):
     return replace(a, forward_s=a.forward_s + b.forward_s, backward_s=a.backward_s + b.backward_s)
 
 
-@needs_ref
 @pytest.mark.filterwarnings("ignore:.*(NOT the model's tensors|not plain data-parallel):UserWarning")
 def test_kineto_sampled_pair_folder_says_ranks_are_missing_and_refuses_what_disagrees(tmp_path):
     """HTA's trace_filter pair: 2 of 128 ranks, sampled (events dropped), so their layers differ."""
@@ -648,7 +629,6 @@ def _replay(mt, net, ranks=2):
     return result.summary()["iteration_time_s"], [ends[r] / n for r in range(ranks)]
 
 
-@needs_ref
 def test_kineto_gloo_folder_replay_reproduces_the_run(gloo_folder):
     """The gloo pair replayed at its own layout (each rank its own recorded compute and host time, iteration by
     iteration; links fitted to the folder's own transfer times) against the measured run: 269.9 ms per iteration
@@ -682,7 +662,6 @@ def test_kineto_gloo_folder_replay_reproduces_the_run(gloo_folder):
 
 # ---- saving and the CLI ----
 
-@needs_ref
 def test_imported_traces_save_and_load_unchanged(tmp_path):
     for kind, path, opts, load in [("kineto", GLOO / "rank0.json.gz", {}, load_model_trace),
                                    ("mgwfbp", MG / "tmp8comm.log", {}, load_model_trace),
@@ -699,7 +678,6 @@ def _cli(*argv):
     return importers_cli.run(parser.parse_args([str(a) for a in argv]))
 
 
-@needs_ref
 def test_cli_writes_the_trace_and_rejects_bad_options(tmp_path, capsys):
     assert _cli("osu", MG / "allreduce4.log", "-o", tmp_path / "osu4.json", "-s", "ranks=4") == 0
     assert load_network_trace(tmp_path / "osu4.json").measurements[0].ranks == 4

@@ -16,8 +16,11 @@ from simfog.errors import ConfigError
 from simfog.merge import Bucket, GradTensor, MergeSettings, plan
 from simfog.trace import Layer, ModelTrace, Provenance, Tensor
 
+from .conftest import REF
+
+MGWFBP = REF / "mgwfbp-googlenet"
+
 MiB = 1 << 20
-REF = Path(__file__).resolve().parents[1] / ".." / "shared" / "ref" / "mgwfbp-googlenet"
 
 
 def tensors(sizes, ready=None, dtypes=None):
@@ -371,9 +374,7 @@ def _osu(path: Path) -> tuple[list[int], list[float]]:
 
 def test_mgwfbp_on_the_authors_googlenet_trace():
     np = pytest.importorskip("numpy")
-    if not (REF / "tmp8comm.log").is_file():
-        pytest.skip(f"MG-WFBP reference data not found at {REF}")
-    dump1 = _caffe_rows(REF / "tmp8comm.log")[:128]
+    dump1 = _caffe_rows(MGWFBP / "tmp8comm.log")[:128]
     # Golden values from PROVENANCE.md: 128 blobs (64 layers x weight + bias), 13,379,136 elements, weight and
     # bias rows carry their layer's backward time, per-layer sum of compute 205.334 ms.
     assert [int(r[0]) for r in dump1] == list(range(128))
@@ -388,7 +389,7 @@ def test_mgwfbp_on_the_authors_googlenet_trace():
         ready[k] = end
     ts = [GradTensor(f"p{pid}", int(dump1[pid][1]) * 4, ready[pid // 2]) for pid in range(127, -1, -1)]
 
-    sizes, lat_us = _osu(REF / "allreduce8.log")
+    sizes, lat_us = _osu(MGWFBP / "allreduce8.log")
     assert len(sizes) == 266
     b_us, a_us = np.polyfit(sizes, lat_us, 1)  # the authors fit T = a + b*M to measured allreduce times
     cost = linear(a_us * 1e-6, b_us * 1e-6)

@@ -46,9 +46,8 @@ from simfog.simulation import simulate
 from simfog.trace import load_model_trace, load_network_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = ROOT.parent / "shared" / "ref" / "mgwfbp-googlenet"
+REF = ROOT / "bench" / "data" / "ref" / "mgwfbp-googlenet"
 EXPERIMENTS = ROOT / "notebooks" / "experiments"
-pytestmark = pytest.mark.skipif(not (REF / "tmp8comm.log").is_file(), reason=f"MG-WFBP reference data not at {REF}")
 
 SINGLE_NODE = 81.68  # images/s per node on one node (realdata_speedup: 81.68*2, the same "2" on every entry)
 BATCH = 64

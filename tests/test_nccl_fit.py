@@ -22,7 +22,6 @@ TRUE = nccl.NcclNetwork(intra_bus_Bps=230e9, inter_bus_Bps=120e9, latency_inter_
 SIZES = [2**k for k in range(3, 31, 2)]
 OFF = {"tree_fill_B": 0.0, "two_node_tree_gain": 1.0}  # simfog's additions off where the logs cannot tell them
 A100 = REF / "nccl-tests" / "echo-a100-azure"
-needs_ref = pytest.mark.skipif(not A100.is_dir(), reason=f"nccl-tests reference logs not at {A100}")
 
 
 def synthetic(layouts, net=TRUE, *, slow=None) -> NetworkTrace:
@@ -100,7 +99,6 @@ def test_nothing_to_fit_is_refused_in_one_line():
         nccl_fit.fit([one_size])
 
 
-@needs_ref
 def test_real_a100_logs_held_out():
     """Fitted on <= 2 nodes of Echo's A100 logs, the 4-16-node logs are predicted within a median of 15 %. (Was
     10 % with a tree fill of 64 KiB by default, a value chosen by looking at these very logs; simfog's additions
@@ -140,7 +138,6 @@ def test_bad_network_file_names_the_key(tmp_path, text, field):
     assert str(path) in str(e.value)
 
 
-@needs_ref
 def test_calibrate_then_collective_cli(tmp_path, capsys):
     traces = []
     for n in (8, 16):
@@ -192,7 +189,6 @@ def test_experiment_with_network_file_simulates_with_nccl(tmp_path):
     new_simulation(exp).run()
 
 
-@needs_ref
 def test_single_process_logs_pay_one_launch_per_gpu():
     """nccl-tests -g 8 (one thread, 8 GPUs) is recorded per measurement and fitted as serial launches."""
     trace = import_file("nccl-tests", A100 / "nccl_8.log")

@@ -169,7 +169,7 @@ def test_2_21_ring_ll_half_and_hopper_ll_caps():
 
 def test_nccl_2_22_printed_tree_ll_time():
     """NCCL 2.22.3 printed Tree/LL 25.23 us for a 256 B allreduce on 3 x 8 H100 (github.com/NVIDIA/nccl issue 1453;
-    ../shared/ref/nccl-choices-h100-2.22): 6.8 + 2 x ((8-1) x 0.6 + log2i(3) x 5.0) = 25.2 plus 256 B."""
+    bench/data/ref/nccl-choices-h100-2.22): 6.8 + 2 x ((8-1) x 0.6 + log2i(3) x 5.0) = 25.2 plus 256 B."""
     h100 = nccl.NcclNetwork(900e9, 400e9, channels=16, version="2.22.3", gpu_arch="hopper")
     assert nccl.latency_s("allreduce", "tree", "LL", 24, 3, h100) == pytest.approx(25.2 * US)
     c = nccl.choose("allreduce", 256, 24, 3, h100)

@@ -29,7 +29,6 @@ pytest.importorskip("ipykernel")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 EXPERIMENTS = NOTEBOOKS / "experiments"
-REF = ROOT / ".." / "shared" / "ref" / "mgwfbp-googlenet"
 CELL_TIMEOUT_S = 120
 TOL = 1e-9  # relative: the same plan simulated two ways may differ by float rounding only
 ALL = ["01-mgwfbp-scaling.ipynb", "02-bluefog-neighbour-averaging.ipynb", "03-bagua-algorithms.ipynb",
@@ -40,7 +39,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 ALL += ["09-interval-coverage.ipynb"]  # notebook 09: its tests are the last of this file
 PUBLISHED = ROOT / "bench" / "data" / "published"
-MGWFBP_PUBLISHED_MARK = "**Against MG-WFBP's published points.**"  # notebook 01's prose that needs ../shared/ref
 # notebooks/execute.py: how notebooks are executed and what of a run is compared (shared with re-execution).
 _spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
 nbrun = importlib.util.module_from_spec(_spec)
@@ -121,7 +119,7 @@ def test_mgwfbp_scaling(run_small):
     runs = _of(results, "mgwfbp")
     traces = {r["trace"] for r in runs}
     assert any(t.startswith("ResNet-50") for t in traces)
-    assert any(t.startswith("GoogLeNet") for t in traces) == REF.is_dir()
+    assert any(t.startswith("GoogLeNet") for t in traces)  # the authors' layer log, bench/data/ref
     assert len(runs) == 2 * len(traces)  # both networks for every trace
     for r in runs:
         assert r["ranks"] == [4, 16, 64]
@@ -130,7 +128,7 @@ def test_mgwfbp_scaling(run_small):
         for w, s, m in zip(r["wfbp"], r["single"], r["mgwfbp"], strict=True):
             assert m <= min(w, s) * (1 + TOL)
     links = _of(results, "mgwfbp-links")
-    assert len(links) == (1 if REF.is_dir() else 0)
+    assert len(links) == 1
     for r in links:  # the authors' host-staged MPI over 10GbE cannot beat an ideal 10 Gbit/s alpha-beta link
         assert r["measured_s"] >= r["model_s"] > 0
     scaling, = _of(results, "scaling")
@@ -142,13 +140,9 @@ def test_mgwfbp_scaling(run_small):
 
 def test_mgwfbp_published_points(run_small):
     """Notebook 01 predicts every published MG-WFBP throughput (from one node's throughput and the authors'
-    2-process OSU log, which lives in ../shared/ref: without it the comparison is skipped) and accounts for every
-    point outside a band."""
+    2-process OSU log, bench/data/ref/mgwfbp-googlenet) and accounts for every point outside a band."""
     results, figures = run_notebook("01-mgwfbp-scaling.ipynb", run_small)
     runs, coverage = _of(results, "mgwfbp-published"), _of(results, "mgwfbp-published-coverage")
-    if not REF.is_dir():
-        assert not runs and not coverage and not (figures / "mgwfbp-published.png").exists()
-        return
     _figure(figures, "mgwfbp-published.png")
     with open(PUBLISHED / "mgwfbp" / "points.csv", newline="") as f:
         points = list(csv.DictReader(f))
@@ -397,7 +391,7 @@ def test_shared_fabric_jobs(run_small):
             assert [sorted(n) for n in nodes] == [list(range(8)), list(range(8, 16))]
             assert all(j["slowdown"] == 1.0 for j in r["jobs"]) and r["rounds"] == 1
     scattered = {r["pair"]: r for r in runs if r["placement"] == "scattered"}
-    # the README's worked example (examples/jobs/two-ddp.toml): both DDP jobs slowed by their shared 4:1 uplinks
+    # docs/fabrics.md's worked example (examples/jobs/two-ddp.toml): both DDP jobs slowed by their shared 4:1 uplinks
     assert all(j["slowdown"] > 1.1 for j in scattered["two DDP"]["jobs"])
     # a job's time alone depends on its own experiment and nodes only, not on the job beside it
     for placement in ("contiguous", "scattered"):
@@ -431,29 +425,44 @@ def test_committed_notebook_is_executed_with_full_settings(name):
         "the committed outputs come from other code cells: re-execute with python notebooks/execute.py")
 
 
-def _drop_reference_data(outputs: dict) -> dict:
-    """The outputs without what needs ../shared/ref (notebook 01's GoogLeNet runs, its link comparison and its
-    comparison with the published points)."""
-    return {"results": [r for r in outputs["results"] if "GoogLeNet" not in json.dumps(r)
-                        and r.get("study") != "mgwfbp-links" and not r["study"].startswith("mgwfbp-published")],
-            "markdown": ["\n".join(line for line in m.splitlines() if "GoogLeNet" not in line)
-                         for m in outputs["markdown"] if not m.startswith(MGWFBP_PUBLISHED_MARK)]}
+# How close a fresh small-mode record must come to the committed one, relative, and why (issue 36: the golden of
+# notebook 09 failed on another machine of this kind, 8e-9 off against 1e-9).
+#
+# Simulated records (notebooks 01-08): sums, maxima and products of float64, plus libm's exp and log, each result
+# rounded to within 2^-53 (1.1e-16) of its exact value; a platform may differ in those last bits (its libm, numpy's
+# SIMD loops). A record is built from at most ~10^6 such operations on positive times, so two platforms' records
+# differ by at most ~10^6 x 1.1e-16 = 1.1e-10 relative: 1e-9 passes that and fails any change of a modelled
+# number. Measured: under four BLAS-kernel and SIMD choices on one machine (OpenBLAS's own pick, SkylakeX, or
+# OPENBLAS_CORETYPE = Haswell or Sandybridge, with numpy's AVX-512 loops; SkylakeX without them,
+# NPY_DISABLE_CPU_FEATURES = X86_V4 AVX512_ICL), notebooks 01-08 gave the same records bit for bit.
+SIMULATED_REL_TOL = 1e-9
+# Fitted records (notebook 09: every one goes through simfog.nccl.fit, scipy.optimize.least_squares). OpenBLAS picks
+# its kernels by CPU (the golden before issue 36 came from Haswell's, a fresh run elsewhere from SkylakeX's, 8.4e-9
+# apart) and numpy its SIMD loops for exp and log, so the Jacobian's factorisation and the residuals differ in their
+# last bits, the solver takes other steps, and it stops elsewhere: once the cost F changes by less than ftol = 1e-8
+# of itself (scipy's default, which the fit keeps) or after MAX_NFEV evaluations. Near its minimum the cost is F* +
+# (1/2) d'Hd, so a stop that fixes F to ftol fixes a parameter in a flat direction only to d ~ sqrt(ftol) = 1e-4 of
+# its scale, and a prediction moves with it: 1e-4. Measured: seven such choices moved notebook 09's records by up to
+# 1.4e-6 (Sandybridge's kernels; the flattest parameter of one fit moved 1.2e-6), its prose and counts not at all. A
+# record a comparison decides (a point inside or outside, a count) flips only for a value within 1e-4 of its edge.
+FITTED_REL_TOL = 1e-4
+GOLDEN_REL_TOL = {"09-interval-coverage.ipynb": FITTED_REL_TOL}
 
 
-def _same(fresh, golden, where="") -> None:
-    """Equal JSON values; floats within 1e-9 relative, so that a last-bit difference of a platform's libm cannot
-    fail the check while any change of a simulated number does."""
+def _same(fresh, golden, where="", rel_tol=SIMULATED_REL_TOL) -> None:
+    """Equal JSON values; floats within `rel_tol` relative (the comments above say why each tolerance), so that a
+    platform's last bits cannot fail the check while any change of a modelled number does."""
     if isinstance(golden, float) and isinstance(fresh, (int, float)) and not isinstance(fresh, bool):
-        assert math.isclose(fresh, golden, rel_tol=1e-9, abs_tol=1e-300) or (fresh != fresh and golden != golden), (
-            f"{where}: fresh {fresh!r}, committed {golden!r}")
+        assert math.isclose(fresh, golden, rel_tol=rel_tol, abs_tol=1e-300) or (fresh != fresh and golden != golden), (
+            f"{where}: fresh {fresh!r}, committed {golden!r} (relative tolerance {rel_tol:g})")
     elif isinstance(golden, dict) and isinstance(fresh, dict):
         assert sorted(fresh) == sorted(golden), f"{where}: keys {sorted(fresh)} != committed {sorted(golden)}"
         for k in golden:
-            _same(fresh[k], golden[k], f"{where}.{k}")
+            _same(fresh[k], golden[k], f"{where}.{k}", rel_tol)
     elif isinstance(golden, list) and isinstance(fresh, list):
         assert len(fresh) == len(golden), f"{where}: {len(fresh)} items, committed {len(golden)}"
         for i, (a, b) in enumerate(zip(fresh, golden)):
-            _same(a, b, f"{where}[{i}]")
+            _same(a, b, f"{where}[{i}]", rel_tol)
     else:
         assert fresh == golden, f"{where}: fresh {fresh!r}, committed {golden!r}"
 
@@ -463,14 +472,14 @@ def test_committed_small_outputs_match_a_fresh_execution(name, run_small):
     """The committed notebook's small-mode outputs (notebooks/small/<name>.json, written by notebooks/execute.py
     together with the full-settings outputs committed in the notebook) equal a fresh small-mode execution of it.
 
-    Compared: every `RESULT {json}` record, in order (strings, integers, booleans and keys exactly; floats to a
-    relative 1e-9), and every Markdown text the notebook displays (the prose computed from the runs), exactly.
-    Not compared: tables, figures, stdout other than RESULT lines, and paths, whose rendering depends on library
-    versions and folders rather than on the simulated numbers. simfog is deterministic per seed and the notebooks
-    fix their seeds, so a difference means the committed outputs are stale. The golden must also come from the
+    Compared: every `RESULT {json}` record, in order (strings, integers, booleans and keys exactly; floats to
+    GOLDEN_REL_TOL's relative tolerance, argued above), and every Markdown text the notebook displays (the prose
+    computed from the runs), exactly. Not compared: tables, figures, stdout other than RESULT lines, and paths,
+    whose rendering depends on library versions and folders rather than on the simulated numbers. simfog is
+    deterministic per seed and the notebooks fix their seeds, so a difference means the committed outputs are
+    stale. The golden must also come from the
     notebook's current code cells (a SHA-256 of their sources), as the committed full outputs must (the test
-    above). When ../shared/ref is present on only one side, notebook 01's GoogLeNet parts are left out of both.
-    Regenerate with `python notebooks/execute.py NAME` (re-executes the committed notebook too)."""
+    above). Regenerate with `python notebooks/execute.py NAME` (re-executes the committed notebook too)."""
     path = nbrun.golden_path(name)
     assert path.is_file(), f"no golden {path.name}: run python notebooks/execute.py {name}"
     golden = json.loads(path.read_text())
@@ -478,11 +487,9 @@ def test_committed_small_outputs_match_a_fresh_execution(name, run_small):
     assert golden["code_sha256"] == nbrun.code_sha256(nb), (
         f"{path.name} comes from other code cells: run python notebooks/execute.py {name}")
     fresh = nbrun.computed_outputs(nb)
-    expected = {"results": golden["results"], "markdown": golden["markdown"]}
-    if golden["reference_data"] != REF.is_dir():
-        fresh, expected = _drop_reference_data(fresh), _drop_reference_data(expected)
     assert fresh["results"], "the notebook prints no RESULT records"
-    _same(fresh, expected, name)
+    _same(fresh, {"results": golden["results"], "markdown": golden["markdown"]}, name,
+          GOLDEN_REL_TOL.get(name, SIMULATED_REL_TOL))
 
 
 def test_shipped_v100_estimate_is_the_retargeted_measured_trace():
@@ -629,7 +636,4 @@ def test_committed_interval_coverage_is_the_bench_s_coverage90():
     """The committed full-settings run's 90 % coverage is the one bench/collectives.py prints (every cluster, the
     unidentified terms learned leave-one-cluster-out); a minute or more."""
     results = _committed_coverage_results()
-    out = _bench_collectives()
-    if int(BENCH_LAST_LINE.fullmatch(out.strip().splitlines()[-1])[1]) != len(_of(results, "coverage-level")) - 1:
-        pytest.skip("the reference set (../shared/ref/nccl-tests) is not here as it was when the notebook ran")
-    _assert_bench_prints_the_same(out, results)
+    _assert_bench_prints_the_same(_bench_collectives(), results)

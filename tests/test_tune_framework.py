@@ -283,3 +283,21 @@ def test_cli_refuses(tmp_path, capsys, argv, flag):
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_gain_interval_that_ends_at_its_gain_says_why_where_it_is_printed():
+    """'saves 2.8 % (90 %: -31.7 to 2.8 %)' reads as a bug unless the line says why the interval ends at its point:
+    a part whose both bounds narrow the gap has no width above (simfog.bands.effect), so the interval ends there."""
+    from simfog.bands import Part, combine, effect
+    from simfog.commands.tune import _gain_line
+
+    compute = effect("compute", 1.05, 1.01, 0.9, "roofline")  # both bounds lower the ratio default / change
+    assert compute.above == 0
+    ends = combine(1.05, 0.9, [compute])
+    text = "\n".join(_gain_line(ends))
+    # gain 1 - 1/1.05 = 4.8 %; its low from the lower bound, ratio 0.9: 1 - 1/0.9 = -11.1 %; its high the gain
+    assert "saves 4.8 % (90 %: -11.1 to 4.8 %)" in text
+    assert "the interval ends at 4.8 %, the gain itself: each part's error, moved to either of its bounds in both " \
+           "runs at once, only narrows the gap" in text
+    both = combine(1.05, 0.9, [Part("compute", 0.1, 0.05, "roofline")])  # a width on each side: nothing to explain
+    assert len(_gain_line(both)) == 1 and "ends at" not in _gain_line(both)[0]

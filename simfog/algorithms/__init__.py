@@ -12,7 +12,7 @@ hook an engine may call). A family is one folder whose modules bear the same nam
 Families: allreduce (static buckets, plain and compressed), sharded (FSDP2, HSDP, ZeRO 1-3), dataflow
 (decentralized averaging: BlueFog, BAGUA, win_put), dynamic (decided at run time: Horovod, WAGMA, BAGUA async).
 Shared by families: codecs (compression), mixing (how well models agree), sums (the closed forms' sums).
-A new family is one folder and one line below (README.md, "Architecture"; docs/DEVELOPING.md).
+A new family is one folder and one line below (docs/architecture.md; docs/DEVELOPING.md).
 """
 
 from simfog.algorithms import allreduce, dataflow, dynamic, sharded  # noqa: F401  (each registers its algorithms)

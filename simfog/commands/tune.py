@@ -57,6 +57,10 @@ def format_result(r) -> str:
             line += (f"  ({100 * level:g} %: {100 * (iv.lo - 1):+.1f} to {100 * (iv.hi - 1):+.1f} %: "
                      + ("the model tells them apart)" if row.distinct else "within the model's uncertainty)"))
         lines.append(line + (f"  {row.warnings}" if row.warnings else ""))
+    ends = [p for p, iv in r.versus_defaults.items() if _ends_at_its_value(iv)]
+    if ends:
+        lines.append(f"  {', '.join(ends)}: the interval ends at its point: {_WHY_IT_ENDS}, so the point is the "
+                     "largest gap")
     lines.append("  a framework's own setting (bucket_cap_mb, HOROVOD_FUSION_THRESHOLD, ...): "
                  "--merge ddp|horovod|bagua")
     return "\n".join(lines)
@@ -259,6 +263,16 @@ def _gain_text(iv) -> str:
     return f"{100 * g:.1f} % ({100 * iv.level:g} %: {100 * lo:.1f} to {100 * hi:.1f} %)"
 
 
+# Why an interval of two runs' ratio can end at its point (simfog.run_bands.ratio_interval): each part is moved to
+# both of its bounds in both runs at once, and a side neither bound moves the ratio to has no width.
+_WHY_IT_ENDS = ("each part's error, moved to either of its bounds in both runs at once, only narrows the gap (the same "
+                "slower or faster compute or network hides or bares both runs' communication)")
+
+
+def _ends_at_its_value(iv) -> bool:
+    return iv.hi == iv.value and iv.lo < iv.value
+
+
 def _gain_fields(iv) -> dict:
     """JSON keys of a change's gain and its interval (absent when no change was weighed)."""
     if iv is None:
@@ -309,7 +323,9 @@ def _gain_line(iv) -> list[str]:
             + ", ".join(f"{p.name} {100 * iv.shares[p.name]:.0f} %" + ("" if p.measured else " UNMEASURED")
                         for p in iv.parts)
             + (" (unmeasured parts take a stated width: calibrate the network, measure the trace)"
-               if unmeasured else "")]
+               if unmeasured else "")] + (
+        [f"  the interval ends at {100 * _gain(iv)[0]:.1f} %, the gain itself: {_WHY_IT_ENDS}, so the predicted "
+         "gain is the largest"] if _ends_at_its_value(iv) else [])
 
 
 def _sharded_answer(r, choice: dict, keep: bool, tolerance: float, stated: bool, reason: str = "",

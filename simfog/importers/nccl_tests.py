@@ -3,7 +3,7 @@
 Reads the three output formats nccl-tests has printed (checked against NVIDIA/nccl-tests src/common.cu and
 src/util.cu at b188a15 .. a0b82b2):
 
-- old (2018 .. mid 2022, e.g. shared/ref/nccl-tests): `#   Rank  0 Pid ... on HOST device 0 [0x00] GPU` device
+- old (2018 .. mid 2022, e.g. bench/data/ref/nccl-tests): `#   Rank  0 Pid ... on HOST device 0 [0x00] GPU` device
   lines, an `error` column (max. absolute error, `2e-07`, or `N/A`), and a row prefix that depends on the test:
   `size count type redop` (all_reduce, reduce_scatter, alltoall), `size count type` (all_gather, sendrecv),
   `size count type root` (broadcast), `size count type redop root` (reduce);

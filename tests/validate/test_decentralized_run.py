@@ -20,7 +20,7 @@ from validate.ranks import decentralized
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
-from .conftest import emulation_available
+from .conftest import emulation_available, skip_timing_if_host_limited
 
 
 def _sim(algorithm, ranks, per_node=1, iterations=4, **comm):
@@ -198,10 +198,12 @@ def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
         assert r["emulated"] is True and r["calibration"] == "gloo sendrecv"
         assert r["buckets_match"] is True
         assert r["measured_iteration_s"] > 0 and r["predicted_iteration_s"] > 0
-        assert math.isfinite(r["rel_error"]) and abs(r["rel_error"]) < 0.5
+        assert math.isfinite(r["rel_error"])
         assert r["overheads_source"].startswith(f"host probe: {r['id']}-100kB, {r['id']}-1000kB on this cluster")
     assert rows["neighbor"]["algorithm"] == "neighbor:one_peer_exp2"
     assert rows["wagma"]["algorithm"] == "wagma:S2:every3"
+    skip_timing_if_host_limited(*rows.values())
+    assert all(abs(r["rel_error"]) < 0.5 for r in rows.values()), {k: r["rel_error"] for k, r in rows.items()}
 
     n, nbytes = 4, 4 * 65536 * 4
     records = [json.loads((tmp_path / "work" / "ranks" / f"rank{r}.json").read_text())["configs"] for r in range(n)]

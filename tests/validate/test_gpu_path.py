@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,9 @@ from validate.ranks.timing import CudaClock, HostClock, clock_for, to_seconds  #
 from validate.ranks.worker import rank_device  # noqa: E402
 from validate.run import Options, check_experiment, simulated_experiment  # noqa: E402
 
-from ..conftest import make_experiment, make_trace  # noqa: E402
+from ..conftest import REF, make_experiment, make_trace  # noqa: E402
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "ref" / "nccl-tests" / "echo-a100-azure"
+A100_LOGS = REF / "nccl-tests" / "echo-a100-azure"
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 NO_GPU = f"needs a CUDA GPU (torch sees {GPUS}): the NCCL/CUDA path runs where one exists"
 
@@ -109,11 +108,10 @@ def test_validate_with_nccl_without_gpus_says_so_before_launching(one_node):
         run_group([one_node], Options(backend="nccl"))
 
 
-@pytest.mark.skipif(not REF.is_dir(), reason="needs ../shared/ref")
 def test_nccl_fit_of_microbenchmarks_drives_the_simulated_experiment(one_node):
     """The validator's NCCL microbenchmarks are nccl-tests-shaped measurements: fit the A100 1- and 2-node logs as
     they would be, then the simulated experiment runs NCCL's model on the fitted network."""
-    logs = [import_file("nccl-tests", REF / f"nccl_{n}.log") for n in (2, 8, 16)]
+    logs = [import_file("nccl-tests", A100_LOGS / f"nccl_{n}.log") for n in (2, 8, 16)]
     net = replace(logs[0], measurements=tuple(m for t in logs for m in t.measurements),
                   extra={"software": {"nccl": "2.21.5", "gpu": "NVIDIA A100-SXM4-80GB"}})
     fitted = nccl_calibration.fit(net, "allreduce")

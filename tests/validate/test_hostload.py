@@ -101,3 +101,16 @@ def test_fingerprint_names_the_machine(tmp_path):
     row = HostFingerprint("X", 2, "6.1", 0.05).row()
     assert row == {"host_cpu_model": "X", "host_cores": 2, "host_kernel": "6.1", "host_microbenchmark_s": 0.05}
     assert "50.0 ms" in HostFingerprint("X", 2, "6.1", 0.05).describe()
+
+
+def test_tests_that_time_real_processes_skip_their_timing_on_a_host_limited_host():
+    """The rule the validator reports rows apart by is the one the real-process tests skip their timing by
+    (tests/validate/conftest.py): CSV rows (strings) and run rows alike; a free host's rows go on to be timed."""
+    from .conftest import skip_timing_if_host_limited
+
+    skip_timing_if_host_limited(_row("a", 0.02, False), {"id": "b", "host_cpu_busy": "0.5",
+                                                          "host_oversubscribed": "0.1"})
+    with pytest.raises(pytest.skip.Exception, match=r"HOST-LIMITED \(c; CPUs 50% busy\)"):
+        skip_timing_if_host_limited(_row("a", 0.02, False), _row("c", 0.9, True))
+    with pytest.raises(pytest.skip.Exception, match=r"HOST-LIMITED \(d; CPUs 95% busy\)"):
+        skip_timing_if_host_limited({"id": "d", "host_cpu_busy": "0.95", "host_oversubscribed": "0.0"})

@@ -20,7 +20,7 @@ from validate.launch.shared_dir import main as agent_main
 from validate.launch.torchrun import module_of, srun_argv, torchrun_argv
 
 from ..conftest import make_trace
-from .conftest import emulation_available
+from .conftest import emulation_available, skip_timing_if_host_limited
 
 RANK = [sys.executable, "-m", "validate.ranks.worker", "/shared/spec.json", "/shared/ranks"]
 
@@ -74,7 +74,8 @@ def test_torchrun_agents_per_emulated_node_measure_what_the_local_launcher_does(
     """2 nodes x 2 ranks over shaped links, the same configuration through --launcher torchrun and the default
     local launcher: same columns, every run succeeds, measured iteration times within 25 % of each other (this
     machine's run-to-run noise on such a short replay is a few %; a launcher that broke the layout, e.g. ranks
-    talking over the namespace's loopback, changes it several-fold)."""
+    talking over the namespace's loopback, changes it several-fold). On a HOST-LIMITED host the times are not
+    compared."""
     ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
@@ -87,6 +88,7 @@ def test_torchrun_agents_per_emulated_node_measure_what_the_local_launcher_does(
     t, loc = _rows(tmp_path / "torchrun.csv")[0], _rows(tmp_path / "local.csv")[0]
     assert t.keys() == loc.keys()
     assert (t["error"], loc["error"], t["buckets_match"], t["emulated"]) == ("", "", "True", "True")
+    skip_timing_if_host_limited(t, loc)
     for key in MEASURED:
         a, b = float(t[key]), float(loc[key])
         assert a > 0 and b > 0 and abs(a - b) / b < 0.25, (key, a, b)

@@ -24,7 +24,7 @@ from validate.comparison import compare
 from validate.run import Options, check_experiment
 
 from ..conftest import make_experiment, make_trace
-from .conftest import emulation_available, kill_with_supervisor, wait_until
+from .conftest import emulation_available, kill_with_supervisor, skip_timing_if_host_limited, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
     CLI. Asserts the run completes and writes what it says. The error is reported, and bounded by 50 %: twice the
     worst of the 96 bench configurations (25 %, an 8-rank case; the median was 1.1 %), and this 4-rank layout
     stayed within 8 % there, so a larger error means something broke (the shaping, the plan, the timing), not
-    noise."""
+    noise. On a HOST-LIMITED host the error is not bounded (the run's other checks still hold)."""
     ok, why = emulation_available()
     if not ok:
         pytest.skip(f"no emulated cluster here: {why}")
@@ -160,8 +160,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
         assert r["error"] == ""
         assert r["buckets_match"] == "True"
         assert float(r["measured_iteration_s"]) > 0
-        err = float(r["rel_error"])
-        assert math.isfinite(err) and abs(err) < 0.5
+        assert math.isfinite(float(r["rel_error"]))
         # the host's in-step work per collective, probed before the rows on the same cluster, each rank program apart
         probe = "allreduce-ddp" if r["merge"] == "ddp" else "allreduce-hooks"
         assert r["overheads_source"].startswith(f"host probe: {probe} on this cluster before the rows")
@@ -172,6 +171,8 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
         assert (timelines / f"toy-wfbp-{side}-intervals.csv").is_file()
         data = json.loads((timelines / f"toy-ddp-{side}.trace.json").read_text())
         assert {e["pid"] for e in data["traceEvents"]} == {0, 1, 2, 3}
+    skip_timing_if_host_limited(*rows)
+    assert all(abs(float(r["rel_error"])) < 0.5 for r in rows), [r["rel_error"] for r in rows]
 
 
 def test_experiment_object_shape_check():
@@ -361,10 +362,11 @@ def test_small_sharded_validation_on_an_emulated_cluster(tmp_path, algorithm, co
     r = rows[0]
     assert r["buckets_match"] == "True" and r["buckets"] == collectives
     assert r["overheads_source"].startswith(f"host probe: {algorithm}") and float(r["host_excess_s"]) >= 0
-    err = float(r["rel_error"])
-    assert math.isfinite(err) and abs(err) < 0.25
+    assert math.isfinite(float(r["rel_error"]))
     if algorithm == "fsdp":
         assert float(r["measured_memory_B"]) > 0 and abs(float(r["memory_rel_error"])) <= 0.10
+    skip_timing_if_host_limited(r)
+    assert abs(float(r["rel_error"])) < 0.25
 
 
 @pytest.mark.root
