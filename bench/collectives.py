@@ -273,8 +273,10 @@ def held_out(preps: list[Prepared], *, jobs: int = 1, learn: bool = True,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ref", default=str(ROOT.parent / "shared" / "ref" / "nccl-tests"),
-                        help="the nccl-tests folder of the reference set")
+    parser.add_argument("--ref", default=str(nccl_corpus.reference_logs(ROOT) or ROOT / "bench" / "data" / "ref"
+                                             / "nccl-tests"),
+                        help="the nccl-tests folder of the reference set (default: bench/data/ref/nccl-tests, else "
+                        "shared/ref/nccl-tests beside the checkout)")
     parser.add_argument("--corpus", default=str(ROOT / "bench" / "data" / "nccl-tests"))
     parser.add_argument("--ref-facts", default=str(ROOT / "bench" / "data" / "nccl-tests-ref-facts"))
     parser.add_argument("--only", action="append", help="run only this cluster (repeatable; with --shipped)")

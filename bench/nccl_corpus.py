@@ -72,6 +72,16 @@ class Cluster:
         return tuple(g for g in self.logs if g not in held), held
 
 
+def reference_logs(root: Path) -> Path | None:
+    """The reference set's nccl-tests folder: bench/data/ref/nccl-tests inside the project when a copy is there,
+    else shared/ref/nccl-tests beside the checkout (or beside its parent folder, for a worktree); None if neither."""
+    for where in (root / "bench" / "data" / "ref", root.parent / "shared" / "ref",
+                  root.parent.parent / "shared" / "ref"):
+        if (where / "nccl-tests").is_dir():
+            return where / "nccl-tests"
+    return None
+
+
 def discover(corpus: Path, ref_facts: Path | None = None, ref_logs: Path | None = None) -> list[Cluster]:
     """Every cluster folder of `corpus` with a facts.toml, then every folder of `ref_facts` whose logs are under
     `ref_logs`/<name> (one missing there is left out), sorted by name within each."""

@@ -22,6 +22,7 @@ from simfog.algorithms.dynamic.settings import DynamicSettings
 from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSettings
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
+from simfog.nccl.clusters import trace_for_cluster
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -403,14 +404,19 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    gpus_per_node = _int(c, "gpus_per_node", p, source, default=1)
+    gpus_per_node = _int(c, "gpus_per_node", p, source, default=0) or None  # None: not stated
+    gpu_memory = _quantity(c, "gpu_memory", "bytes", p, source)
     if "network" in c:  # the calibrated network: its links (simfog.network_file.use, one meaning everywhere)
+        named = network_file.load_named(c["network"], base_dir, field=f"{p}network", source=source).cluster
+        if named is not None:  # a named cluster's GPU: an estimated trace re-estimated for it (simfog.nccl.clusters)
+            trace = trace_for_cluster(trace, named, source=source)
+            gpu_memory = gpu_memory if gpu_memory is not None else named.gpu_memory_B
         network, intra, nic = network_file.use(c["network"], base_dir, field=f"{p}network", source=source,
                                                gpus_per_node=gpus_per_node, intra_latency_s=intra.latency_s,
                                                written=c, prefix=p, device=_device_name(trace))
-    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node, intra, nic,
-                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
-                      gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
+        gpus_per_node = network.cluster.gpus_per_node if network.cluster is not None else gpus_per_node
+    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node or 1, intra, nic,
+                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source), gpu_memory_B=gpu_memory)
     network_trace, link_scores = None, ()
     if "network_trace" in c:
         from simfog.calibrate import link_calibration

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from simfog import units
 from simfog.bands import DEFAULT_LEVEL, check_level
 from simfog.nccl.calibrated import note_line
+from simfog.nccl.clusters import CLUSTERS_DIR
 
 
 def add_arguments(parser) -> None:
@@ -65,7 +67,9 @@ def format_summary(s: dict) -> str:
         f" (overlap {100 * s['overlap_fraction']:.1f} %), idle {units.format_time(s['idle_s'])}"
         + (f"  {note_line(s['extrapolated'])}" if s.get("extrapolated") else ""),
     ]
-    links = (f"network file {s['network_file']}" if s.get("network_file") else
+    shipped = s.get("network_file") and Path(s["network_file"]).parent == CLUSTERS_DIR
+    links = (f"shipped cluster {Path(s['network_file']).stem} ({s['network_file']})" if shipped else
+             f"network file {s['network_file']}" if s.get("network_file") else
              f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
     lines.append(f"  inputs             trace {s['trace']}; {links}")
     if "bucket_copy_Bps" in s:

@@ -34,6 +34,7 @@ from simfog.bands import SIZE_REGIMES, HalfWidths, Part, log_scores, size_regime
 from simfog.errors import ConfigError, SimfogError
 from simfog.nccl import fit as nccl_fit
 from simfog.nccl.calibrated import Calibrated
+from simfog.nccl.report import Point
 from simfog.trace import NetworkTrace
 
 BENCH_TABLE = Path(__file__).parents[1] / "data" / "nccl_bands.toml"
@@ -65,14 +66,12 @@ def scores_by_regime(points) -> dict[str, list[float]]:
     return out
 
 
-def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidths | None:
-    """Conformal half-widths of the NCCL model's error on each node count of the logs, predicted from a calibration
-    (nccl_fit.fit with `fit_kwargs`) on the logs of fewer nodes (module docstring); None when the logs hold one node
-    count or no smaller scale can be calibrated. A scale whose smaller logs cannot be calibrated is skipped and
-    named in the source."""
+def scale_out_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list[tuple[Point, int]], list[str]]:
+    """Every measurement of each node count of the logs but the smallest, predicted by a calibration (nccl_fit.fit
+    with `fit_kwargs`) on the logs of fewer nodes: ([(point, the most nodes of the logs it was calibrated on)],
+    what each step did). A scale whose smaller logs cannot be calibrated is skipped and said so."""
     nodes = sorted({m.nodes for t in traces for m in t.measurements if m.ranks >= 2})
-    scores: dict[str, list[float]] = {r: [] for r, _ in SIZE_REGIMES}
-    steps = []
+    out, steps = [], []
     for prev, scale in zip(nodes, nodes[1:], strict=False):
         smaller = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes < scale]) for t in traces]
         held = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes == scale]) for t in traces]
@@ -86,12 +85,20 @@ def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidth
         except SimfogError as e:
             steps.append(f"{scale} nodes not predicted ({str(e)[:80]})")
             continue
-        for r, s in scores_by_regime(points).items():
-            scores[r] += s
+        out += [(p, prev) for p in points]
         steps.append(f"<= {prev} -> {scale} nodes: {len(points)} points")
-    if not any(scores.values()):
+    return out, steps
+
+
+def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidths | None:
+    """Conformal half-widths of the NCCL model's error on each node count of the logs, predicted from a calibration
+    (nccl_fit.fit with `fit_kwargs`) on the logs of fewer nodes (module docstring, scale_out_points); None when the
+    logs hold one node count or no smaller scale can be calibrated."""
+    points, steps = scale_out_points(traces, **fit_kwargs)
+    if not points:
         return None
-    return HalfWidths.from_scores(scores, "leave-a-scale-out on the calibration's logs: " + "; ".join(steps))
+    return HalfWidths.from_scores(scores_by_regime([p for p, _ in points]),
+                                  "leave-a-scale-out on the calibration's logs: " + "; ".join(steps))
 
 
 @cache
