@@ -99,6 +99,7 @@ class Prepared:
     held: list
     aside_calibration: int = 0
     off: str = ""
+    cal_nodes: int = 1  # the most nodes of a calibration log: a held-out point's distance is its nodes / this
 
 
 @dataclass
@@ -120,7 +121,8 @@ class Outcome:
 
 def prepare(cluster: nccl_corpus.Cluster) -> Prepared:
     cal_logs, held_logs = cluster.split()
-    out = Prepared(cluster, nccl_corpus.fit_arguments(cluster.facts)[0], [], [])
+    out = Prepared(cluster, nccl_corpus.fit_arguments(cluster.facts)[0], [], [],
+                   cal_nodes=max((log.nodes for log in cal_logs), default=1))
     if not held_logs:
         out.off = "no log of 3 or more nodes"
         return out
@@ -306,19 +308,23 @@ def main() -> None:
     if args.fit_only:
         return
     scores = {name: nccl_bands.scores_by_regime(out.points) for name, (out, *_) in chosen.items() if out.points}
+    cal_nodes = {p.cluster.name: p.cal_nodes for p in preps}
+    by_distance = {name: scores_by_distance(out.points, cal_nodes[name]) for name, (out, *_) in chosen.items()
+                   if out.points}
     print(f"\n{'cluster':24s} {'points':>6s} {'aside':>5s} {'median':>7s} {'worst':>7s} {'cov90':>6s} {'hw90':>6s}"
           f"  status   (cov90: share inside the 90 % interval fitted on the other clusters; hw90: its median "
           "relative half-width)")
-    everything, aside, inside, widths = [], 0, [], []
+    everything, aside, inside, widths, buckets = [], 0, [], [], []
     for p in preps:
         out = chosen[p.cluster.name][0]
         aside += sum(a for *_, a in out.rows)
         if out.points:
             err = np.array([abs(q.rel_error) for q in out.points])
             everything += list(err)
-            ins, wid = coverage(out.points, scores, p.cluster.name)
+            ins, wid = coverage(out.points, scores, p.cluster.name, by_distance=by_distance, cal_nodes=p.cal_nodes)
             inside += ins
             widths += wid
+            buckets += [nccl_bands.distance_bucket(q.nodes / p.cal_nodes) for q in out.points]
             print(f"{p.cluster.name:24s} {len(err):6d} {sum(a for *_, a in out.rows):5d} {_pct(np.median(err)):>7s} "
                   f"{_pct(err.max()):>7s} {_pct(np.mean(ins)):>6s} {_pct(np.median(wid)):>6s}  "
                   f"{'off: ' + out.off if out.off else 'on target'}")
@@ -330,11 +336,17 @@ def main() -> None:
             for r, _ in SIZE_REGIMES
             for pts in [[q for p in preps for q in chosen[p.cluster.name][0].points]]
             if any(size_regime(q.bytes) == r for q in pts))
-        print(f"# {LEVEL:.0%} intervals, each cluster's fitted without it: coverage {_pct(np.mean(inside))} "
-              f"({per_regime}), median relative half-width {_pct(np.median(widths))} (targets: coverage 85-95 %, "
-              "half-width <= 15 %)")
+        print(f"# {LEVEL:.0%} intervals, each cluster's fitted without it, by extrapolation distance (nodes "
+              f"predicted / calibrated): coverage {_pct(np.mean(inside))} ({per_regime}), median relative half-width "
+              f"{_pct(np.median(widths))} (targets: coverage 85-95 %, half-width <= 35 %, <= 15 % at x2)")
+        for name, _ in nccl_bands.DISTANCES:
+            at = [i for i, b in enumerate(buckets) if b == name]
+            if at:
+                print(f"#   distance {name:7s} points={len(at):4d} coverage90={_pct(np.mean([inside[i] for i in at]))} "
+                      f"halfwidth90={_pct(np.median([widths[i] for i in at]))} median="
+                      f"{_pct(np.median([everything[i] for i in at]))}")
     if args.write_intervals:
-        write_intervals(Path(args.write_intervals), scores, args)
+        write_intervals(Path(args.write_intervals), scores, by_distance)
     if learned_all is not None:
         u = GRID[learned_all]
         same = all(shipped[k] == u[k] for k in u)
@@ -345,21 +357,41 @@ def main() -> None:
     print(f"# {len(everything)} held-out points of {counted} clusters, {aside} set aside as disturbed "
           f"(+ {sum(p.aside_calibration for p in preps)} in calibration logs); {time.perf_counter() - started:.1f} s")
     cov = 100 * np.mean(inside) if inside else np.nan
+    hw = 100 * np.median(widths) if widths else np.nan
     print(f"clusters={counted} points={len(everything)} coverage90={cov:.1f} median={100 * np.median(e):.1f} "
-          f"worst={100 * np.max(e):.1f}")
+          f"worst={100 * np.max(e):.1f} halfwidth90={hw:.1f}")
 
 
-def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
-             level: float = LEVEL) -> tuple[list[bool], list[float]]:
+def scores_by_distance(points: list, cal_nodes: int) -> dict[str, dict[str, list[float]]]:
+    """|ln(measured / predicted)| of a cluster's held-out points per extrapolation distance (nodes / `cal_nodes`,
+    simfog.nccl.bands.DISTANCES) and size regime."""
+    out: dict[str, list] = {}
+    for q in points:
+        out.setdefault(nccl_bands.distance_bucket(q.nodes / cal_nodes), []).append(q)
+    return {b: nccl_bands.scores_by_regime(pts) for b, pts in out.items() if b is not None}
+
+
+def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str, level: float = LEVEL, *,
+             by_distance: dict | None = None, cal_nodes: int | None = None) -> tuple[list[bool], list[float]]:
     """For each of cluster `name`'s held-out points: inside its `level` interval fitted on the other clusters'
-    scores (a regime none of them has, or too few points for the level, is unmeasured: the default, or what a
-    lower level measured where that is wider), and that
-    interval's relative half-width."""
-    table = cross_cluster_table(scores, name)
+    scores, and that interval's relative half-width. With `by_distance` (scores_by_distance of every cluster) and
+    the cluster's `cal_nodes`: the other clusters' scores at the point's extrapolation distance, as simfog takes
+    them (simfog.nccl.bands.bench_width: too few there, unmeasured and never narrower than what was seen); without:
+    every distance pooled (a regime none of them has, or too few points for the level, is unmeasured: the default,
+    or what a lower level measured where that is wider)."""
+    tables = {nccl_bands.POOLED: cross_cluster_table(scores, name)}
+    if by_distance is not None:
+        for b, _ in nccl_bands.DISTANCES:
+            others = {n: by[b] for n, by in by_distance.items() if b in by}
+            if any(n != name for n in others):
+                tables[b] = cross_cluster_table(others, name)
     inside, widths = [], []
     for q in points:
-        w = table.half_width(q.bytes, level)
-        w = max(UNMEASURED_HALF_WIDTH, table.widest(q.bytes)) if w is None else w
+        if by_distance is not None and cal_nodes:
+            w = nccl_bands.bench_width(tables, q.bytes, level, q.nodes / cal_nodes)[0]
+        else:
+            w = tables[nccl_bands.POOLED].half_width(q.bytes, level)
+            w = max(UNMEASURED_HALF_WIDTH, tables[nccl_bands.POOLED].widest(q.bytes)) if w is None else w
         inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
         widths.append(nccl_bands.relative_half_width(w))
     return inside, widths
@@ -367,12 +399,13 @@ def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
 
 def cross_cluster_table(scores: dict[str, dict[str, list[float]]], name: str) -> HalfWidths:
     """The half-widths for cluster `name`: conformal over the other clusters' held-out scores, per size regime."""
-    others = {r: [x for n, by in scores.items() if n != name for x in by[r]] for r, _ in SIZE_REGIMES}
+    others = {r: [x for n, by in scores.items() if n != name for x in by.get(r, ())] for r, _ in SIZE_REGIMES}
     return HalfWidths.from_scores(others, f"clusters other than {name}")
 
 
-def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args) -> None:
-    """The table simfog ships (simfog.nccl.bands.BENCH_TABLE): half-widths of every cluster's held-out points."""
+def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], by_distance: dict) -> None:
+    """The table simfog ships (simfog.nccl.bands.bench_tables): half-widths of every cluster's held-out points,
+    pooled ([intervals]) and per extrapolation distance ([distance.<name>])."""
     import json
     import subprocess
     from datetime import UTC, datetime
@@ -380,16 +413,25 @@ def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], args)
     def value(v) -> str:  # TOML: a string as JSON writes it, a list of numbers (nan: too few points)
         return json.dumps(v) if isinstance(v, str) else "[" + ", ".join("nan" if x != x else repr(x) for x in v) + "]"
 
-    everything = {r: [x for by in scores.values() for x in by[r]] for r, _ in SIZE_REGIMES}
-    n = sum(len(v) for v in everything.values())
-    table = HalfWidths.from_scores(everything, f"the public held-out NCCL bench: {n} points of {len(scores)} "
-                                               "clusters, each calibrated on its 1-2-node logs, predicted at 3+ nodes")
+    def section(by: dict[str, dict[str, list[float]]], what: str) -> list[str]:
+        everything = {r: [x for one in by.values() for x in one.get(r, ())] for r, _ in SIZE_REGIMES}
+        n = sum(len(v) for v in everything.values())
+        table = HalfWidths.from_scores(everything, f"the public held-out NCCL bench{what}: {n} points of {len(by)} "
+                                                   "clusters, each calibrated on its 1-2-node logs, predicted at 3+ "
+                                                   "nodes")
+        return [f"{k} = {value(v)}" for k, v in table.to_toml().items()]
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     lines = ["# Conformal half-widths (ln(measured / predicted)) of simfog's NCCL model on the held-out points of",
-             "# bench/collectives.py (every cluster under the unidentified terms learned from the others).",
+             "# bench/collectives.py (every cluster under the unidentified terms learned from the others), every",
+             "# distance pooled ([intervals]) and per extrapolation distance, nodes predicted / calibrated",
+             "# ([distance.<name>], simfog.nccl.bands.DISTANCES).",
              "# Generated; do not edit. Regenerate: python bench/collectives.py --write-intervals "
-             "simfog/data/nccl_bands.toml", "[intervals]"]
-    lines += [f"{k} = {value(v)}" for k, v in table.to_toml().items()]
+             "simfog/data/nccl_bands.toml", "[intervals]", *section(scores, "")]
+    for b, _ in nccl_bands.DISTANCES:
+        at = {n: by[b] for n, by in by_distance.items() if b in by}
+        if at:
+            lines += ["", f"[distance.{json.dumps(b)}]", *section(at, f" at distance {b}")]
     lines += ["", "[provenance]", f"generated = {value(datetime.now(UTC).strftime('%Y-%m-%d'))}",
               f"commit = {value(commit.strip())}", f"clusters = {json.dumps(sorted(scores))}",
               f"corpus = {value('bench/data/nccl-tests and the reference set (shared/ref/nccl-tests)')}",

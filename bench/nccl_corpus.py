@@ -172,3 +172,16 @@ def disturbed(trace: NetworkTrace, log: Log) -> set[int]:
 def without(trace: NetworkTrace, drop: set[int]) -> NetworkTrace:
     """The trace less the measurements `drop`, its per-run records' measurement spans renumbered."""
     return subset(trace, [i for i in range(len(trace.measurements)) if i not in drop])
+
+
+def every_log(cluster: Cluster) -> tuple[list[NetworkTrace], int]:
+    """(every log of the cluster imported, its disturbed points set aside; how many were set aside): what a
+    calibration on all of them reads (bench/ship_clusters.py, bench/network_prior.py)."""
+    traces, aside = [], 0
+    for log in cluster.logs:
+        trace = read(cluster, log)
+        drop = disturbed(trace, log)
+        aside += len(drop)
+        if len(drop) < len(trace.measurements):
+            traces.append(without(trace, drop))
+    return traces, aside

@@ -81,14 +81,7 @@ def described(cluster: nccl_corpus.Cluster, points: list, where: str) -> Cluster
 
 def ship(cluster: nccl_corpus.Cluster, where: str) -> tuple[str, str]:
     """(file name, text) of one shipped cluster."""
-    traces = []
-    aside = 0
-    for log in cluster.logs:
-        trace = nccl_corpus.read(cluster, log)
-        drop = nccl_corpus.disturbed(trace, log)
-        aside += len(drop)
-        if len(drop) < len(trace.measurements):
-            traces.append(nccl_corpus.without(trace, drop))
+    traces, aside = nccl_corpus.every_log(cluster)
     kwargs = nccl_corpus.fit_arguments(cluster.facts)[0]
     cal = nccl_fit.fit(traces, source=cluster.name, **kwargs)
     points, steps = nccl_bands.scale_out_points(traces, **kwargs)

@@ -23,6 +23,7 @@ from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSetting
 from simfog.cluster import Cluster, Link
 from simfog.errors import ConfigError
 from simfog.nccl.clusters import trace_for_cluster
+from simfog.nccl.prior import check_transport, delivered
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -182,6 +183,7 @@ class Experiment:
     # (message bytes, |ln(measured / the installed links' time)|) of every microbenchmark the links were calibrated
     # from (simfog.calibrate.Calibration.link_scores): the interval's network part; empty where the links are written
     link_scores: tuple[tuple[int, float], ...] = ()
+    transport: str | None = None  # [cluster] transport: the links' (nobody measured them; simfog.nccl.prior)
 
     def __post_init__(self):
         # Here rather than only in from_dict: overrides (--iterations, --ranks, sweep points) go through replace().
@@ -238,7 +240,7 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
 _WORKLOAD = {"trace", "compute", "optimizer"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
-            "intra_flow_bandwidth"}
+            "intra_flow_bandwidth", "transport"}
 
 
 def _quantity_of(kind: str):
@@ -400,6 +402,13 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
                           'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
                _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s", positive=True))
+    transport = None
+    if "transport" in c:  # links nobody measured, of a stated transport: what the prior says they deliver
+        if "network" in c or "network_trace" in c:
+            raise ConfigError(f"{p}transport", c["transport"], "only for links nobody measured (nic_bandwidth): a "
+                              "network file or network_trace measures what the links deliver", source=source)
+        transport = check_transport(c["transport"], field=f"{p}transport", source=source)
+        nic = delivered(nic, transport, latency_given="nic_latency" in c)
     over = c.get("oversubscription", 1.0)
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
@@ -446,7 +455,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     if degraded:
         cluster = replace(cluster, degraded_nics=degraded)
     return Experiment(seed, iterations, Workload(trace, str(trace_path), compute, optimizer), cluster, comm, source,
-                      network_trace, hetero, network, link_scores)
+                      network_trace, hetero, network, link_scores, transport)
 
 
 def comm_settings(base: Comm, keys: Mapping, *, fields: Mapping | None = None, source: str | None = None) -> Comm:

@@ -9,6 +9,7 @@ from simfog import units
 from simfog.bands import DEFAULT_LEVEL, check_level
 from simfog.nccl.calibrated import note_line
 from simfog.nccl.clusters import CLUSTERS_DIR
+from simfog.nccl.prior import prior
 
 
 def add_arguments(parser) -> None:
@@ -70,7 +71,9 @@ def format_summary(s: dict) -> str:
     shipped = s.get("network_file") and Path(s["network_file"]).parent == CLUSTERS_DIR
     links = (f"shipped cluster {Path(s['network_file']).stem} ({s['network_file']})" if shipped else
              f"network file {s['network_file']}" if s.get("network_file") else
-             f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
+             f"links calibrated from {s['network_trace']}" if s.get("network_trace") else
+             f"links from the experiment: {prior(s['transport']).describe()}" if s.get("transport") else
+             "links from the experiment")
     lines.append(f"  inputs             trace {s['trace']}; {links}")
     if "bucket_copy_Bps" in s:
         copy = (units.format_bandwidth(s["bucket_copy_Bps"]).replace("bit/s", "bit/s copies")

@@ -55,6 +55,12 @@ class Calibrated:
             raise ConfigError("calibrated", d, allowed, source=source) from None
         return Calibrated(release, layouts, lo, hi, colls, intervals)
 
+    def distance(self, nodes: int) -> float | None:
+        """How far a prediction on `nodes` nodes extrapolates: nodes / the most nodes of the logs (None: no layouts
+        recorded). The bench's band widens with it (simfog.nccl.bands.bench_width)."""
+        most = max((n for n, _ in self.layouts), default=0)
+        return nodes / most if most else None
+
     def notes(self, net: NcclNetwork, op: str | None, nodes: int, gpus_per_node: int,
               nbytes: float | None = None) -> list[str]:
         """Every way a prediction of `op` (None: any) at `nbytes` (None: not checked) on `nodes` x `gpus_per_node`
