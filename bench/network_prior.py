@@ -4,8 +4,8 @@ how it does on clusters it was not learned from.
 Each cluster of the corpus (bench/nccl_corpus.py) with NICs and a NIC rate (stated, or inferred by its facts, which
 say so) contributes its shipped calibration (simfog/data/clusters/NAME.toml, every log: bench/ship_clusters.py):
 its efficiency = the calibrated inter-node bus bandwidth / (NICs x their nominal rate), and its latencyInter. A
-transport's prior is the geometric mean of its clusters' efficiencies and the median of their latencies; the pooled
-prior, every cluster's.
+transport's prior is the geometric mean of its clusters' efficiencies (for TCP sockets, bound by the CPU: of their
+delivered rates per NIC, a cap) and the median of their latencies; the pooled prior, every cluster's (a fraction).
 
 Held out by cluster: every multi-node log of cluster c (every size, disturbed points set aside as the bench does; the
 one-node logs measure no link) is predicted from the hardware its facts state and (a) the prior of its transport
@@ -65,11 +65,18 @@ def hardware(cluster: nccl_corpus.Cluster, traces: list) -> NcclNetwork | None:
     return NcclNetwork(1e9, 1e9, **facts.hardware)
 
 
-def learn(rows: dict[str, dict], names: list[str], transport: str | None) -> tuple[float, float, tuple[str, ...]]:
-    """(efficiency, latencyInter s, clusters) of the prior learned from `names` (of `transport`; None: all)."""
+CAPPED = ("tcp",)  # transports bound by the CPU, not the line (simfog.nccl.prior): a rate per NIC, not a fraction
+
+
+def learn(rows: dict[str, dict], names: list[str], transport: str | None) -> tuple[tuple, float | None]:
+    """((efficiency, latencyInter s, clusters), cap B/s or None) of the prior learned from `names` (of
+    `transport`; None: all, a fraction)."""
     use = tuple(n for n in names if transport is None or rows[n]["transport"] == transport)
     e = float(np.exp(np.mean([math.log(rows[n]["efficiency"]) for n in use])))
-    return e, float(np.median([rows[n]["latency_inter_s"] for n in use])), use
+    cap = None
+    if transport in CAPPED:
+        cap = float(np.exp(np.mean([math.log(rows[n]["efficiency"] * rows[n]["hardware"].nic_Bps) for n in use])))
+    return (e, float(np.median([rows[n]["latency_inter_s"] for n in use])), use), cap
 
 
 def main() -> int:
@@ -100,15 +107,16 @@ def main() -> int:
         others = [n for n in names if n != name]
         t = rows[name]["transport"]
         same = [n for n in others if rows[n]["transport"] == t]
-        for kind, learned in (("stated", learn(rows, others, t) if same else learn(rows, others, None)),
-                              ("unstated", learn(rows, others, None))):
-            p = Prior(t if kind == "stated" and same else POOLED, *learned, HalfWidths({}, {}, ""))
+        for kind, (learned, cap) in (("stated", learn(rows, others, t) if same else learn(rows, others, None)),
+                                     ("unstated", learn(rows, others, None))):
+            p = Prior(t if kind == "stated" and same else POOLED, *learned, HalfWidths({}, {}, ""), cap_Bps=cap)
             net = unmeasured_network(rows[name]["hardware"], p)
             pts = [q for q in nccl_fit.predict(net, rows[name]["traces"]) if q.nodes > 1]  # the links' part
             points[kind][name] = pts
             scores[kind][name] = nccl_bands.scores_by_regime(pts)
             if kind == "stated":
-                got[name] = (p.transport, learned[0], learned[2])
+                got[name] = (p.transport, f"{learned[0]:.2f}" if cap is None else units.format_bandwidth(cap),
+                             learned[2])
     print(f"{len(names)} clusters; each predicted from its hardware and the prior of its transport learned from the "
           f"others (a network nobody measured); {LEVEL:.0%} bands fitted on the other clusters' scores")
     print(f"{'cluster':24s} {'transport':9s} {'eff.':>5s}  {'prior (others)':28s} {'points':>6s} {'median':>7s} "
@@ -123,13 +131,14 @@ def main() -> int:
         widths += wid
         t, e, used = got[name]
         print(f"{name:24s} {rows[name]['transport']:9s} {rows[name]['efficiency']:5.2f}  "
-              f"{(t + ' ' + format(e, '.2f') + ' of ' + str(len(used))):28s} {len(pts):6d} "
+              f"{(t + ' ' + e + ' of ' + str(len(used))):28s} {len(pts):6d} "
               f"{100 * np.median(err):6.1f}% {100 * err.max():6.1f}% {100 * np.mean(ins):5.1f}% "
               f"{100 * np.median(wid):5.1f}%")
     for t in sorted({r["transport"] for r in rows.values()}):
-        e, lat, used = learn(rows, names, t)
-        print(f"# {t}: efficiency {e:.3f}, latencyInter {units.format_time(lat)} from {', '.join(used)}")
-    e, lat, used = learn(rows, names, None)
+        (e, lat, used), cap = learn(rows, names, t)
+        print(f"# {t}: efficiency {e:.3f}" + (f" (cap {units.format_bandwidth(cap)} per NIC)" if cap else "")
+              + f", latencyInter {units.format_time(lat)} from {', '.join(used)}")
+    (e, lat, used), _ = learn(rows, names, None)
     print(f"# pooled: efficiency {e:.3f}, latencyInter {units.format_time(lat)} from {len(used)} clusters")
     print(f"clusters={len(names)} points={len(every)} median={100 * np.median(every):.1f} "
           f"coverage90={100 * np.mean(inside):.1f} halfwidth90={100 * np.median(widths):.1f}")
@@ -162,10 +171,10 @@ def write(path: Path, rows: dict, names: list[str], scores: dict) -> None:
              "# corpus. Generated; do not edit. Regenerate: python bench/network_prior.py --write "
              "simfog/data/network_prior.toml"]
     for t in sorted({r["transport"] for r in rows.values()}):
-        e, lat, used = learn(rows, names, t)
+        (e, lat, used), cap = learn(rows, names, t)
         lines += ["", f"[transport.{t}]", f"efficiency = {e:.4f}", f'latency_inter = "{lat * 1e6:.4g}us"',
-                  f"clusters = {json.dumps(list(used))}"]
-    e, lat, used = learn(rows, names, None)
+                  f"clusters = {json.dumps(list(used))}"] + ([f'cap = "{cap * 8 / 1e9:.4g}Gbit/s"'] if cap else [])
+    (e, lat, used), _ = learn(rows, names, None)
     lines += ["", f"[{POOLED}]", f"efficiency = {e:.4f}", f'latency_inter = "{lat * 1e6:.4g}us"',
               f"clusters = {json.dumps(list(used))}"]
     for kind, what in (("stated", "its transport's prior"), ("unstated", "the pooled prior")):

@@ -41,15 +41,22 @@ def test_the_shipped_prior_has_every_transport_and_says_where_it_has_no_data():
             assert (p.efficiency, p.clusters) == (table[POOLED].efficiency, table[POOLED].clusters)
             assert "no public data" in p.describe() and "pooled prior" in p.widths.source
     assert table["tcp"].learned and table["tcp"].efficiency < table["ib"].efficiency  # sockets deliver less
+    assert "at most 29 Gbit/s per NIC" in table["tcp"].describe()
     assert not table["efa"].learned and not table["roce"].learned  # no public log of 3+ nodes today
 
 
-def test_stating_the_transport_makes_the_links_deliver_the_priors_fraction(tmp_path):
-    tcp = prior("tcp")
-    exp = experiment.load(_exp(tmp_path, 'transport = "tcp"'))
-    assert exp.transport == "tcp"
-    assert exp.cluster.nic.bandwidth_Bps == pytest.approx(25e9 / 8 * tcp.efficiency, rel=1e-12)
-    assert exp.cluster.nic.latency_s == tcp.latency_inter_s  # no nic_latency given: the prior's
+def test_stating_the_transport_makes_the_links_deliver_what_the_prior_says(tmp_path):
+    ib, tcp = prior("ib"), prior("tcp")
+    exp = experiment.load(_exp(tmp_path, 'transport = "ib"'))
+    assert exp.transport == "ib" and ib.cap_Bps is None  # RDMA: a fraction of the line rate
+    assert exp.cluster.nic.bandwidth_Bps == pytest.approx(25e9 / 8 * ib.efficiency, rel=1e-12)
+    assert exp.cluster.nic.latency_s == ib.latency_inter_s  # no nic_latency given: the prior's
+    # TCP sockets: bound by the CPU, at most the cap per NIC (learned on 200 Gbit/s NICs): a slower line is the limit
+    assert tcp.cap_Bps is not None and 25e9 / 8 < tcp.cap_Bps < 100e9 / 8
+    assert experiment.load(_exp(tmp_path, 'transport = "tcp"')).cluster.nic.bandwidth_Bps == 25e9 / 8
+    fast = _exp(tmp_path, 'transport = "tcp"').read_text().replace("25Gbit/s", "100Gbit/s")
+    (tmp_path / "fast.toml").write_text(fast)
+    assert experiment.load(tmp_path / "fast.toml").cluster.nic.bandwidth_Bps == tcp.cap_Bps
     given = experiment.load(_exp(tmp_path, 'transport = "ib"\nnic_latency = "7us"'))
     assert given.cluster.nic.latency_s == 7e-6
     plain = experiment.load(_exp(tmp_path, ""))
@@ -70,7 +77,7 @@ def test_a_run_on_links_nobody_measured_carries_the_priors_band(tmp_path):
     widths = prior("tcp").widths
     want = max(widths.half_width(s, 0.9) for s in sizes)
     assert (part.below, part.above, part.measured) == (want, want, False)
-    assert "the prior of tcp links deliver" in part.source and "held out by cluster" in part.source
+    assert "the prior of tcp links deliver at most" in part.source and "held out by cluster" in part.source
     unstated = network_part(experiment.load(_exp(tmp_path, "")), [{"bytes": 2**26}], 0.9, None)
     assert unstated.below == prior(None).widths.half_width(2**26, 0.9)
     assert "unstated transport" in unstated.source
@@ -91,6 +98,7 @@ def test_the_unmeasured_network_scales_the_nominal_rate_and_derives_the_rest():
     hw = NcclNetwork(1e9, 1e9, version="2.21", nics_per_node=4, nic_Bps=25e9)
     net = unmeasured_network(hw, prior("ib"))
     assert net.inter_bus_Bps == pytest.approx(prior("ib").efficiency * 4 * 25e9)
+    assert unmeasured_network(hw, prior("tcp")).inter_bus_Bps == 4 * min(25e9, prior("tcp").cap_Bps)
     assert net.intra_bus_Bps == derived_bus_Bps(hw, nodes=1) and net.channels is None and net.launch_s == 0
     with pytest.raises(ConfigError, match="nics_per_node"):
         unmeasured_network(NcclNetwork(1e9, 1e9), prior("ib"))

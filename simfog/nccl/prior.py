@@ -2,18 +2,24 @@
 EFA, Slingshot through a plugin, TCP sockets) delivers to NCCL, as bus bandwidth and per-step latency, and how far
 a prediction on it is from measured times.
 
+Two forms, chosen by what limits the transport (not fitted): RDMA transports (ib, roce, efa, slingshot) deliver a
+fraction of the line rate, `efficiency`; TCP sockets are bound by the CPU moving the bytes (NCCL's socket threads),
+not by the line, so they deliver at most a rate per NIC, `cap` (min(R, cap)): a cap learned on 200 Gbit/s NICs
+does not say that 25 Gbit/s ones lose the same fraction.
+
 Learned from the public nccl-tests corpus by `python bench/network_prior.py` (simfog/data/network_prior.toml,
 provenance there): each cluster's calibrated inter-node bus bandwidth over its NICs' nominal rate (its
-`efficiency`, the delivered fraction) and its latencyInter; a transport's prior is the geometric mean of its
-clusters' efficiencies and the median of their latencies. The band is held out by cluster: every cluster's logs
-predicted from the hardware it states and the prior of its transport learned WITHOUT it, the conformal half-widths
-of those scores per message-size regime ("stated"); the same with the prior of every transport pooled, for a
-network whose transport nobody states ("unstated"). A transport with no public data (RoCE and EFA at 3+ nodes
-today) takes the pooled prior and the unstated band, and says so.
+`efficiency`, the delivered fraction; per NIC, its delivered rate) and its latencyInter; a transport's prior is the
+geometric mean of its clusters' efficiencies (delivered rates for a cap) and the median of their latencies. The band
+is held out by cluster: every cluster's multi-node logs predicted from the hardware it states and the prior of its
+transport learned WITHOUT it, the conformal half-widths of those scores per message-size regime ("stated"); the
+same with the prior of every transport pooled (a fraction), for a network whose transport nobody states
+("unstated"). A transport with no public data (RoCE and EFA at 3+ nodes today), or whose only cluster is the one
+predicted, takes the pooled prior and the unstated band, and says so.
 
 Where it is used: an experiment's `[cluster] transport = "tcp"` with links nobody measured (nic_bandwidth, no
-network file): the NIC delivers nic_bandwidth x the transport's efficiency, its latency (when nic_latency is not
-given) the prior's; the interval's network part of every run on links nobody measured is the prior's band
+network file): the NIC delivers what the transport's prior says of nic_bandwidth, its latency (when nic_latency is
+not given) the prior's; the interval's network part of every run on links nobody measured is the prior's band
 (simfog.run_bands), not a default x/2. Gloo and MPI: the corpus holds no public Gloo or MPI log at 3+ nodes, so the
 NCCL prior stands for them too, and the band's source says so.
 """
@@ -51,13 +57,20 @@ class Prior:
     clusters: tuple[str, ...]
     widths: HalfWidths
     learned: bool = True  # False: no public cluster of this transport, the pooled prior stands in
+    cap_Bps: float | None = None  # a CPU-bound transport's most per NIC (B/s); None: the fraction of the line
+
+    def per_nic_Bps(self, nominal_Bps: float) -> float:
+        """What one NIC of `nominal_Bps` delivers: min(nominal, cap) for a capped transport, else efficiency x it."""
+        return min(nominal_Bps, self.cap_Bps) if self.cap_Bps is not None else self.efficiency * nominal_Bps
 
     def describe(self) -> str:
         """One line: what the prior says and what it rests on."""
         what = ("links of unstated transport" if self.transport == POOLED else f"{self.transport} links" if
                 self.learned else f"{self.transport} links (no public data: the pooled prior)")
-        return (f"{what} deliver {self.efficiency:.2g} x their nominal rate, latencyInter "
-                f"{units.format_time(self.latency_inter_s)} (learned from {len(self.clusters)} public clusters: "
+        rate = (f"at most {units.format_bandwidth(self.cap_Bps)} per NIC" if self.cap_Bps is not None else
+                f"{self.efficiency:.2g} x their nominal rate")
+        return (f"{what} deliver {rate}, latencyInter {units.format_time(self.latency_inter_s)} (learned from "
+                f"{len(self.clusters)} public cluster{'s' if len(self.clusters) != 1 else ''}: "
                 f"{', '.join(self.clusters)})")
 
 
@@ -80,17 +93,21 @@ def priors(path: Path = PRIOR_TABLE) -> dict[str, Prior]:
     except (OSError, KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
         raise ConfigError("prior", "(unreadable)", "the table bench/network_prior.py --write writes",
                           source=str(path)) from None
-    out = {POOLED: Prior(POOLED, *pooled, widths["unstated"])}
+    out = {POOLED: Prior(POOLED, *pooled[0], widths["unstated"])}
     for t in TRANSPORTS:
-        out[t] = Prior(t, *rows[t], widths["stated"]) if t in rows else Prior(t, *pooled, widths["unstated"], False)
+        out[t] = (Prior(t, *rows[t][0], widths["stated"], cap_Bps=rows[t][1]) if t in rows else
+                  Prior(t, *pooled[0], widths["unstated"], False))
     return out
 
 
-def _row(d: dict, path: Path) -> tuple[float, float, tuple[str, ...]]:
+def _row(d: dict, path: Path) -> tuple:
+    """(efficiency, latencyInter s, clusters) of a table row, and its cap (B/s, None without)."""
     e = float(d["efficiency"])
     if not 0 < e <= 1.5:
         raise ValueError(path)
-    return e, units.parse(d["latency_inter"], "time", field="latency_inter", source=str(path)), tuple(d["clusters"])
+    cap = units.parse(d["cap"], "bandwidth", field="cap", source=str(path)) if "cap" in d else None
+    return (e, units.parse(d["latency_inter"], "time", field="latency_inter", source=str(path)),
+            tuple(d["clusters"])), cap
 
 
 def prior(transport: str | None) -> Prior:
@@ -115,18 +132,18 @@ def network_part(transport: str | None, sizes: Sequence[float], level: float, *,
 
 def unmeasured_network(hardware: NcclNetwork, p: Prior) -> NcclNetwork:
     """The NCCL network a prior predicts for `hardware` (NICs and their rate given): one node's bus bandwidth as
-    derived from the hardware, between nodes the NICs' nominal rate x the efficiency, the prior's latencyInter, the
+    derived from the hardware, between nodes what the NICs deliver of their nominal rate, the prior's latencyInter, the
     channels derived per layout; no launch. Raises ConfigError without NICs or their rate."""
     k, rate = hardware.nics_per_node, hardware.nic_Bps
     if k is None or rate is None:
         raise ConfigError("nics_per_node", k, "NICs per node and their rate (a prior scales their nominal rate)")
-    return replace(hardware, intra_bus_Bps=derived_bus_Bps(hardware, nodes=1), inter_bus_Bps=p.efficiency * k * rate,
+    return replace(hardware, intra_bus_Bps=derived_bus_Bps(hardware, nodes=1), inter_bus_Bps=k * p.per_nic_Bps(rate),
                    latency_inter_s=p.latency_inter_s, launch_s=0.0, channels=None)
 
 
 def delivered(nic: Link, transport: str, *, latency_given: bool) -> Link:
-    """A NIC link of nominal bandwidth as the prior of `transport` says it delivers: the bandwidth x its efficiency,
-    the latency its latencyInter unless one was given (`latency_given`)."""
+    """A NIC link of nominal bandwidth as the prior of `transport` says it delivers (Prior.per_nic_Bps), the
+    latency its latencyInter unless one was given (`latency_given`)."""
     p = prior(transport)
-    return Link(nic.latency_s if latency_given else p.latency_inter_s, nic.bandwidth_Bps * p.efficiency,
+    return Link(nic.latency_s if latency_given else p.latency_inter_s, p.per_nic_Bps(nic.bandwidth_Bps),
                 nic.flow_bandwidth_Bps)
