@@ -11,7 +11,8 @@ the others (single-node and 2-node logs) calibrate.
 
 Facts: the top level of facts.toml (what the source states) is given to the calibration; an [inferred] value only
 where simfog would otherwise take a default of its own (release, GPU generation, CPU vendor, NVLink / NVSwitch /
-PCIe, GPU-NIC path, NVLS, CollNet), never for what simfog can calibrate without (NICs per node, their rate).
+PCIe, GPU-NIC path, NVLS, CollNet, the fabric's switches: `scale_out`, else non-blocking), never for what simfog can
+calibrate without (NICs per node, their rate).
 
 Disturbed points (DISTURBED_RULE, fixed before any held-out prediction was looked at; the same for every cluster,
 calibration and held-out logs alike): within one log and collective, a size that took more than SLOWER times as
@@ -31,6 +32,7 @@ from simfog import units
 from simfog.importers import import_file
 from simfog.nccl.bands import subset
 from simfog.nccl.facts import DEFAULTS
+from simfog.nccl.scale_out import FabricSpec
 from simfog.trace import NetworkTrace
 
 SLOWER = 1.2
@@ -39,7 +41,9 @@ DISTURBED_RULE = (f"a size slower than {SLOWER:g} x some larger size of the same
 # facts.toml key -> nccl_fit.fit keyword
 FIT_KEYS = {"nccl_version": "version", "gpu_arch": "gpu_arch", "cpu_vendor": "cpu_vendor", "intra": "intra_transport",
             "nics_per_node": "nics_per_node", "nic_bandwidth": "nic_Bps", "gpu_nic_path": "gpu_nic_path",
-            "nvls": "nvls", "collnet": "collnet"}
+            "nvls": "nvls", "collnet": "collnet", "scale_out": "fabric"}
+# inferred values used although simfog's default for them is None: the fabric (None: non-blocking, a default too)
+_DEFAULT_NONE_USED = ("fabric",)
 _CPU = {"intel": "intel", "amd": "amd", "arm": "arm", "nvidia-grace": "arm"}
 _PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
@@ -112,7 +116,7 @@ def fit_arguments(facts: dict) -> tuple[dict, list[str], list[str], list[str]]:
             given.append(f"{key}={_show(facts[key])}")
         elif key in inferred:
             value = inferred[key]["value"] if isinstance(inferred[key], dict) else inferred[key]
-            if DEFAULTS.get(arg) is not None:
+            if DEFAULTS.get(arg) is not None or arg in _DEFAULT_NONE_USED:
                 kwargs[arg] = _value(key, value)
                 used.append(f"{key}={_show(value)}")
             else:
@@ -125,6 +129,8 @@ def _value(key: str, value):
         return units.bandwidth(value, field=key)
     if key == "cpu_vendor":
         return _CPU.get(str(value).lower(), "intel")  # NCCL treats every host but AMD's as Intel's
+    if key == "scale_out":
+        return FabricSpec.from_toml(value, "facts.toml")
     if key == "gpu_nic_path" and isinstance(value, list):
         # NCCL's search starts and ends a node's rings on the GPUs nearest a NIC: the nearest path is the graph's
         return min(value, key=_PATHS.index)
@@ -132,6 +138,9 @@ def _value(key: str, value):
 
 
 def _show(value) -> str:
+    if isinstance(value, dict):
+        return f"{value.get('kind')} ({value.get('nodes_per_leaf')} nodes a leaf, {value.get('uplinks')} uplinks, " \
+            f"{value.get('ecmp', 'hash')})"
     return "/".join(map(str, value)) if isinstance(value, list) else str(value)
 
 

@@ -44,6 +44,9 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     [provenance]                  # what the numbers rest on (free-form strings)
     fitted_from = "..."
 
+    [scale_out]                   # optional: the switches between the nodes (simfog.nccl.scale_out): kind,
+    kind = "rail"                 #   nodes_per_leaf, uplinks, oversubscription, ecmp
+
     [cluster]                     # optional: the cluster the file describes (simfog.nccl.clusters; the shipped
     name = "polaris-a100-ofi"     #   clusters have it): its GPU, GPUs per node, NICs, fabric, transport, ...
 
@@ -77,6 +80,7 @@ from simfog.errors import ConfigError, SimfogWarning
 from simfog.nccl import NcclNetwork, clusters
 from simfog.nccl.calibrated import Calibrated
 from simfog.nccl.clusters import ClusterFacts
+from simfog.nccl.scale_out import FabricSpec
 
 _QUANTITIES = {"intra_bus_bandwidth": ("intra_bus_Bps", "bandwidth"),
                "inter_bus_bandwidth": ("inter_bus_Bps", "bandwidth"),
@@ -128,10 +132,10 @@ def load(path: str | Path) -> NetworkFile:
     path = str(path)
     text = files.read_text(path)
     doc = files.parse_toml(text, path, "a valid TOML network file")
-    unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated", "cluster"}
+    unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated", "cluster", "scale_out"}
     if unknown:
         raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated, "
-                          "cluster", source=path)
+                          "cluster, scale_out", source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
         raise ConfigError("nccl", "(missing)", "a [nccl] section (write one with `simfog calibrate ... -o`)",
@@ -156,6 +160,8 @@ def load(path: str | Path) -> NetworkFile:
             raise ConfigError(f"nccl.{key}", value, f"one of {', '.join([*_QUANTITIES, *_NET_LATENCY, *_PLAIN])}",
                               source=path)
     kwargs["net_latency_s"] = tuple(latency)
+    if "scale_out" in doc:
+        kwargs["fabric"] = FabricSpec.from_toml(doc["scale_out"], path)
     for key in _REQUIRED:
         if key not in n:
             raise ConfigError(f"nccl.{key}", "(missing)", 'a bandwidth such as "120GB/s"', source=path)
@@ -364,7 +370,8 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
         for k, v in calibrated.to_toml().items():
             lines.append(f"{k} = " + (_toml_string(v) if isinstance(v, str) else
                                       "[" + ", ".join(_toml_value(x) for x in v) + "]"))
-    for name, section in (("cluster", cluster.to_toml() if cluster is not None else {}),
+    for name, section in (("scale_out", net.fabric.to_toml() if net.fabric is not None else {}),
+                          ("cluster", cluster.to_toml() if cluster is not None else {}),
                           ("provenance", {k: str(v) for k, v in (provenance or {}).items()})):
         if section:
             lines += ["", f"[{name}]"]
