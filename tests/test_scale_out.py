@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from simfog import network_file, nccl
+from simfog import nccl, network_file
 from simfog.errors import ConfigError
 from simfog.nccl import p2p
 from simfog.nccl.scale_out import FabricSpec, pattern_of, rate_factor
