@@ -159,3 +159,16 @@ def test_collective_takes_a_name(capsys):
                          "8", "--sizes", "1MiB"]) == 0
     out = capsys.readouterr().out
     assert "network abci-a100" in out and "tree/LL128" in out
+
+
+def test_a_jobs_file_takes_a_name_and_its_gpus_per_node(tmp_path):
+    from simfog import jobs
+
+    trace = REPO / "traces" / "bert-base-h200-b8.json.gz"
+    path = tmp_path / "jobs.toml"
+    path.write_text(f'seed = 1\niterations = 2\n[cluster]\nnodes = 8\nnetwork = "together-b200-ib"\n'
+                    f'[[job]]\nworkload = {{ trace = "{trace}", compute = "mean" }}\nranks = 16\n'
+                    f'[[job]]\nworkload = {{ trace = "{trace}", compute = "mean" }}\nranks = 32\n')
+    loaded = jobs.load(path)
+    assert [(j.experiment.cluster.nodes, j.experiment.cluster.ranks_per_node) for j in loaded] == [(2, 8), (4, 8)]
+    assert all(j.experiment.network.cluster.name == "together-b200-ib" for j in loaded)
