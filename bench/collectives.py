@@ -391,12 +391,7 @@ def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
     them (simfog.nccl.bands.bench_width: too few there, unmeasured and never narrower than what was seen); without:
     every distance pooled (a regime none of them has, or too few points for the level, is unmeasured: the default,
     or what a lower level measured where that is wider)."""
-    tables = {nccl_bands.POOLED: cross_cluster_table(scores, name)}
-    if by_distance is not None:
-        for b, _ in nccl_bands.DISTANCES:
-            others = {n: by[b] for n, by in by_distance.items() if b in by}
-            if any(n != name for n in others):
-                tables[b] = cross_cluster_table(others, name)
+    tables = cross_cluster_tables(scores, by_distance or {}, name)
     inside, widths = [], []
     for q in points:
         if by_distance is not None and cal_nodes:
@@ -407,6 +402,17 @@ def coverage(points: list, scores: dict[str, dict[str, list[float]]], name: str,
         inside.append(bool(abs(np.log(q.measured_s / q.predicted_s)) <= w))
         widths.append(nccl_bands.relative_half_width(w))
     return inside, widths
+
+
+def cross_cluster_tables(scores: dict, by_distance: dict, name: str) -> dict[str, HalfWidths]:
+    """simfog.nccl.bands.bench_tables' form for cluster `name`, from the other clusters' scores: pooled
+    (cross_cluster_table) and per extrapolation distance (`by_distance`: scores_by_distance of every cluster)."""
+    tables = {nccl_bands.POOLED: cross_cluster_table(scores, name)}
+    for b, _ in nccl_bands.DISTANCES:
+        others = {n: by[b] for n, by in by_distance.items() if b in by}
+        if any(n != name for n in others):
+            tables[b] = cross_cluster_table(others, name)
+    return tables
 
 
 def cross_cluster_table(scores: dict[str, dict[str, list[float]]], name: str) -> HalfWidths:
