@@ -172,3 +172,16 @@ def test_a_jobs_file_takes_a_name_and_its_gpus_per_node(tmp_path):
     loaded = jobs.load(path)
     assert [(j.experiment.cluster.nodes, j.experiment.cluster.ranks_per_node) for j in loaded] == [(2, 8), (4, 8)]
     assert all(j.experiment.network.cluster.name == "together-b200-ib" for j in loaded)
+
+
+def test_a_shipped_file_is_what_its_generator_writes_from_the_corpus():
+    """bench/ship_clusters.py is deterministic: calibrating the cluster's logs again gives its shipped file byte for
+    byte (one small cluster here; `python bench/ship_clusters.py --check` checks them all)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "ship_clusters.py"), "--check", "--only",
+                          "together-b200-ib"], capture_output=True, text=True, cwd=REPO,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("  together-b200-ib  NVIDIA B200, 8 GPUs/node")

@@ -76,6 +76,10 @@ class FabricSpec:
         except ConfigError as e:
             raise e.in_file(source) if source else e from None
 
+    def __str__(self) -> str:
+        over = f", {self.oversubscription:g}:1 oversubscribed" if self.oversubscription != 1 else ""
+        return f"{self.kind}, {self.nodes_per_leaf} nodes per leaf, {self.uplinks} uplinks{over}, ecmp {self.ecmp}"
+
     def to_toml(self) -> dict:
         return {"kind": self.kind, "nodes_per_leaf": self.nodes_per_leaf, "uplinks": self.uplinks,
                 "oversubscription": self.oversubscription, "ecmp": self.ecmp, "source": self.source}
