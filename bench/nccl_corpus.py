@@ -12,7 +12,8 @@ the others (single-node and 2-node logs) calibrate.
 
 Facts: the top level of facts.toml (what the source states) is given to the calibration; an [inferred] value only
 where simfog would otherwise take a default of its own (release, GPU generation, CPU vendor, NVLink / NVSwitch /
-PCIe, GPU-NIC path, NVLS, CollNet), never for what simfog can calibrate without (NICs per node, their rate).
+PCIe, GPU-NIC path, NVLS, CollNet, the fabric's switches: `scale_out`, else non-blocking), never for what simfog can
+calibrate without (NICs per node, their rate).
 
 Disturbed points (DISTURBED_RULE, fixed before any held-out prediction was looked at; the same for every cluster,
 calibration and held-out logs alike): within one log and collective, a size that took more than SLOWER times as
@@ -32,6 +33,7 @@ from simfog import units
 from simfog.importers import import_file
 from simfog.nccl.bands import subset
 from simfog.nccl.facts import DEFAULTS
+from simfog.nccl.scale_out import FabricSpec
 from simfog.trace import NetworkTrace
 
 SLOWER = 1.2
@@ -40,7 +42,9 @@ DISTURBED_RULE = (f"a size slower than {SLOWER:g} x some larger size of the same
 # facts.toml key -> nccl_fit.fit keyword
 FIT_KEYS = {"nccl_version": "version", "gpu_arch": "gpu_arch", "cpu_vendor": "cpu_vendor", "intra": "intra_transport",
             "nics_per_node": "nics_per_node", "nic_bandwidth": "nic_Bps", "gpu_nic_path": "gpu_nic_path",
-            "nvls": "nvls", "collnet": "collnet"}
+            "nvls": "nvls", "collnet": "collnet", "scale_out": "fabric"}
+# inferred values used although simfog's default for them is None: the fabric (None: non-blocking, a default too)
+_DEFAULT_NONE_USED = ("fabric",)
 _CPU = {"intel": "intel", "amd": "amd", "arm": "arm", "nvidia-grace": "arm"}
 _PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
@@ -73,6 +77,12 @@ class Cluster:
         return tuple(g for g in self.logs if g not in held), held
 
 
+def reference_logs(root: Path) -> Path | None:
+    """The reference set's nccl-tests folder, bench/data/ref/nccl-tests (None where a checkout lacks it)."""
+    where = root / "bench" / "data" / "ref" / "nccl-tests"
+    return where if where.is_dir() else None
+
+
 def discover(corpus: Path, ref_facts: Path | None = None, ref_logs: Path | None = None) -> list[Cluster]:
     """Every cluster folder of `corpus` with a facts.toml, then every folder of `ref_facts` whose logs are under
     `ref_logs`/<name> (one missing there is left out), sorted by name within each."""
@@ -103,7 +113,7 @@ def fit_arguments(facts: dict) -> tuple[dict, list[str], list[str], list[str]]:
             given.append(f"{key}={_show(facts[key])}")
         elif key in inferred:
             value = inferred[key]["value"] if isinstance(inferred[key], dict) else inferred[key]
-            if DEFAULTS.get(arg) is not None:
+            if DEFAULTS.get(arg) is not None or arg in _DEFAULT_NONE_USED:
                 kwargs[arg] = _value(key, value)
                 used.append(f"{key}={_show(value)}")
             else:
@@ -116,6 +126,8 @@ def _value(key: str, value):
         return units.bandwidth(value, field=key)
     if key == "cpu_vendor":
         return _CPU.get(str(value).lower(), "intel")  # NCCL treats every host but AMD's as Intel's
+    if key == "scale_out":
+        return FabricSpec.from_toml(value, "facts.toml")
     if key == "gpu_nic_path" and isinstance(value, list):
         # NCCL's search starts and ends a node's rings on the GPUs nearest a NIC: the nearest path is the graph's
         return min(value, key=_PATHS.index)
@@ -123,6 +135,9 @@ def _value(key: str, value):
 
 
 def _show(value) -> str:
+    if isinstance(value, dict):
+        return f"{value.get('kind')} ({value.get('nodes_per_leaf')} nodes a leaf, {value.get('uplinks')} uplinks, " \
+            f"{value.get('ecmp', 'hash')})"
     return "/".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
@@ -163,3 +178,16 @@ def disturbed(trace: NetworkTrace, log: Log) -> set[int]:
 def without(trace: NetworkTrace, drop: set[int]) -> NetworkTrace:
     """The trace less the measurements `drop`, its per-run records' measurement spans renumbered."""
     return subset(trace, [i for i in range(len(trace.measurements)) if i not in drop])
+
+
+def every_log(cluster: Cluster) -> tuple[list[NetworkTrace], int]:
+    """(every log of the cluster imported, its disturbed points set aside; how many were set aside): what a
+    calibration on all of them reads (bench/ship_clusters.py, bench/network_prior.py)."""
+    traces, aside = [], 0
+    for log in cluster.logs:
+        trace = read(cluster, log)
+        drop = disturbed(trace, log)
+        aside += len(drop)
+        if len(drop) < len(trace.measurements):
+            traces.append(without(trace, drop))
+    return traces, aside

@@ -24,6 +24,8 @@ from simfog.algorithms.sharded.settings import FSDP_UNIT_ALLOWED, ShardedSetting
 from simfog.cluster import Cluster, Link
 from simfog.engine.compute import COMPUTE_DRAWS, SHARED_DEFAULT
 from simfog.errors import ConfigError, SimfogWarning, one_of, unknown_key
+from simfog.nccl.clusters import trace_for_cluster
+from simfog.nccl.prior import check_transport, delivered
 from simfog.network_file import NetworkFile
 from simfog.overheads import APPLIED_BY
 from simfog.trace import ModelTrace, load_model_trace
@@ -205,6 +207,7 @@ class Experiment:
     # (message bytes, |ln(measured / the installed links' time)|) of every microbenchmark the links were calibrated
     # from (simfog.calibrate.Calibration.link_scores): the interval's network part; empty where the links are written
     link_scores: tuple[tuple[int, float], ...] = ()
+    transport: str | None = None  # [cluster] transport: the links' (nobody measured them; simfog.nccl.prior)
 
     def __post_init__(self):
         # Here rather than only in from_dict: overrides (--iterations, --ranks, sweep points) go through replace().
@@ -267,7 +270,7 @@ _HETERO = {"rank_slowdown", "node_slowdown", "straggler_rate", "straggler_delay"
 _WORKLOAD = {"trace", "compute", "optimizer", "compute_draws"}
 _CLUSTER = {"nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "nic_bandwidth", "nic_latency",
             "oversubscription", "network_trace", "reduce_bandwidth", "network", "gpu_memory", "nic_flow_bandwidth",
-            "intra_flow_bandwidth", "gpu", "nic_spread", "intra_spread"}
+            "intra_flow_bandwidth", "gpu", "nic_spread", "intra_spread", "transport"}
 
 
 def _quantity_of(kind: str):
@@ -432,18 +435,30 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
                           'a bandwidth such as "25Gbit/s" (or set network or network_trace)', source=source)
     nic = Link(_quantity(c, "nic_latency", "time", p, source, "0us"),
                _quantity(c, "nic_bandwidth", "bandwidth", p, source, "1GB/s", positive=True))
+    transport = None
+    if "transport" in c:  # links nobody measured, of a stated transport: what the prior says they deliver
+        if "network" in c or "network_trace" in c:
+            raise ConfigError(f"{p}transport", c["transport"], "only for links nobody measured (nic_bandwidth): a "
+                              "network file or network_trace measures what the links deliver", source=source)
+        transport = check_transport(c["transport"], field=f"{p}transport", source=source)
+        nic = delivered(nic, transport, latency_given="nic_latency" in c)
     over = c.get("oversubscription", 1.0)
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 1 <= over < math.inf:
         raise ConfigError(f"{p}oversubscription", over, "a finite number >= 1 (1 = full bisection bandwidth)",
                           source=source)
-    gpus_per_node = _int(c, "gpus_per_node", p, source, default=1)
+    gpus_per_node = _int(c, "gpus_per_node", p, source, default=0) or None  # None: not stated
+    gpu_memory = _quantity(c, "gpu_memory", "bytes", p, source)
     if "network" in c:  # the calibrated network: its links (simfog.network_file.use, one meaning everywhere)
+        named = network_file.load_named(c["network"], base_dir, field=f"{p}network", source=source).cluster
+        if named is not None:  # a named cluster's GPU: an estimated trace re-estimated for it (simfog.nccl.clusters)
+            trace = trace_for_cluster(trace, named, source=source)
+            gpu_memory = gpu_memory if gpu_memory is not None else named.gpu_memory_B
         network, intra, nic = network_file.use(c["network"], base_dir, field=f"{p}network", source=source,
                                                gpus_per_node=gpus_per_node, intra_latency_s=intra.latency_s,
                                                written=c, prefix=p, device=_device_name(trace))
-    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node, intra, nic,
-                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source),
-                      gpu_memory_B=_quantity(c, "gpu_memory", "bytes", p, source))
+        gpus_per_node = network.cluster.gpus_per_node if network.cluster is not None else gpus_per_node
+    cluster = Cluster(_int(c, "nodes", p, source), gpus_per_node or 1, intra, nic,
+                      float(over), _quantity(c, "reduce_bandwidth", "bandwidth", p, source), gpu_memory_B=gpu_memory)
     network_trace, link_scores = None, ()
     if "network_trace" in c:
         from simfog.calibrate import link_calibration
@@ -481,7 +496,7 @@ def from_dict(d: Mapping, *, base_dir: Path = Path("."), source: str | None = No
     except ConfigError as e:
         raise e.in_file(source) if source else e from None
     return Experiment(seed, iterations, workload, cluster, comm, source,
-                      network_trace, hetero, network, link_scores)
+                      network_trace, hetero, network, link_scores, transport)
 
 
 def comm_settings(base: Comm, keys: Mapping, *, fields: Mapping | None = None, source: str | None = None) -> Comm:

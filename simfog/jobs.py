@@ -158,7 +158,7 @@ def from_table(d: dict, *, base_dir: Path = Path("."), source: str | None = None
     if not isinstance(cluster, dict):
         raise ConfigError("cluster", cluster if cluster is not None else "(missing)", "a [cluster] table",
                           source=source)
-    total, gpus = cluster.get("nodes"), cluster.get("gpus_per_node", 1)
+    total, gpus = cluster.get("nodes"), cluster.get("gpus_per_node", _network_gpus(cluster, base_dir, source))
     for key, v in (("nodes", total), ("gpus_per_node", gpus)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"cluster.{key}", v if v is not None else "(missing)", "an integer >= 1 (nodes: all "
@@ -190,6 +190,17 @@ def check_jobs(jobs: object, *, source: str | None = None) -> None:
                               "runs one job)", source=source)
         names.add(job.name)
         nodes.update(job.nodes)
+
+
+def _network_gpus(cluster: dict, base_dir: Path, source: str | None) -> int:
+    """The GPUs per node of the network the [cluster] names (a shipped cluster's: simfog.network_file.layout_gpus),
+    else 1."""
+    if "network" not in cluster:
+        return 1
+    from simfog.network_file import load_named
+
+    named = load_named(cluster["network"], base_dir, field="cluster.network", source=source).cluster
+    return named.gpus_per_node if named is not None else 1
 
 
 def _job(i: int, t: dict, d: dict, cluster: dict, total: int, gpus: int, taken: tuple, base_dir: Path,

@@ -44,6 +44,16 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     [provenance]                  # what the numbers rest on (free-form strings)
     fitted_from = "..."
 
+    [scale_out]                   # optional: the switches between the nodes (simfog.nccl.scale_out): kind,
+    kind = "rail"                 #   nodes_per_leaf, uplinks, oversubscription, ecmp
+
+    [cluster]                     # optional: the cluster the file describes (simfog.nccl.clusters; the shipped
+    name = "polaris-a100-ofi"     #   clusters have it): its GPU, GPUs per node, NICs, fabric, transport, ...
+
+A shipped cluster's name stands for its network file wherever a path is accepted (`network = "polaris-a100-ofi"`,
+`--network NAME`; `simfog list clusters`): `load_named`. A file with a [cluster] section gives the cluster's layout:
+its GPUs per node unless the experiment states them, and an experiment stating others is refused (`use`).
+
 What a network file means for a cluster (`use`, the one function every reader calls): its calibrated bus bandwidths
 and inter-node latency are the links (intra: intra_bus_bandwidth; between nodes: inter_bus_bandwidth and
 latency_inter; the intra-node latency stays the cluster's), its [p2p] caps their per-flow caps, and the collective
@@ -54,6 +64,9 @@ one-line warnings.
 
 Human units in the file, SI inside (simfog.units). Unknown keys are errors. A flow cap bounds each message of a
 point-to-point exchange: k flows through one NIC run at min(cap, NIC bandwidth / k) each (simfog.cluster.Link).
+
+Over 400 lines: the file's format, its reader, its writer and its one meaning for a cluster (`use`) are one contract;
+split, a key would have to be changed in several modules at once.
 """
 
 from __future__ import annotations
@@ -67,8 +80,10 @@ from pathlib import Path
 from simfog import files, units
 from simfog.cluster import Link
 from simfog.errors import Caveat, ConfigError, SimfogWarning, did_you_mean, one_of
-from simfog.nccl import NcclNetwork
+from simfog.nccl import NcclNetwork, clusters
 from simfog.nccl.calibrated import Calibrated
+from simfog.nccl.clusters import ClusterFacts
+from simfog.nccl.scale_out import FabricSpec
 
 _QUANTITIES = {"intra_bus_bandwidth": ("intra_bus_Bps", "bandwidth"),
                "inter_bus_bandwidth": ("inter_bus_Bps", "bandwidth"),
@@ -112,6 +127,7 @@ class NetworkFile:
     path: str = ""
     flows: FlowCaps = FlowCaps()
     calibrated: Calibrated | None = None  # what the calibration's logs covered (None: not recorded)
+    cluster: ClusterFacts | None = None    # the cluster the file describes (the shipped ones do; None: not said)
 
 
 def load(path: str | Path) -> NetworkFile:
@@ -119,11 +135,11 @@ def load(path: str | Path) -> NetworkFile:
     path = str(path)
     text = files.read_text(path)
     doc = files.parse_toml(text, path, "a valid TOML network file")
-    unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated"}
+    unknown = set(doc) - {"nccl", "p2p", "provenance", "calibrated", "cluster", "scale_out"}
     if unknown:
-        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections nccl, p2p, provenance, calibrated"
-                          + did_you_mean(sorted(unknown)[0], ("nccl", "p2p", "provenance", "calibrated")),
-                          source=path)
+        sections = ("nccl", "p2p", "provenance", "calibrated", "cluster", "scale_out")
+        raise ConfigError(sorted(unknown)[0], "(section)", "one of the sections " + ", ".join(sections)
+                          + did_you_mean(sorted(unknown)[0], sections), source=path)
     n = doc.get("nccl")
     if not isinstance(n, dict):
         raise ConfigError("nccl", "(missing)", "a [nccl] section (write one with `simfog calibrate ... -o`)",
@@ -148,6 +164,8 @@ def load(path: str | Path) -> NetworkFile:
             raise ConfigError(f"nccl.{key}", value, one_of(key, [*_QUANTITIES, *_NET_LATENCY, *_PLAIN]),
                               source=path)
     kwargs["net_latency_s"] = tuple(latency)
+    if "scale_out" in doc:
+        kwargs["fabric"] = FabricSpec.from_toml(doc["scale_out"], path)
     for key in _REQUIRED:
         if key not in n:
             raise ConfigError(f"nccl.{key}", "(missing)", 'a bandwidth such as "120GB/s"', source=path)
@@ -159,7 +177,8 @@ def load(path: str | Path) -> NetworkFile:
     if not isinstance(prov, dict):
         raise ConfigError("provenance", prov, "a table of strings", source=path)
     covered = Calibrated.from_toml(doc["calibrated"], path) if "calibrated" in doc else None
-    return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path), covered)
+    described = ClusterFacts.from_toml(doc["cluster"], path) if "cluster" in doc else None
+    return NetworkFile(net, prov, path, _flow_caps(doc.get("p2p", {}), path), covered, described)
 
 
 class NetworkFileWarning(SimfogWarning):
@@ -184,21 +203,25 @@ def given_keys(table: Mapping, given: Mapping) -> dict:
     return {**out, **given}
 
 
-def use(value: object, base_dir: str | Path, *, field: str, source: str | None = None, gpus_per_node: int,
+def use(value: object, base_dir: str | Path, *, field: str, source: str | None = None, gpus_per_node: int | None,
         intra_latency_s: float = 0.0, written: Mapping[str, object] = {}, prefix: str = "",
         device: str | None = None) -> tuple[NetworkFile, Link, Link]:
-    """The network file that `field` names (`value`, a path relative to `base_dir`) loaded and applied to a
-    cluster of `gpus_per_node` GPUs per node: (the file, the intra-node link, the inter-node link). The one loader
-    of `[cluster] network`, a catalogue option's `network` and `simfog collective --network`, with the one meaning
-    the module's docstring gives.
+    """The network file that `field` names (`value`, a path relative to `base_dir` or a shipped cluster's name)
+    loaded and applied to a cluster of `gpus_per_node` GPUs per node (None: the file's cluster's, else 1;
+    `layout_gpus`): (the file, the intra-node link, the inter-node link). The one loader of `[cluster] network`, a
+    catalogue option's `network` and `simfog collective --network`, with the one meaning the module's docstring
+    gives.
 
     Raises ConfigError naming `field` for a path that is not a network file (a measured NetworkTrace: run `simfog
-    calibrate` first), or naming `prefix` + key for a flow cap of `written` (the keys given beside it) that the
-    file's [p2p] section sets too. Warns (NetworkFileWarning, one line naming both sides) for a link key of
+    calibrate` first) or a name no shipped cluster has, naming `prefix` + gpus_per_node for GPUs per node other
+    than the file's cluster's, or naming `prefix` + key for a flow cap of `written` (the keys given beside it) that
+    the file's [p2p] section sets too. Warns (NetworkFileWarning, one line naming both sides) for a link key of
     `written`, which the file's value replaces; when the file was calibrated on other GPUs per node, on more
     NICs than GPUs per node, or on another GPU generation than `device` (the trace's GPU); and for a parameter its
     calibration fitted to a bound of the fit, or two it could not separate."""
     net = load_named(value, base_dir, field=field, source=source)
+    gpus_per_node = layout_gpus(net, gpus_per_node, field=f"{prefix}gpus_per_node", named=f"{field} = {value!r}",
+                                source=source)
     where = f"{source}: " if source else ""
     for key, theirs in LINK_KEYS.items():
         if key in written:
@@ -215,14 +238,36 @@ def use(value: object, base_dir: str | Path, *, field: str, source: str | None =
             Link(n.latency_inter_s, n.inter_bus_Bps, net.flows.nic_Bps))
 
 
+def layout_gpus(net: NetworkFile, stated: int | None, *, field: str, named: str, source: str | None = None) -> int:
+    """The GPUs per node of a cluster on `net`: the file's cluster's (its [cluster] section) or `stated`, which must
+    then be the same (ConfigError naming `field` and both numbers); 1 where neither says."""
+    if net.cluster is None:
+        return 1 if stated is None else stated
+    if stated is not None and stated != net.cluster.gpus_per_node:
+        raise ConfigError(field, stated, f"{net.cluster.gpus_per_node}, the GPUs per node of cluster "
+                          f"{net.cluster.name} ({named}): leave gpus_per_node out to take the cluster's, or name "
+                          "another network", source=source)
+    return net.cluster.gpus_per_node
+
+
 def load_named(value: object, base_dir: str | Path, *, field: str, source: str | None = None) -> NetworkFile:
-    """The network file a key or option names: ConfigError naming `field` for anything but an existing network
-    file (a NetworkTrace's JSON, the input of `simfog calibrate`, is named as such)."""
-    allowed = "a path to a network file (simfog calibrate NET.json.gz -o network.toml)"
-    if not isinstance(value, str):
-        raise ConfigError(field, value, allowed, source=source)
+    """The network file a key or option names: a path, or a shipped cluster's name (simfog.nccl.clusters).
+    ConfigError naming `field` for anything but an existing network file or a shipped name (a NetworkTrace's JSON,
+    the input of `simfog calibrate`, is named as such; an unknown name gets the list of the shipped ones), and for
+    a value that names both a file and a shipped cluster."""
+    allowed = "a path to a network file (simfog calibrate NET.json.gz -o network.toml) or a shipped cluster's name"
+    if not isinstance(value, str) or not value:
+        raise ConfigError(field, value, allowed + f" ({', '.join(clusters.names())})", source=source)
     path = files.resolve(base_dir, value, field=field, source=source)
+    shipped = clusters.path_of(value)
+    if shipped is not None:
+        if path.is_file():
+            raise ConfigError(field, value, f"either the network file {path} or the shipped cluster {value}, not both "
+                              f"(this names both): write ./{value} for the file, or rename it", source=source)
+        return load(shipped)
     if not path.is_file():
+        if clusters.looks_like_name(value):
+            raise clusters.unknown(value, field, source)
         raise ConfigError(field, value, f"an existing network file ({path})", source=source)
     with open(path, "rb") as f:
         head = f.read(64).lstrip()
@@ -322,7 +367,7 @@ def _flow_caps(section: object, path: str) -> FlowCaps:
 
 
 def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: FlowCaps = FlowCaps(),
-          calibrated: Calibrated | None = None) -> str:
+          calibrated: Calibrated | None = None, cluster: ClusterFacts | None = None) -> str:
     """The TOML text of a network file (human units, 6 significant figures; flow caps, when any, in bit/s with
     every digit, so that a cap written and read back is the same float)."""
     lines = ["# simfog network file: NCCL's cost model with calibrated parameters (see simfog/nccl/)", "[nccl]"]
@@ -356,20 +401,27 @@ def dumps(net: NcclNetwork, provenance: dict[str, str] | None = None, flows: Flo
     if calibrated is not None:
         lines += ["", "[calibrated]"]
         for k, v in calibrated.to_toml().items():
-            lines.append(f"{k} = " + ("[" + ", ".join(_toml_value(x) for x in v) + "]" if isinstance(v, list) else
-                                      _toml_value(v)))
-    if provenance:
-        lines += ["", "[provenance]"]
-        for k, v in provenance.items():
-            lines.append(f"{k} = {_toml_string(str(v))}")
+            lines.append(f"{k} = {_toml_any(v)}")
+    for name, section in (("scale_out", net.fabric.to_toml() if net.fabric is not None else {}),
+                          ("cluster", cluster.to_toml() if cluster is not None else {}),
+                          ("provenance", {k: str(v) for k, v in (provenance or {}).items()})):
+        if section:
+            lines += ["", f"[{name}]"]
+            lines += [f"{k} = {_toml_any(v)}" for k, v in section.items()]
     return "\n".join(lines) + "\n"
 
 
 def save(path: str | Path, net: NcclNetwork, provenance: dict[str, str] | None = None,
-         flows: FlowCaps = FlowCaps(), calibrated: Calibrated | None = None) -> None:
+         flows: FlowCaps = FlowCaps(), calibrated: Calibrated | None = None,
+         cluster: ClusterFacts | None = None) -> None:
     """Write a network file atomically."""
     with files.atomic_open(path) as f:
-        f.write(dumps(net, provenance, flows, calibrated))
+        f.write(dumps(net, provenance, flows, calibrated, cluster))
+
+
+def _toml_any(x) -> str:
+    """A list as a TOML array of _toml_value, anything else as _toml_value."""
+    return "[" + ", ".join(map(_toml_value, x)) + "]" if isinstance(x, list) else _toml_value(x)
 
 
 def _toml_value(x) -> str:

@@ -159,6 +159,7 @@ class Result:
             "trace": exp.workload.trace_path,
             "network_trace": exp.network_trace,
             "network_file": exp.network.path if getattr(exp, "network", None) is not None else None,
+            **({"transport": exp.transport} if getattr(exp, "transport", None) else {}),
             **_overhead_fields(exp),
             **_variation_fields(exp),
             **_mixing_fields(self.mixing),

@@ -126,10 +126,16 @@ def network_part(exp: Experiment, buckets: list, level: float, extrapolated: lis
     sizes = [b["bytes"] for b in buckets if isinstance(b, dict) and b.get("bytes")] or [exp.workload.trace.nbytes]
     if exp.network is None and exp.link_scores:
         return link_part(exp.link_scores, sizes, level)
-    if exp.network is None or exp.comm.collective != "nccl":
-        return Part.unmeasured("network", "links nothing held out measured: calibrate them (simfog calibrate) and "
-                               "use the network file with comm.collective = \"nccl\", or network_trace")
-    return nccl_part(exp.network.calibrated, sizes, level, extrapolated=bool(extrapolated))
+    if exp.network is None or exp.comm.collective != "nccl":  # links nobody measured: the prior's band
+        from simfog.nccl.prior import network_part as prior_part
+
+        named = exp.network.cluster if exp.network is not None else None
+        return prior_part(getattr(exp, "transport", None) or (named.transport if named is not None else None),
+                          sizes, level, what="calibrate them (simfog calibrate, comm.collective = \"nccl\") or use "
+                          "network_trace; until then: ")
+    covered = exp.network.calibrated
+    return nccl_part(covered, sizes, level, extrapolated=bool(extrapolated),
+                     distance=covered.distance(exp.cluster.nodes) if covered is not None else None)
 
 
 def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level: float) -> Part:

@@ -150,8 +150,12 @@ def test_bench_runs_the_corpus_counts_what_it_sets_aside_and_ends_with_the_summa
     assert out.count("(learned from the other clusters' held-out points)") == 2
     assert "# learned from every cluster: tree fill" in out
     last = out.strip().splitlines()[-1]
-    assert re.fullmatch(r"clusters=2 points=(\d+) coverage90=[\d.]+ median=[\d.]+ worst=[\d.]+", last)
-    assert "# 90% intervals, each cluster's fitted without it: coverage" in out
+    assert re.fullmatch(r"clusters=2 points=(\d+) coverage90=[\d.]+ median=[\d.]+ worst=[\d.]+ "
+                        r"halfwidth90=[\d.]+", last)
+    assert "# 90% intervals, each cluster's fitted without it, by extrapolation distance" in out
+    # per distance (nodes predicted / calibrated: 4 / 2 and 3 / 2 -> x2, 8 / 2 -> x4-8)
+    assert re.search(r"^#   distance x2 +points= *\d+ coverage90=", out, re.M)
+    assert re.search(r"^#   distance x4-8 +points= *\d+ coverage90=", out, re.M)
     # alpha: 4 nodes less one point, 8 nodes (allgather); gamma: 3 nodes (the 6-node log is all set aside)
     assert int(re.search(r"points=(\d+)", last).group(1)) == (len(SIZES) - 1) + len(SIZES) + len(SIZES)
 

@@ -19,7 +19,7 @@ from .conftest import make_trace
 
 POOR = FitQuality(points=40, flagged=5, rms_log_error=0.29, worst_error=-0.64)
 POOR_TEXT = "POOR FIT: network fit rms log error 0.29, worst -64 %; FLAGGED: 5 of 40 calibration points flagged"
-NODES = "{} nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"
+NODES = "{} nodes, extrapolated from 2 nodes (NCCL's caps change at 3 nodes)"
 
 
 def _files(tmp_path, *, quality=POOR, gpu="", device=None, cluster="", sizes=(8, 2**34)):

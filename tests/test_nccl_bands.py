@@ -156,10 +156,10 @@ def test_a_level_too_high_for_its_points_is_never_narrower_than_a_lower_one(monk
 
     wide = table(1.5)
     assert wide.widest(1024) == 1.5 and wide.widest(2**30) == 0.0  # no large points at all
-    monkeypatch.setattr(nccl_bands, "bench_table", lambda: wide)
+    monkeypatch.setattr(nccl_bands, "bench_tables", lambda: {nccl_bands.POOLED: wide})
     part = nccl_bands.network_part(None, [1024], 0.9)
     assert not part.measured and part.below == 1.5 and "too few held-out points" in part.source
-    monkeypatch.setattr(nccl_bands, "bench_table", lambda: table(0.3))
+    monkeypatch.setattr(nccl_bands, "bench_tables", lambda: {nccl_bands.POOLED: table(0.3)})
     assert nccl_bands.network_part(None, [1024], 0.9).below == UNMEASURED_HALF_WIDTH
     assert nccl_bands.network_part(None, [1024], 0.8).below == 0.3 and \
         nccl_bands.network_part(None, [1024], 0.8).measured

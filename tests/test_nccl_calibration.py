@@ -144,7 +144,7 @@ def test_extrapolation_notes():
     net = nccl.NcclNetwork(200e9, 100e9, version="2.21.5")
     assert cov.notes(net, "allreduce", 2, 8, 2**20) == []
     assert cov.notes(net, "allgather", 16, 8, 2**33) == [
-        "16 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)", "allgather: no allgather log "
+        "16 nodes, extrapolated from 2 nodes (NCCL's caps change at 3 nodes)", "allgather: no allgather log "
         "(calibrated on allreduce)", "8 GiB outside the logs' 8 B..1 GiB"]
     assert cov.notes(replace(net, version="2.23"), None, 2, 4) == ["NCCL 2.23 (logs: 2.21.5)"]
     assert cov.notes(replace(net, version="2.31"), None, 1, 8)[-1].startswith("NCCL 2.31 is newer than")
@@ -225,19 +225,19 @@ def test_simulate_and_plan_name_their_extrapolations(tmp_path, capsys):
                    'network = "net.toml"\n[comm]\nmerge = "ddp"\n')
     assert cli.main(["simulate", str(exp)]) == 0
     said = next(line for line in capsys.readouterr().out.splitlines() if "WARNINGS" in line)
-    assert said.endswith("EXTRAPOLATED: 4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)")
+    assert said.endswith("EXTRAPOLATED: 4 nodes, extrapolated from 2 nodes (NCCL's caps change at 3 nodes)")
     assert cli.main(["simulate", str(exp), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["extrapolated"] == ["4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"]
-    assert summary["warnings"] == [{"code": "EXTRAPOLATED",
-                                    "text": "4 nodes from logs of at most 2 (NCCL's caps change at 3 nodes)"}]
+    said = "4 nodes, extrapolated from 2 nodes (NCCL's caps change at 3 nodes)"
+    assert summary["extrapolated"] == [said]
+    assert summary["warnings"] == [{"code": "EXTRAPOLATED", "text": said}]
     (tmp_path / "cat.toml").write_text('currency = "EUR"\n[[option]]\nname = "ib"\ngpus_per_node = 8\n'
                                        'max_nodes = 8\nprice_per_gpu_hour = 1.0\nnetwork = "net.toml"\n')
     assert cli.main(["plan", str(tmp_path / "t.json"), "--catalogue", str(tmp_path / "cat.toml"),
                      "--target-samples-per-s", "5000", "--top", "20", "--json", "-o", str(tmp_path / "plan")]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert all(r["warnings"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes from logs of at "
-                                 "most 2 (NCCL's caps change at 3 nodes)") for r in rows)
+    assert all(r["warnings"] == ("" if r["nodes"] <= 2 else f"EXTRAPOLATED: {r['nodes']} nodes, extrapolated "
+                                 "from 2 nodes (NCCL's caps change at 3 nodes)") for r in rows)
     assert any(r["nodes"] > 2 for r in rows)
 
 

@@ -285,10 +285,11 @@ def test_bagua_published_points(run_small):
     for (fig, system, gpus, gbit), sps in by.items():  # a faster network is never slower
         if gbit == 10:
             assert by[(fig, system, gpus, 100)] >= sps * (1 - TOL), system
-    for system in ("PyTorch-DDP", "Horovod"):  # ring allreduce: more GPUs never fewer images/s
+    for system in ("PyTorch-DDP", "Horovod"):  # ring allreduce across nodes: more nodes never fewer images/s (one
+        # node's NVLink ring may beat two nodes' over the TCP prior's links: the curve is checked from 2 nodes on)
         curve = [sps for (fig, s, _, _), sps in sorted(by.items(), key=lambda kv: kv[0][2])
                  if fig == "scalability_vgg16.png" and s == system]
-        assert len(curve) == 6 and curve == sorted(curve)
+        assert len(curve) == 6 and curve[2:] == sorted(curve[2:]) and curve[:2] == sorted(curve[:2])
     assert by[("e2e_vgg16_128.png", "Bagua (Asynchronous)", 128, 10)] == pytest.approx(
         by[("e2e_vgg16_128.png", "Bagua (Asynchronous)", 128, 100)], rel=TOL)  # training never waits for it
     assert set(r["unknown_inputs"]) >= {"cluster.nic_latency", "network_test.two_node"}
@@ -525,7 +526,8 @@ def test_experiment_files_load_and_say_estimated(path):
 
 COVERAGE_NB = "09-interval-coverage.ipynb"
 COVERAGE_SMALL_CLUSTERS = ["abci-a100", "polaris-a100-socket", "together-b200-ib"]
-BENCH_LAST_LINE = re.compile(r"clusters=(\d+) points=(\d+) coverage90=([\d.]+) median=[\d.]+ worst=[\d.]+")
+BENCH_LAST_LINE = re.compile(r"clusters=(\d+) points=(\d+) coverage90=([\d.]+) median=[\d.]+ worst=[\d.]+"
+                             r" halfwidth90=[\d.]+")
 
 
 def _bench_collectives(*args: str) -> str:

@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             row["rel_error"] = (c.time_s - measured[size]) / measured[size]
         if covered is not None:
             row["extrapolated"] = covered.notes(net, op, args.nodes, args.gpus_per_node, size)
-        part = network_part(covered, [size], level, extrapolated=bool(row.get("extrapolated", True)))
+        part = network_part(covered, [size], level, extrapolated=bool(row.get("extrapolated", True)),
+                            distance=covered.distance(args.nodes) if covered is not None else None)
         iv = combine(c.time_s, level, [part])
         row.update(time_lo_s=iv.lo, time_hi_s=iv.hi, interval_source=part.source)
         rows.append(row)

@@ -19,7 +19,7 @@ def add_arguments(parser) -> None:
                         "simfog retarget) (default: the embedded ResNet-50 example, A100 ESTIMATED)")
     parser.add_argument("--gpu", help='the GPU model of your cluster, e.g. "H100": [cluster] gpu (a trace of '
                         "another model is warned of)")
-    parser.add_argument("--nodes", type=int, help="[cluster] nodes (default: the embedded example's, 4)")
+    parser.add_argument("--nodes", type=int, help="[cluster] nodes (default 4)")
     add_cluster_overrides(parser)
     parser.add_argument("--catalogue", metavar="FILE", help="also write a one-option catalogue of this cluster "
                         "for simfog plan (every key annotated; its price is a placeholder)")
@@ -126,17 +126,25 @@ def catalogue_text(c: dict, price: float = 2.0, currency: str = "USD") -> str:
         ""])
 
 
-def _cluster(args, folder: Path) -> dict:
-    """The embedded example's [cluster] with the options given in place."""
-    from simfog.data import DEFAULT_EXPERIMENT
-    from simfog.files import parse_toml, read_text
+# The cluster `init` starts from where no option says otherwise: links a user states (4 nodes x 8 GPUs over 25 Gbit/s
+# Ethernet), not the embedded example's shipped cluster, so that every key of a cluster shows in the file.
+TEMPLATE = {"nodes": 4, "gpus_per_node": 8, "intra_bandwidth": "150GB/s", "intra_latency": "2us",
+            "nic_bandwidth": "25Gbit/s", "nic_latency": "10us", "gpu_memory": "80GB"}
 
-    c = dict(parse_toml(read_text(DEFAULT_EXPERIMENT), str(DEFAULT_EXPERIMENT))["cluster"])
+
+def _cluster(args, folder: Path) -> dict:
+    """TEMPLATE with the options given in place; a shipped cluster named by --network brings its GPUs per node."""
+    from simfog.network_file import load_named
+
+    c = dict(TEMPLATE)
     for key in ("nodes", "gpus_per_node", "nic_bandwidth", "gpu"):
         if getattr(args, key) is not None:
             c[key] = getattr(args, key)
     if args.network is not None:
         c["network"] = _path_from(folder, args.network, name_allowed=True)
+        named = load_named(args.network, ".", field="--network").cluster
+        if named is not None and args.gpus_per_node is None:
+            c["gpus_per_node"] = named.gpus_per_node
     c["max_nodes"] = max(64, c["nodes"])
     return c
 

@@ -1,4 +1,5 @@
-"""`simfog list`: every registered collective, merge policy, training algorithm, topology and importer."""
+"""`simfog list`: every registered collective, merge policy, training algorithm, topology and importer, and the
+shipped clusters (`simfog list clusters`: one line each, its name first; simfog.nccl.clusters)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def entries() -> dict[str, list[tuple[str, str]]]:
             out[kind] = getattr(importlib.import_module(module), attr).describe()
         except ModuleNotFoundError:
             continue
+    from simfog.nccl import clusters
+
+    out["clusters"] = clusters.entries()
     return out
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from simfog import units
 from simfog.bands import DEFAULT_LEVEL, check_level
 from simfog.errors import Caveat
+from simfog.nccl.clusters import CLUSTERS_DIR
+from simfog.nccl.prior import prior
 
 
 def add_arguments(parser) -> None:
@@ -86,8 +89,12 @@ def format_summary(s: dict) -> str:
     ]
     if s.get("warnings"):  # what the numbers rest on (simfog.caveats), as every row of sweep, curve, plan says it
         lines.append(f"  WARNINGS           {Caveat.line(Caveat(**w) for w in s['warnings'])}")
-    links = (f"network file {s['network_file']}" if s.get("network_file") else
-             f"links calibrated from {s['network_trace']}" if s.get("network_trace") else "links from the experiment")
+    shipped = s.get("network_file") and Path(s["network_file"]).parent == CLUSTERS_DIR
+    links = (f"shipped cluster {Path(s['network_file']).stem} ({s['network_file']})" if shipped else
+             f"network file {s['network_file']}" if s.get("network_file") else
+             f"links calibrated from {s['network_trace']}" if s.get("network_trace") else
+             f"links from the experiment: {prior(s['transport']).describe()}" if s.get("transport") else
+             "links from the experiment")
     if "nic_spread" in s:  # per-call variation (simfog.variation)
         links += (f"; per-call spread {100 * s['nic_spread']:g} % between nodes, {100 * s['intra_spread']:g} % within "
                   f"({'drawn per call' if s['variation'] == 'draw' else 'each call its expected slowest rank'})")

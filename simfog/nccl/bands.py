@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from simfog import units
-from simfog.bands import SIZE_REGIMES, HalfWidths, Part, log_scores, size_regime
+from simfog.bands import SIZE_REGIMES, UNMEASURED_HALF_WIDTH, HalfWidths, Part, log_scores, size_regime
 from simfog.errors import ConfigError, SimfogError
 from simfog.nccl import fit as nccl_fit
 from simfog.nccl.calibrated import Calibrated
+from simfog.nccl.report import Point
 from simfog.trace import NetworkTrace
 
 BENCH_TABLE = Path(__file__).parents[1] / "data" / "nccl_bands.toml"
@@ -65,14 +66,12 @@ def scores_by_regime(points) -> dict[str, list[float]]:
     return out
 
 
-def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidths | None:
-    """Conformal half-widths of the NCCL model's error on each node count of the logs, predicted from a calibration
-    (nccl_fit.fit with `fit_kwargs`) on the logs of fewer nodes (module docstring); None when the logs hold one node
-    count or no smaller scale can be calibrated. A scale whose smaller logs cannot be calibrated is skipped and
-    named in the source."""
+def scale_out_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list[tuple[Point, int]], list[str]]:
+    """Every measurement of each node count of the logs but the smallest, predicted by a calibration (nccl_fit.fit
+    with `fit_kwargs`) on the logs of fewer nodes: ([(point, the most nodes of the logs it was calibrated on)],
+    what each step did). A scale whose smaller logs cannot be calibrated is skipped and said so."""
     nodes = sorted({m.nodes for t in traces for m in t.measurements if m.ranks >= 2})
-    scores: dict[str, list[float]] = {r: [] for r, _ in SIZE_REGIMES}
-    steps = []
+    out, steps = [], []
     for prev, scale in zip(nodes, nodes[1:], strict=False):
         smaller = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes < scale]) for t in traces]
         held = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes == scale]) for t in traces]
@@ -86,49 +85,98 @@ def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidth
         except SimfogError as e:
             steps.append(f"{scale} nodes not predicted ({str(e)[:80]})")
             continue
-        for r, s in scores_by_regime(points).items():
-            scores[r] += s
+        out += [(p, prev) for p in points]
         steps.append(f"<= {prev} -> {scale} nodes: {len(points)} points")
-    if not any(scores.values()):
+    return out, steps
+
+
+def leave_a_scale_out(traces: Sequence[NetworkTrace], **fit_kwargs) -> HalfWidths | None:
+    """Conformal half-widths of the NCCL model's error on each node count of the logs, predicted from a calibration
+    (nccl_fit.fit with `fit_kwargs`) on the logs of fewer nodes (module docstring, scale_out_points); None when the
+    logs hold one node count or no smaller scale can be calibrated."""
+    points, steps = scale_out_points(traces, **fit_kwargs)
+    if not points:
         return None
-    return HalfWidths.from_scores(scores, "leave-a-scale-out on the calibration's logs: " + "; ".join(steps))
+    return HalfWidths.from_scores(scores_by_regime([p for p, _ in points]),
+                                  "leave-a-scale-out on the calibration's logs: " + "; ".join(steps))
+
+
+# Extrapolation distances (nodes predicted / the most nodes calibrated on) whose held-out points the bench keeps
+# apart (upper bounds, inclusive): a 2 -> 4 prediction errs less than a 2 -> 256 one, and its band is narrower.
+DISTANCES = (("x2", 2.0), ("x4-8", 8.0), ("x16-64", 64.0), ("x128+", math.inf))
+POOLED = "all"  # the table of every distance together
+
+
+def distance_bucket(distance: float | None) -> str | None:
+    """The DISTANCES name of an extrapolation `distance`; None inside the calibration (<= 1) or unknown (None)."""
+    if distance is None or not distance > 1.0:
+        return None
+    return next(name for name, upper in DISTANCES if distance <= upper)
 
 
 @cache
-def bench_table(path: Path = BENCH_TABLE) -> HalfWidths:
-    """The public held-out bench's half-widths (module docstring). Raises ConfigError naming the file."""
+def bench_tables(path: Path = BENCH_TABLE) -> dict[str, HalfWidths]:
+    """The public held-out bench's half-widths (module docstring): POOLED (every held-out point) and, per DISTANCES
+    name, its points' (a distance without points left out). Raises ConfigError naming the file."""
     try:
         doc = tomllib.loads(path.read_text())
-        table = HalfWidths.from_toml(doc["intervals"], str(path))
+        tables = {POOLED: HalfWidths.from_toml(doc["intervals"], str(path))}
+        for name, section in doc.get("distance", {}).items():
+            tables[name] = HalfWidths.from_toml(section, f"{path} [distance.{name}]")
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         raise ConfigError("intervals", "(unreadable)", "the table bench/collectives.py --write-intervals writes",
                           source=str(path)) from None
-    if table is None:
+    if tables[POOLED] is None or any(t is None for t in tables.values()):
         raise ConfigError("intervals", "(empty)", "interval_* keys", source=str(path))
-    return table
+    return tables
+
+
+def bench_table(path: Path = BENCH_TABLE) -> HalfWidths:
+    """The bench's pooled half-widths (every held-out point, whatever its distance)."""
+    return bench_tables(path)[POOLED]
+
+
+def bench_width(tables: dict[str, HalfWidths], nbytes: float, level: float,
+                distance: float | None) -> tuple[float, bool, str]:
+    """(half-width, measured, where from) of the bench's `tables` (bench_tables' form) for a message of `nbytes`
+    predicted `distance` times the most nodes calibrated on: the table of that distance, else (inside or unknown)
+    the pooled one. Too few points for the level there: unmeasured, at least as wide as what that table shows at
+    any level and as the pooled table at this level (a distance nobody measured is no surer than all pooled)."""
+    bucket = distance_bucket(distance)
+    table = tables.get(bucket or POOLED)
+    what = (f"the public held-out NCCL bench at extrapolation distance {bucket} (other clusters)" if bucket else
+            "the public held-out NCCL bench (other clusters, 1-2 nodes -> 3+)")
+    w = table.half_width(nbytes, level) if table is not None else None
+    if w is not None:
+        return w, True, what
+    pooled = tables[POOLED]
+    seen = max(table.widest(nbytes) if table is not None else 0.0, pooled.half_width(nbytes, level) or 0.0,
+               pooled.widest(nbytes) if bucket is None else 0.0)
+    return max(UNMEASURED_HALF_WIDTH, seen), False, f"{what}: too few held-out points for " \
+        f"{units.format_bytes(nbytes)} at level {level:g}"
 
 
 def network_part(calibrated: Calibrated | None, sizes: Sequence[float], level: float, *,
-                 extrapolated: bool = False) -> Part:
+                 extrapolated: bool = False, distance: float | None = None) -> Part:
     """The network part for a prediction whose collectives move messages of `sizes` (bytes): the widest half-width
     over their regimes, from the source the module docstring names; `extrapolated`: the prediction leaves what the
-    network file's logs covered."""
+    network file's logs covered; `distance`: nodes predicted / the most nodes its logs measured (the bench's band
+    widens with it: bench_width)."""
     own = calibrated.intervals if calibrated is not None else None
-    bench = bench_table()
+    tables = bench_tables()
     widths, sources = [], set()
     for size in sizes:
         w_own = own.half_width(size, level) if own is not None else None
-        w_bench = bench.half_width(size, level)
-        if w_own is not None and not (extrapolated and w_bench is not None and w_bench > w_own):
+        w_bench, measured, what = bench_width(tables, size, level, distance)
+        if w_own is not None and not (extrapolated and w_bench > w_own):
             widths.append(w_own)
             sources.add(own.source)
-        elif w_bench is not None:
+        elif measured:
             widths.append(w_bench)
-            sources.add("the public held-out NCCL bench (other clusters, 1-2 nodes -> 3+)")
+            sources.add(what)
         else:
-            seen = max(own.widest(size) if own is not None else 0.0, bench.widest(size))
-            return Part.unmeasured("network", f"too few held-out points for {units.format_bytes(size)} at level "
-                                   f"{level:g}", at_least=seen)
+            seen = max(own.widest(size) if own is not None else 0.0, w_bench)
+            return Part.unmeasured("network", what, at_least=seen)
     if not widths:
         return Part("network", 0.0, 0.0, "no collective")
     note = " (the prediction leaves the logs: the wider of theirs and the bench's)" if extrapolated and own else ""

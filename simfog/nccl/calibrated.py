@@ -118,6 +118,12 @@ class Calibrated:
                               "fit_worst_error", source=source) from None
         return Calibrated(release, layouts, lo, hi, colls, intervals, quality, str(d.get("gpu", "")))
 
+    def distance(self, nodes: int) -> float | None:
+        """How far a prediction on `nodes` nodes extrapolates: nodes / the most nodes of the logs (None: no layouts
+        recorded). The bench's band widens with it (simfog.nccl.bands.bench_width)."""
+        most = max((n for n, _ in self.layouts), default=0)
+        return nodes / most if most else None
+
     def notes(self, net: NcclNetwork, op: str | None, nodes: int, gpus_per_node: int,
               nbytes: float | None = None) -> list[str]:
         """Every way a prediction of `op` (None: any) at `nbytes` (None: not checked) on `nodes` x `gpus_per_node`
@@ -131,10 +137,9 @@ class Calibrated:
         k_logs = max((net.nics_used(g) or 0 for n, g in self.layouts if n > 1), default=0)
         if k is not None and nodes > 1 and k > k_logs:
             out.append(f"{k} NICs per node in use (logs: at most {k_logs})")
-        if nodes >= 3 and most_nodes <= 2:
-            out.append(f"{nodes} nodes from logs of at most {most_nodes} (NCCL's caps change at 3 nodes)")
-        elif nodes > most_nodes:
-            out.append(f"{nodes} nodes (logs: at most {most_nodes})")
+        if nodes > most_nodes:  # the scale-out band widens with nodes / most_nodes (simfog.nccl.bands)
+            out.append(f"{nodes} nodes, extrapolated from {most_nodes} nodes"
+                       + (" (NCCL's caps change at 3 nodes)" if nodes >= 3 and most_nodes <= 2 else ""))
         if op is not None and self.collectives and op not in self.collectives:
             out.append(f"{op}: no {op} log (calibrated on {', '.join(self.collectives)})")
         if nbytes is not None and self.max_bytes and not self.min_bytes <= nbytes <= self.max_bytes:

@@ -21,9 +21,8 @@ them (rails); with no one-node log no launch is fitted (a constant the inter-nod
 
 Loss: log(predicted / measured) per measurement, so 8 B and 8 GiB weigh alike, under a soft-L1 loss
 (scipy.optimize.least_squares, f_scale = 5 %). Each fit is bounded (MAX_NFEV iterations); layouts are evaluated
-vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the
-minimum of its samples (min of out-of-place and in-place) unless `statistic` says otherwise. Each point's
-residual and flag: simfog.nccl.report.residual_points.
+vectorized over their sizes (simfog.nccl.batch), so calibration takes seconds. A measurement's time is the minimum
+of its samples (out-of-place, in-place) unless `statistic` says otherwise; residuals: nccl.report.residual_points.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from simfog.nccl import batch
 from simfog.nccl.calibrated import Calibrated
 from simfog.nccl.facts import arch_of, resolve  # noqa: F401  (arch_of re-exported: callers read the GPU generation here)
 from simfog.nccl.report import FLAG_ERROR, FLAG_SLOWER, NcclCalibration, Point, residual_points  # noqa: F401
+from simfog.nccl.scale_out import FabricSpec
 from simfog.trace import NetworkTrace
 
 CHANNELS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
@@ -51,8 +51,7 @@ NOISE_RMS = 0.01
 MAX_NFEV = 40
 F_SCALE = 0.05
 SCAN_NFEV = 12  # iterations of each channel count's fit before the best count is fitted to the end
-_LOG_BW = (math.log(0.01), math.log(1e4))  # GB/s
-# name -> (bounds, starting value); bandwidths as log GB/s, latencies in µs
+_LOG_BW = (math.log(0.01), math.log(1e4))  # GB/s; _PARAMS: name -> (bounds, start), bandwidths log GB/s, times µs
 _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": ((0.0, 200.0), 2.0),
            "launch": ((0.0, 1000.0), 5.0), "thread_launch": ((0.0, 100.0), 2.0), "p2p_intra": (_LOG_BW, None),
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
@@ -211,13 +210,14 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         cpu_vendor: str | None = None, intra_transport: str | None = None, channels: int | None = None,
         nics_per_node: int | None = None, nic_Bps: float | None = None, gpu_nic_path: str | None = None,
         nvls: bool | None = None, collnet: bool | None = None, statistic: str = "min",
-        source: str = "", unidentified: dict | None = None) -> NcclCalibration:
+        source: str = "", unidentified: dict | None = None, fabric: FabricSpec | None = None) -> NcclCalibration:
     """Fit an NcclNetwork to the measurements of `traces` (nccl-tests logs of any layouts and collectives; 1-rank
     runs and collectives NCCL has no model for are left out). Hardware arguments None: as the logs state, else
     assumed (simfog.nccl.facts). Raises Infeasible when nothing can be fitted (no measurement with 2+ ranks, one
     message size, times that do not grow), ConfigError for bad options, times, or logs of different releases.
     `unidentified`: the values of the tree fill ("tree_fill_B", bytes) and the 2-node tree gain
-    ("two_node_tree_gain") where the logs cannot identify them (default UNIDENTIFIED)."""
+    ("two_node_tree_gain") where the logs cannot identify them (default UNIDENTIFIED). `fabric`: the switches
+    between the nodes (simfog.nccl.scale_out; the bandwidths fitted are then a non-blocking fabric's)."""
     if statistic not in STATISTICS:
         raise ConfigError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     facts = resolve(traces, dict(version=version, gpu_arch=gpu_arch, cpu_vendor=cpu_vendor,
@@ -226,7 +226,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
                                             nvls=nvls, collnet=collnet))
     pts = _series(traces, statistic)
     _check_fittable(pts)
-    base = nccl.NcclNetwork(1e9, 1e9, **facts.hardware)
+    base = nccl.NcclNetwork(1e9, 1e9, **facts.hardware, fabric=fabric)
     groups = _groups(pts)
     coll = [g for g in groups if g.op in nccl.model.COLLECTIVES]
     p2p = [g for g in groups if g.op in nccl.p2p.OPS]
@@ -310,7 +310,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
         ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),
         ("p2p_latency", "p2p latency per peer", "", "the release's Ring/Simple step latency")) if key not in active]
     given += [f"{k} = {_show(k, v)} ({s})" for k, v in facts.hardware.items() for s in [facts.sources[k]]
-              if s != "assumed"]
+              if s != "assumed"] + ([f"fabric {fabric}"] if fabric else [])
     assumed += [f"{k} = {_show(k, v)}" for k, v in facts.hardware.items() if facts.sources[k] == "assumed"
                 and v is not None]
     thread = values.get("thread_launch", 0.0) * 1e-6

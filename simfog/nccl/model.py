@@ -28,6 +28,7 @@ import math
 
 from simfog.nccl.network import NcclNetwork
 from simfog.nccl.releases import PATHS, PROTOS, Tables, tables
+from simfog.nccl.scale_out import pattern_of, rate_factor
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 _NEWER = frozenset(("hopper", "blackwell"))
@@ -109,6 +110,8 @@ def graph_bus_GBps(algo: str, ranks: int, nodes: int, net: NcclNetwork, nccl_vie
         return one
     g = layout(ranks, nodes)[2]
     inter = net.inter_Bps(g) / 1e9
+    if net.fabric is not None and not nccl_view:  # what the switches leave of it (NCCL's tuner does not know)
+        inter *= rate_factor(net.fabric, pattern_of("", algo), nodes, g, net.nics_used(g) or 1)
     if (nodes == 2 and algo in ("tree", "pat")) or algo.startswith("collnet"):
         gain = 2.0 if nccl_view else net.two_node_tree_gain
         return min(gain * inter, one) if g > 1 else gain * inter

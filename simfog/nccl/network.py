@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simfog.errors import ConfigError, one_of
 from simfog.nccl.releases import ARCHS, PATHS, PROTOS, parse_release, tables
+from simfog.nccl.scale_out import FabricSpec
 
 CPU_VENDORS = ("intel", "amd", "arm")  # NCCL treats every host but AMD as Intel's row and overhead
 TRANSPORTS = ("nvlink", "nvswitch", "pci")
@@ -48,7 +49,8 @@ class NcclNetwork:
     makes a protocol costlier than NCCL's tables), two_node_tree_gain (simfog's: the bus bandwidth a tree graph on two
     nodes delivers, in units of the inter-node one; NCCL's search assumes up to 2 and chooses with that, measured
     2-node trees run nearer 1), and the point-to-point path of alltoall and send/recv (p2p_*,
-    None: derived, see simfog.nccl.p2p).
+    None: derived, see simfog.nccl.p2p). With a `fabric`, the inter-node bandwidths are those of a non-blocking
+    fabric, and each layout's pattern gets what the fabric leaves of them (simfog.nccl.scale_out).
 
     Hardware: version (NCCL release "X.Y" or "X.Y.Z"), gpu_arch, cpu_vendor, intra_transport (nvlink: GPUs linked
     directly; nvswitch; pci), nvls (NVLink SHARP on NVSwitch), collnet (SHARP in the fabric), nics_per_node and
@@ -75,6 +77,7 @@ class NcclNetwork:
     p2p_nic_Bps: float | None = None
     p2p_intra_Bps: float | None = None
     two_node_tree_gain: float = 1.0
+    fabric: FabricSpec | None = None  # the switches between nodes (simfog.nccl.scale_out; None: non-blocking)
 
     def __post_init__(self):
         for name in ("intra_bus_Bps", "inter_bus_Bps"):

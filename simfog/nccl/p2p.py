@@ -8,10 +8,11 @@ from the transport's rate and a latency per peer (simfog's model, not NCCL's):
         intra = S·(G-1)/n / GPU rate (a GPU pushes its node-mates' shares over its NVLink) and
         inter = G·S·(n-G)/n / (NIC rate · NICs used) (the node's NICs carry all its GPUs' remote shares, rails);
 
-plus net.launch_s, G GPUs per node. The rates and latency are the network's p2p_* fields (fitted from alltoall /
-sendrecv logs); where None they are derived (`rates`): a GPU's rate = one node's bus bandwidth, a NIC's = the
-whole node's inter-node bus bandwidth / NICs, the latency = the release's hwLat of a Ring/Simple step (NET on
-several nodes, NVLink or PCI on one).
+plus net.launch_s, G GPUs per node; sendrecv's NIC rate times what the network's fabric leaves of it at that node count
+(simfog.nccl.scale_out; alltoall's many flows spread over the uplinks: none). The rates and latency are the network's
+p2p_* fields (fitted from alltoall / sendrecv logs); where None they are derived (`rates`): a GPU's rate = one node's
+bus bandwidth, a NIC's = the whole node's inter-node bus bandwidth / NICs, the latency = the release's hwLat of a
+Ring/Simple step (NET on several nodes, NVLink or PCI on one).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from simfog.nccl.model import layout
 from simfog.nccl.network import NcclNetwork
 from simfog.nccl.releases import tables
+from simfog.nccl.scale_out import rate_factor
 
 OPS = ("alltoall", "sendrecv")
 
@@ -40,6 +42,7 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork) -> 
     lat, gpu, nic = rates(net, nodes)
     g = layout(ranks, nodes)[2]
     if op == "sendrecv":
+        nic *= rate_factor(net.fabric, "sendrecv", nodes, g, net.nics_per_node or 1)  # simfog.nccl.scale_out
         return lat + nbytes / (nic if nodes > 1 else gpu) + net.launch_s
     intra = nbytes * (g - 1) / ranks / gpu
     inter = g * nbytes * (ranks - g) / ranks / (nic * (net.nics_used(g) or 1)) if nodes > 1 else 0.0
