@@ -13,12 +13,14 @@ simulates). Then one of two readings:
   comes back exactly, so export then import gives the same simulation bit for bit.
 - Any other trace (the Chakra converter's) is read per operator: its device compute nodes (is_cpu_op false; every
   compute node where the trace marks none) in issue order, each one a layer; backward starts at the first node
-  whose name, or whose host operator's, says "backward"; the gradients are the ALL_REDUCE (DDP buckets) and
-  REDUCE_SCATTER (FSDP/ZeRO) collectives that follow a backward node, each one tensor of comm_size bytes, ready
-  when the last backward node launched before it ends (node ids follow the host's launch order); the nodes after the last gradient's that are not backward make
-  the optimizer step. Durations are the trace's, in microseconds. ALL_GATHER (FSDP's parameter gathers) and
-  BROADCAST (DDP's buffers at start) are counted in the notes and not kept: the experiment's algorithm plans its
-  own. PyTorch's traces carry no module names, so layers are operators, named by their node id and name.
+  whose name, or whose launching host operator's, says "backward"; the gradients are the ALL_REDUCE (DDP buckets)
+  and REDUCE_SCATTER (FSDP/ZeRO) collectives launched after a backward node, each one tensor of comm_size bytes,
+  ready when the last backward node launched before it ends (node ids follow the host's launch order); the nodes
+  after the last gradient's ready node that are not backward make the optimizer step (with DDP: the copies of
+  the reduced buckets back into the gradients, and the optimizer's kernels). Durations are the trace's, in
+  microseconds. ALL_GATHER (FSDP's parameter gathers) and BROADCAST (DDP's buffers at start) are counted in the
+  notes and not kept: the experiment's algorithm plans its own. PyTorch's traces carry no module names, so
+  layers are operators, named by their node id and name.
 
 Several files are several ranks: the same structure in each, rank r's times as sample r (sample_ranks), so the
 engine gives simulated rank r recorded rank r mod R's compute.
@@ -127,7 +129,7 @@ def _simfog_dict(g: Graph) -> dict:
                                       source=g.path)
                 layer["params"] = [{"name": n, "elements": e, "dtype": t} for n, e, t in zip(names, elements, dtypes)]
         elif node.type == _COMP and phase == "optimizer":
-            d["optimizer_s"] = _samples(a, node, g)
+            d["optimizer_s"] = list(a.get(SAMPLES) or [])
             if a.get(HOST):
                 d["host_s"] = list(a[HOST])
     for name, layer in layers.items():
@@ -242,7 +244,8 @@ def _phases(g: Graph) -> dict:
 
 
 def _is_backward(node, g: Graph) -> bool:
-    """The node, or a host operator it depends on directly, is named *backward* (autograd's operators:
-    aten::convolution_backward, ...)."""
-    near = [node.name, *(g.by_id[d].name for d in (*node.data_deps, *node.ctrl_deps) if d in g.by_id)]
-    return any("backward" in name.lower() for name in near)
+    """The node, or the host operator that launched it, is named *backward* (autograd's operators:
+    aten::convolution_backward, ...). The launcher is the node's parent, its control dependency; where the
+    converter dropped the parent, the host operator it follows (its first data dependency)."""
+    parents = [g.by_id[d] for d in node.ctrl_deps if d in g.by_id] or [g.by_id[d] for d in node.data_deps[:1]]
+    return any("backward" in n.name.lower() for n in (node, *parents))
