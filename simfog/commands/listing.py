@@ -1,4 +1,4 @@
-"""`simfog list`: every registered collective, merge policy, training algorithm, topology and importer."""
+"""`simfog list`: every registered collective, merge policy, training algorithm, topology, importer and exporter."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ REGISTRIES = [
     ("algorithms", "simfog.algorithms", "REGISTRY"),
     ("topologies", "simfog.topology", "TOPOLOGIES"),
     ("importers", "simfog.importers", "IMPORTERS"),
+    ("exporters", "simfog.exporters", "EXPORTERS"),
 ]
 
 

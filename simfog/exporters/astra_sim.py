@@ -74,7 +74,7 @@ class AstraConfig:
 
 def _link_bps(link: Link) -> float:
     """What one flow reaches on `link` (its flow cap where it has one): the bandwidth of simfog's ring steps."""
-    return 1.0 / link.beta_s_per_B
+    return link.flow_Bps
 
 
 def config(cluster: Cluster, collective: str, *, source: str | None = None) -> AstraConfig:

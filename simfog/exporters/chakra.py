@@ -129,7 +129,8 @@ def workload_nodes(trace, buckets, times) -> list:
     for i, layer in enumerate(trace.layers):
         numbers = [schema.attr(f"simfog.{k}", double_val=getattr(layer, k)) for k in names.LAYER_NUMBERS
                    if getattr(layer, k) is not None]
-        prev = add(f"fwd:{layer.name}", "COMP_NODE", [prev], forward[i], [*_layer_attrs(layer, "forward"), *numbers])
+        prev = add(f"forward:{layer.name}", "COMP_NODE", [prev], forward[i],
+                   [*_layer_attrs(layer, "forward"), *numbers])
     # a bucket launches once its last gradient is ready and the bucket before it has launched: backward runs from
     # layer L-1 down to 0, so bucket k goes after the backward of layer min(ready[:k + 1])
     ready = [min(layer_of[t] for t in b.tensors) for b in buckets]
@@ -141,7 +142,7 @@ def workload_nodes(trace, buckets, times) -> list:
         params = [schema.attr(names.PARAMS, string_list=[t.name for t in layer.params]),
                   schema.attr(names.ELEMENTS, int64_list=[t.elements for t in layer.params]),
                   schema.attr(names.DTYPES, string_list=[t.dtype for t in layer.params])]
-        prev = backward_node[i] = add(f"bwd:{layer.name}", "COMP_NODE", [prev], backward[i],
+        prev = backward_node[i] = add(f"backward:{layer.name}", "COMP_NODE", [prev], backward[i],
                                       [*_layer_attrs(layer, "backward"), *params])
         while k < len(buckets) and launch_at[k] == i:
             b = buckets[k]

@@ -246,6 +246,7 @@ def _phases(g: Graph) -> dict:
 def _is_backward(node, g: Graph) -> bool:
     """The node, or the host operator that launched it, is named *backward* (autograd's operators:
     aten::convolution_backward, ...). The launcher is the node's parent, its control dependency; where the
-    converter dropped the parent, the host operator it follows (its first data dependency)."""
-    parents = [g.by_id[d] for d in node.ctrl_deps if d in g.by_id] or [g.by_id[d] for d in node.data_deps[:1]]
+    converter dropped the parent, the host operator it follows (its first data dependency, when that is one)."""
+    parents = ([g.by_id[d] for d in node.ctrl_deps if d in g.by_id]
+               or [g.by_id[d] for d in node.data_deps[:1] if not g.is_gpu(g.by_id[d])])
     return any("backward" in n.name.lower() for n in (node, *parents))
