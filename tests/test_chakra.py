@@ -100,6 +100,8 @@ def test_the_public_ddp_step_imports_with_simfogs_own_ddp_buckets(public_et):
 ROUND_TRIPS = [
     ("default: A100 estimate, ddp, ring, 32 ranks", lambda: experiment.load(DEFAULT_EXPERIMENT)),
     ("drawn compute, mgwfbp, hierarchical", lambda: small(merge="mgwfbp", collective="hierarchical")),
+    ("fsdp per layer, prefetch 2, resharded", lambda: small(algorithm="fsdp", prefetch=2)),
+    ("zero2 with overlap", lambda: small(algorithm="zero2", overlap_comm=True, reduce_bucket_size=2_000_000)),
     ("threshold, a slow rank", lambda: dataclasses.replace(
         small(merge="threshold", threshold_bytes=8 * 2**20),
         heterogeneity=experiment.Heterogeneity(rank_slowdown=((3, 1.5),)))),
@@ -223,6 +225,22 @@ def test_several_foreign_rank_files_keep_each_ranks_compute(tmp_path):
     assert slow.size and np.allclose(slow, 3.0, rtol=0.02)  # rank 1's own times, in whole microseconds
 
 
+def test_a_foreign_fsdp_trace_keeps_its_reduce_scatters_as_gradients(tmp_path):
+    exp = small(algorithm="fsdp", fsdp_unit="model")
+    export_chakra(exp, tmp_path / "out")
+    nodes = _nodes(tmp_path / "out" / "workload.0.et")
+    ops = [schema.COLLECTIVE_TYPE_NAMES[schema.attributes(n)["comm_type"]] for n in nodes
+           if n.type == schema.NODE_TYPES["COMM_COLL_NODE"]]
+    assert ops == ["ALL_GATHER", "ALL_GATHER", "REDUCE_SCATTER"]  # one unit: gathered for forward and backward
+    gathered = [schema.attributes(n)["comm_size"] for n in nodes if "allgather" in n.name]
+    assert gathered == [round(exp.workload.trace.nbytes / 8)] * 2  # ASTRA-sim's all-gather size: each rank's part
+    _strip(tmp_path / "out" / "workload.0.et", tmp_path / "plain.0.et")
+    with pytest.warns(ImporterWarning, match="REDUCE_SCATTER"):
+        trace = import_files("chakra", [tmp_path / "plain.0.et"])
+    assert [t.nbytes for t in trace.tensors.values()] == [exp.workload.trace.nbytes]
+    assert "ALL_GATHER" in trace.provenance.notes or "allgather" in trace.provenance.notes
+
+
 def test_reduce_scatter_gradients_are_read_with_a_warning(tmp_path):
     """An FSDP-like step written by hand: all-gathers before forward and backward, reduce-scatters after."""
     nodes = [_node(0, "COMM_COLL_NODE", [], comm=("ALL_GATHER", 4000)),
@@ -317,8 +335,10 @@ def test_what_the_export_cannot_write_is_refused_and_nothing_is_written(tmp_path
                           (["--merge", "horovod"], "comm.merge = 'horovod'")):
         assert cli.main(["export", "chakra", str(exp_file), "-o", str(tmp_path / "o"), *args]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
-    with pytest.raises(ConfigError, match="comm.algorithm = 'fsdp'"):
-        export_chakra(small(algorithm="fsdp"), tmp_path / "o")
+    with pytest.raises(ConfigError, match="comm.algorithm = 'hsdp'.*every rank"):
+        export_chakra(small(algorithm="hsdp"), tmp_path / "o")
+    with pytest.raises(ConfigError, match="comm.algorithm = 'powersgd'"):
+        export_chakra(small(algorithm="powersgd", powersgd_rank=2), tmp_path / "o")
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
     (tmp_path / "o").mkdir()
     assert cli.main(["export", "chakra", str(exp_file), "-o", str(tmp_path / "o")]) == 2

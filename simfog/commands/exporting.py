@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     exp = load_with_overrides(args)
     done = EXPORTERS.get(args.kind, field="kind")(exp, args.output, force=args.force)
     print(f"{exp.source or 'default experiment'} -> {done.folder}/: {done.ranks} Chakra traces workload.<rank>.et "
-          f"({done.distinct} distinct, {done.nodes} nodes each, {done.buckets} collectives per iteration), "
+          f"({done.distinct} distinct, {done.nodes} nodes each, {done.collectives} collectives per iteration), "
           "network.yml, system.json, memory.json, export.json")
     for note in done.notes:
         print(f"  note: {note}")

@@ -2,18 +2,21 @@
 ASTRA-sim's network, system and memory inputs (simfog.exporters.astra_sim) and export.json, what was written and
 how to run it.
 
-One training iteration per rank, in data dependencies (what ASTRA-sim's feeder orders by):
+One training iteration per rank, in data dependencies (what ASTRA-sim's feeder orders by), on the rules of
+simfog's engine (simfog.exporters.chakra_nodes). The bucketed allreduce:
 
     forward of layer 0 -> ... -> forward of layer L-1 -> backward of layer L-1 -> ... -> backward of layer 0
     bucket k's ALL_REDUCE <- the backward node after which its last gradient is ready, and bucket k-1
     optimizer <- the last backward node and the last bucket
 
-The buckets are the ones simfog's static merge policy makes (simfog.algorithms.allreduce.plan.static_plan), in
-launch order on one communication stream; comm_size is the bucket's bytes. Compute nodes last each layer's mean
-time on that rank (its recorded rank's mean where the trace has several, times its [heterogeneity] slowdown),
-in whole microseconds: the unit of Chakra's duration_micros, which ASTRA-sim replays. Node ids follow issue
-order (ASTRA-sim issues the lowest ready id first). Ranks with the same times share one file's bytes (hard links
-where the file system has them).
+with the buckets simfog's static merge policy makes (simfog.algorithms.allreduce.plan.static_plan), in launch
+order on one communication stream. The sharded algorithms (fsdp, zero1, zero2, zero3): the plan's steps
+(simfog.algorithms.sharded.plan), each collective issued where compute reaches its step or hook, compute waiting
+for what it needs. Compute nodes last each layer's mean time on that rank (its recorded rank's mean where the
+trace has several, times its [heterogeneity] slowdown; the optimizer step divided among the shards as the engine
+does), in whole microseconds: the unit of Chakra's duration_micros, which ASTRA-sim replays. Node ids follow
+issue order (ASTRA-sim issues the lowest ready id first). Ranks with the same times share one file's bytes (hard
+links where the file system has them).
 
 Beside Chakra's fields every node carries simfog's exact values (simfog.importers.chakra: every sample in
 seconds, the layers' parameter tensors, each bucket's tensors, the trace's other fields in the GlobalMetadata),
@@ -38,34 +41,37 @@ from simfog import merge
 from simfog.engine.compute import ComputeModel
 from simfog.errors import ConfigError
 from simfog.exporters import astra_sim
+from simfog.exporters.chakra_nodes import allreduce_nodes, sharded_nodes
 from simfog.importers import chakra as names
 from simfog.importers import chakra_schema as schema
 
 ASTRA_BINARY = "AstraSim_Analytical_Congestion_Unaware"
-US = 1e6
 
 
 @dataclass(frozen=True)
 class Export:
     """What `export_chakra` wrote: `folder`, `ranks` workload files of which `distinct` differ, `nodes` per file,
-    `buckets` collectives per iteration, `notes` (what ASTRA-sim will not see) and ASTRA-sim's command line."""
+    `collectives` per iteration, `notes` (what ASTRA-sim will not see) and ASTRA-sim's command line."""
 
     folder: Path
     ranks: int
     distinct: int
     nodes: int
-    buckets: int
+    collectives: int
     notes: tuple[str, ...]
     command: str
+
+
+SHARDED = ("fsdp", "zero1", "zero2", "zero3")  # sharded algorithms whose collectives all span every rank
 
 
 def check_exportable(exp) -> None:
     """ConfigError naming the [comm] key when `exp` holds what the Chakra export cannot write."""
     c = exp.comm
-    if c.algorithm != "allreduce":
-        raise ConfigError("comm.algorithm", c.algorithm, '"allreduce" (the export writes bucketed gradient '
-                          "allreduces; other algorithms are not exported yet)", source=exp.source)
-    if c.merge in merge.DYNAMIC:
+    if c.algorithm not in ("allreduce", *SHARDED):
+        raise ConfigError("comm.algorithm", c.algorithm, f"one of allreduce, {', '.join(SHARDED)} (the algorithms "
+                          "whose collectives all span every rank, fixed before the run)", source=exp.source)
+    if c.algorithm == "allreduce" and c.merge in merge.DYNAMIC:
         raise ConfigError("comm.merge", c.merge, "a static merge policy (buckets fixed before the run): "
                           f"{', '.join(n for n in merge.POLICIES.names() if n not in merge.DYNAMIC)}",
                           source=exp.source)
@@ -78,7 +84,6 @@ def export_chakra(exp, folder: str | os.PathLike, *, force: bool = False) -> Exp
     """Write `exp`'s workload and ASTRA-sim's inputs into the new folder `folder` (see the module docstring): it
     appears complete or not at all. Raises ConfigError for an experiment the export cannot write (check_exportable,
     astra_sim.config) or a folder that exists (unless `force`, which replaces it)."""
-    from simfog.algorithms.allreduce.plan import static_plan
     from simfog.simulation import new_simulation
 
     folder = Path(folder)
@@ -86,81 +91,50 @@ def export_chakra(exp, folder: str | os.PathLike, *, force: bool = False) -> Exp
         raise ConfigError("-o", str(folder), "a folder that does not exist yet (add --force to replace it)")
     check_exportable(exp)
     astra = astra_sim.config(exp.cluster, exp.comm.collective, source=exp.source)
-    buckets = static_plan(exp)
     sim = new_simulation(exp)  # checks the run as `simfog simulate` does (memory, groups); its rank slowdowns
+    graph, collectives = _graph(exp, sim)
     means = ComputeModel.from_trace(exp.workload.trace, "mean")
+    shards = getattr(sim.algorithm, "shards", 1)
     metadata = _metadata(exp)
-    contents: dict[bytes, list[int]] = {}
+    ranks_of: dict[tuple, list[int]] = {}  # (recorded rank's row, slowdown) -> the ranks with those times
     for rank in range(exp.ranks):
-        row = rank % len(means.forward_s)
-        factor = sim.slowdown[rank]
-        times = (means.layer_forward_s[row] * factor, means.layer_backward_s[row] * factor,
-                 means.optimizer_s[row] * factor)
-        nodes = workload_nodes(exp.workload.trace, buckets, times)
-        contents.setdefault(schema.encode(metadata, nodes), []).append(rank)
+        ranks_of.setdefault((rank % len(means.forward_s), float(sim.slowdown[rank])), []).append(rank)
+    contents: dict[bytes, list[int]] = {}
+    for (row, factor), ranks in ranks_of.items():
+        host = means.host_s[row]  # the optimizer step's host time is not sharded (the engine's rule)
+        optimizer = ((means.optimizer_s[row] - host) / shards + host) * factor
+        nodes = graph(means.layer_forward_s[row] * factor, means.layer_backward_s[row] * factor, optimizer)
+        contents.setdefault(schema.encode(metadata, nodes), []).extend(ranks)
     notes = (*_notes(exp), *astra.notes)
     command = (f"{ASTRA_BINARY} --workload-configuration={folder}/workload --system-configuration={folder}/"
                f"system.json --network-configuration={folder}/network.yml --remote-memory-configuration={folder}/"
                "memory.json")
     manifest = {"format": "simfog.chakra-export/1", "experiment": exp.source, "ranks": exp.ranks,
                 "algorithm": exp.comm.algorithm, "merge": exp.comm.merge, "collective": exp.comm.collective,
-                "buckets": [{"bytes": b.nbytes, "tensors": len(b.tensors)} for b in buckets],
-                "chakra_schema": schema.WRITTEN_VERSION, "astra_sim": command, "notes": list(notes)}
+                "collectives": collectives, "chakra_schema": schema.WRITTEN_VERSION, "astra_sim": command,
+                "notes": list(notes)}
     _write(folder, contents, astra, manifest, force)
-    return Export(folder, exp.ranks, len(contents), len(nodes), len(buckets), notes, command)
+    return Export(folder, exp.ranks, len(contents), len(nodes), len(collectives), notes, command)
 
 
-def workload_nodes(trace, buckets, times) -> list:
-    """One rank's nodes for one iteration: `times` = (forward (L,), backward (L,), optimizer) seconds on that rank."""
-    forward, backward, optimizer = times
-    layer_of = trace.layer_index()
-    nodes: list = []
+def _graph(exp, sim):
+    """(times -> one rank's nodes, the collectives of an iteration as [{op, bytes, name}]) for `exp`'s algorithm."""
+    trace = exp.workload.trace
+    if exp.comm.algorithm == "allreduce":
+        from simfog.algorithms.allreduce.plan import static_plan
 
-    def add(name: str, kind: str, deps, duration_s: float | None = None, attrs=()) -> int:
-        node = schema.Node(id=len(nodes), name=name, type=schema.NODE_TYPES[kind], data_deps=[d for d in deps
-                                                                                               if d is not None])
-        if duration_s is not None:
-            node.duration_micros = round(duration_s * US)
-        node.attr.extend([schema.attr("is_cpu_op", bool_val=False), *attrs])
-        nodes.append(node)
-        return node.id
-
-    prev = None
-    for i, layer in enumerate(trace.layers):
-        numbers = [schema.attr(f"simfog.{k}", double_val=getattr(layer, k)) for k in names.LAYER_NUMBERS
-                   if getattr(layer, k) is not None]
-        prev = add(f"forward:{layer.name}", "COMP_NODE", [prev], forward[i],
-                   [*_layer_attrs(layer, "forward"), *numbers])
-    # a bucket launches once its last gradient is ready and the bucket before it has launched: backward runs from
-    # layer L-1 down to 0, so bucket k goes after the backward of layer min(ready[:k + 1])
-    ready = [min(layer_of[t] for t in b.tensors) for b in buckets]
-    launch_at = [min(ready[:k + 1]) for k in range(len(ready))]
-    backward_node: dict[int, int] = {}
-    last_coll, k = None, 0
-    for i in reversed(range(len(trace.layers))):
-        layer = trace.layers[i]
-        params = [schema.attr(names.PARAMS, string_list=[t.name for t in layer.params]),
-                  schema.attr(names.ELEMENTS, int64_list=[t.elements for t in layer.params]),
-                  schema.attr(names.DTYPES, string_list=[t.dtype for t in layer.params])]
-        prev = backward_node[i] = add(f"backward:{layer.name}", "COMP_NODE", [prev], backward[i],
-                                      [*_layer_attrs(layer, "backward"), *params])
-        while k < len(buckets) and launch_at[k] == i:
-            b = buckets[k]
-            last_coll = add(f"allreduce:bucket{k}", "COMM_COLL_NODE", [backward_node[ready[k]], last_coll],
-                            attrs=[schema.attr("comm_type", int64_val=schema.COLLECTIVE_TYPES["ALL_REDUCE"]),
-                                   schema.attr("comm_size", int64_val=b.nbytes),
-                                   schema.attr(names.TENSORS, string_list=list(b.tensors))])
-            k += 1
-    add("optimizer", "COMP_NODE", [prev, last_coll], optimizer,
-        [schema.attr(names.PHASE, string_val="optimizer"),
-         schema.attr(names.SAMPLES, double_list=list(trace.optimizer_s)),
-         schema.attr(names.HOST, double_list=list(trace.host_s))])
-    return nodes
-
-
-def _layer_attrs(layer, phase: str) -> list:
-    return [schema.attr(names.LAYER, string_val=layer.name), schema.attr(names.PHASE, string_val=phase),
-            schema.attr(names.SAMPLES, double_list=list(getattr(layer, f"{phase}_s")))]
+        buckets = static_plan(exp)
+        return (lambda f, b, o: allreduce_nodes(trace, buckets, f, b, o),
+                [{"op": "allreduce", "bytes": b.nbytes, "name": f"bucket{k}", "tensors": len(b.tensors)}
+                 for k, b in enumerate(buckets)])
+    alg = sim.algorithm
+    plan = alg.plan
+    for coll in plan.colls:
+        if coll.group == "replica" or (coll.group == "shard" and alg.group_size != exp.ranks):
+            raise ConfigError("comm.algorithm", exp.comm.algorithm, f"collectives over every rank (its {coll.name} "
+                              f"runs among {coll.group} groups)", source=exp.source)
+    return (lambda f, b, o: sharded_nodes(trace, plan, exp.ranks, f, b, o),
+            [{"op": c.op, "bytes": c.nbytes, "name": c.name} for c in plan.colls])
 
 
 def _metadata(exp):
