@@ -76,9 +76,11 @@ NEEDED = {"CMakeLists.txt": "the ASTRA-sim tree itself",
               "extern/remote_memory_backend/analytical",
           "extern/helper/fmt/CMakeLists.txt": "extern/helper/fmt",
           "extern/helper/spdlog/CMakeLists.txt": "extern/helper/spdlog"}
-# Bytes per map entry of ASTRA-sim's logical rings (std::map<int, int> node and allocation, two maps per ring),
-# to refuse a row before it exhausts the machine; measured: see the docstring's memory note.
-RING_ENTRY_BYTES = 2 * 64
+# Bytes per member of ASTRA-sim's logical rings (two std::map<int, int> per ring, each NPU holding its own), to
+# refuse a row before it exhausts the machine: one flat ring of 2,048 NPUs peaked at 3.39 GB (4 x 2048 x 2048
+# members, ~200 B each; measured here with /usr/bin/time).
+RING_ENTRY_BYTES = 200
+MEMORY_SHARE = 0.7  # of MemAvailable, the most a row may need (estimated) and ASTRA-sim may take (its RLIMIT_AS)
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
@@ -95,7 +97,9 @@ def missing(tree: Path | None) -> list[str]:
     for path, what in NEEDED.items():
         if not (tree / path).is_file() and what not in seen:
             seen.add(what)
-            out.append(f"{tree / path} (from {what}: git submodule update --init)")
+            how = ("not an ASTRA-sim source tree?" if what == "the ASTRA-sim tree itself" else
+                   f"from {what}: git submodule update --init")
+            out.append(f"{tree / path} ({how})")
     return out
 
 
@@ -146,19 +150,28 @@ def ring_bytes(ranks: int, dims: list[int]) -> int:
     return 4 * ranks * sum(dims) * RING_ENTRY_BYTES
 
 
-def run_astra(binary: Path, folder: Path) -> tuple[float, float]:
-    """(wall seconds, predicted iteration seconds: the last rank's finish) of ASTRA-sim on an exported folder."""
+def run_astra(binary: Path, folder: Path, ranks: int, limit_bytes: int) -> tuple[float, float]:
+    """(wall seconds, predicted iteration seconds: the last rank's finish) of ASTRA-sim on an exported folder, its
+    address space limited to `limit_bytes` (so that a row too big for the machine fails alone). RuntimeError
+    saying why when it does not finish every rank."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
     with tempfile.TemporaryDirectory(prefix="astra-run-") as cwd:  # it writes log/ into its working folder
         start = time.perf_counter()
         done = subprocess.run([str(binary), f"--workload-configuration={folder}/workload",
                                f"--system-configuration={folder}/system.json",
                                f"--network-configuration={folder}/network.yml",
                                f"--remote-memory-configuration={folder}/memory.json"],
-                              cwd=cwd, capture_output=True, text=True)
+                              cwd=cwd, capture_output=True, text=True, preexec_fn=limit)
         wall = time.perf_counter() - start
     cycles = {int(r): int(c) for r, c in FINISHED.findall(done.stdout)}
-    if done.returncode != 0 or not cycles:
-        raise RuntimeError(f"ASTRA-sim failed (exit {done.returncode}): {(done.stderr or done.stdout)[-300:]}")
+    if done.returncode != 0 or len(cycles) != ranks:
+        why = "out of memory" if "bad_alloc" in done.stderr + done.stdout else f"exit {done.returncode}"
+        raise RuntimeError(f"ASTRA-sim stopped ({why}, limit {limit_bytes / 1e9:.0f} GB, {len(cycles)} of {ranks} "
+                           f"ranks finished): {(done.stderr or done.stdout)[-200:].strip()}")
     return wall, max(cycles.values()) * 1e-9
 
 
@@ -188,18 +201,23 @@ def rows(binary: Path, base, ranks_list, work: Path):
                 dims = [d.npus for d in astra_sim.config(exp.cluster, collective).dimensions]
                 row = {"ranks": ranks, "collective": collective, "merge": merge}
                 need, have = ring_bytes(ranks, dims), available_bytes()
-                if need > 0.7 * have:
+                if need > MEMORY_SHARE * have:
                     yield {**row, "skipped": f"ASTRA-sim's logical rings need ~{need / 1e9:.0f} GB "
                            f"(4 x {ranks} NPUs x ring of {'+'.join(map(str, dims))} members), "
                            f"{have / 1e9:.0f} GB available"}
                     continue
                 folder = work / f"{ranks}-{collective}-{merge}"
-                done = export_chakra(exp, folder)
+                done = export_chakra(exp, folder, exact=False)  # Chakra's fields only: ASTRA-sim holds them all
                 start = time.perf_counter()
                 ours = simulate(exp).summary()["iteration_time_s"]
                 ours_wall = time.perf_counter() - start
-                theirs_wall, theirs = run_astra(binary, folder)
-                shutil.rmtree(folder)
+                try:
+                    theirs_wall, theirs = run_astra(binary, folder, ranks, int(MEMORY_SHARE * available_bytes()))
+                except RuntimeError as e:
+                    yield {**row, "skipped": str(e)}
+                    continue
+                finally:
+                    shutil.rmtree(folder)
                 bound, why = explain(exp, done.collectives, dims)
                 diff = theirs - ours
                 yield {**row, "buckets": done.collectives, "simfog_wall_s": ours_wall, "astra_wall_s": theirs_wall,

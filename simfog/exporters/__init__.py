@@ -3,8 +3,9 @@
     from simfog.exporters import EXPORTERS
     EXPORTERS.get("chakra")(experiment, "out/")    # Chakra traces + ASTRA-sim's network and system inputs
 
-Every exporter is a function `(experiment, folder, *, force=False) -> summary` in EXPORTERS (`simfog list`); it
-writes a new folder whole or not at all and says in its summary's notes what the other tool will not see.
+Every exporter is a function `(experiment, folder, *, force=False, exact=True) -> summary` in EXPORTERS
+(`simfog list`); it writes a new folder whole or not at all and says in its summary's notes what the other tool
+will not see. `exact` False: the other tool's fields only, without what simfog adds to read its own files back.
 """
 
 from __future__ import annotations
