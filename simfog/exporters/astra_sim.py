@@ -17,7 +17,10 @@ astra-network-analytical; the commit bench/peers.py pins):
 - system: the "ring" collective on each dimension; one chunk per collective ("preferred-dataset-splits": 1) and
   one chunk in flight per dimension, so a collective is the α-β ring simfog costs, not a pipeline of chunks;
   "endpoint-delay": 1 ns per message, the least ASTRA-sim accepts (0 stops its event queue: an event at the time
-  it is scheduled); "local-mem-bw" from the reduction bandwidth: ASTRA-sim charges 3 x bytes / local-mem-bw per
+  it is scheduled); "collective-optimization": "localBWAware", under which an allreduce over two dimensions is
+  reduce-scatter in the first, allreduce in the second on 1/L of the bytes, all-gather in the first (simfog's
+  hierarchical; "baseline" allreduces the whole buffer in each dimension, Sys.cc generate_collective);
+  "local-mem-bw" from the reduction bandwidth: ASTRA-sim charges 3 x bytes / local-mem-bw per
   reduced chunk (one write, two reads: PacketBundle.cc, local-mem-bw in 10**9 bytes per second), simfog
   (n-1)/n x M x γ, so local-mem-bw = 3 / γ; without a reduction cost, 10**12 GB/s (well under a nanosecond).
 - remote memory: none ("NO_MEMORY_EXPANSION").
@@ -65,7 +68,7 @@ class AstraConfig:
         return {"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1,
                 "preferred-dataset-splits": 1, "all-reduce-implementation": ring, "all-gather-implementation": ring,
                 "reduce-scatter-implementation": ring, "all-to-all-implementation": ring,
-                "collective-optimization": "baseline", "local-mem-bw": local, "boost-mode": 0}
+                "collective-optimization": "localBWAware", "local-mem-bw": local, "boost-mode": 0}
 
     @staticmethod
     def memory() -> dict:
