@@ -179,6 +179,7 @@ def test_the_network_and_system_are_the_clusters(tmp_path, collective):
     system = json.loads((tmp_path / "out" / "system.json").read_text())
     assert system["preferred-dataset-splits"] == 1 and system["active-chunks-per-dimension"] == 1
     assert system["all-reduce-implementation"] == ["ring"] * (1 if collective == "ring" else 2)
+    assert system["collective-optimization"] == "localBWAware"  # two levels: reduce-scatter, allreduce, all-gather
     manifest = json.loads((tmp_path / "out" / "export.json").read_text())
     assert manifest["ranks"] == 8 and manifest["chakra_schema"] == "0.0.4"
 
