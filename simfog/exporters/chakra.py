@@ -81,8 +81,10 @@ def check_exportable(exp) -> None:
 
 
 def export_chakra(exp, folder: str | os.PathLike, *, force: bool = False, exact: bool = True) -> Export:
-    """Write `exp`'s workload and ASTRA-sim's inputs into the new folder `folder` (see the module docstring): it
-    appears complete or not at all. `exact` False leaves simfog's attributes out: Chakra's fields only, smaller
+    """Chakra execution traces of every rank, and ASTRA-sim's network, system and memory inputs.
+
+    Writes `exp`'s workload into the new folder `folder` (see the module docstring): it appears complete or not at
+    all. `exact` False leaves simfog's attributes out: Chakra's fields only, smaller
     files (ASTRA-sim keeps every node's attributes in memory: a tenth of the bytes at 8,192 ranks), which
     `simfog import chakra` reads per operator. Raises ConfigError for an experiment the export cannot write
     (check_exportable, astra_sim.config) or a folder that exists (unless `force`, which replaces it)."""

@@ -58,8 +58,10 @@ _GRADIENT_OPS = {COLLECTIVE_TYPES["ALL_REDUCE"]: "ALL_REDUCE", COLLECTIVE_TYPES[
 
 
 def import_chakra(path: str | Path, *, model: str | None = None, batch_size: int | None = None) -> ModelTrace:
-    """One Chakra execution trace -> ModelTrace (see the module docstring). `model`, `batch_size`: what a trace
-    not written by simfog does not record (defaults: the file's name, 1)."""
+    """Chakra execution trace(s) (protobuf, one per rank) -> ModelTrace: per operator, or exactly as simfog wrote it.
+
+    See the module docstring. `model`, `batch_size`: what a trace not written by simfog does not record (defaults:
+    the file's name, 1)."""
     return import_chakra_files([path], model=model, batch_size=batch_size)
 
 
