@@ -20,6 +20,8 @@ COMMANDS = {
     "sweep": ("simfog.commands.sweep", "simulate a grid of ranks x merge policies x collectives; table and CSV"),
     "list": ("simfog.commands.listing", "list every registered collective, merge policy, algorithm, ..."),
     "import": ("simfog.commands.importing", "convert a profiler trace or benchmark log into a simfog trace"),
+    "export": ("simfog.commands.exporting", "write an experiment's workload for another simulator (Chakra traces "
+               "and ASTRA-sim inputs)"),
     "retarget": ("simfog.commands.retarget", "estimate a trace for another device from FLOPs and bytes (roofline)"),
     "calibrate": ("simfog.commands.calibrate", "fit cluster latency and bandwidth from a network trace"),
     "collective": ("simfog.commands.collective", "predict nccl-tests output for a layout from a network file; "

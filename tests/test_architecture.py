@@ -138,7 +138,7 @@ LAYERS = [
     ("the simulation: composes a run, chooses its path", ["simfog.simulation"]),
     ("tools over many simulations, outputs", ["simfog.sweeps", "simfog.tune", "simfog.tune_sharded",
                                              "simfog.tune_framework", "simfog.titles", "simfog.pricing", "simfog.plan",
-                                             "simfog.timeline", "simfog.plot", "simfog.jobs",
+                                             "simfog.timeline", "simfog.plot", "simfog.jobs", "simfog.exporters",
                                              "simfog.run_bands", "simfog.caveats"]),
     ("the Python API", ["simfog.api", "simfog.overrides", "simfog"]),
     ("the validator", ["validate"]),

@@ -37,12 +37,12 @@ def us(m, nbytes):
 # ---- registry and API ----
 
 def test_registry_lists_the_importers_with_docstrings():
-    assert IMPORTERS.names() == ["imb", "kineto", "kineto-comm", "mgwfbp", "nccl-tests", "osu"]
+    assert IMPORTERS.names() == ["chakra", "imb", "kineto", "kineto-comm", "mgwfbp", "nccl-tests", "osu"]
     assert all(doc for _, doc in IMPORTERS.describe())
 
 
 def test_unknown_kind_option_or_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="one of imb, kineto, kineto-comm, mgwfbp, nccl-tests, osu"):
+    with pytest.raises(ConfigError, match="one of chakra, imb, kineto, kineto-comm, mgwfbp, nccl-tests, osu"):
         import_file("horovod", tmp_path / "x.log")
     (tmp_path / "x.log").write_text("")
     with pytest.raises(ConfigError, match="ranks, nodes, transport, backend") as e:

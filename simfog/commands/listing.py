@@ -1,5 +1,5 @@
-"""`simfog list`: every registered collective, merge policy, training algorithm, topology and importer, and the
-shipped clusters (`simfog list clusters`: one line each, its name first; simfog.nccl.clusters)."""
+"""`simfog list`: every registered collective, merge policy, training algorithm, topology, importer and exporter,
+and the shipped clusters (`simfog list clusters`: one line each, its name first; simfog.nccl.clusters)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ REGISTRIES = [
     ("algorithms", "simfog.algorithms", "REGISTRY"),
     ("topologies", "simfog.topology", "TOPOLOGIES"),
     ("importers", "simfog.importers", "IMPORTERS"),
+    ("exporters", "simfog.exporters", "EXPORTERS"),
 ]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from simfog import files
 from simfog.errors import ConfigError
+from simfog.importers.chakra import import_chakra, import_chakra_files
 from simfog.importers.imb import import_imb
 from simfog.importers.kineto import import_kineto, import_kineto_comm
 from simfog.importers.kineto_ranks import import_folder, import_folder_comm
@@ -36,9 +37,13 @@ IMPORTERS.register("nccl-tests")(import_nccl_tests)
 IMPORTERS.register("osu")(import_osu)
 IMPORTERS.register("mgwfbp")(import_mgwfbp)
 IMPORTERS.register("imb")(import_imb)
+IMPORTERS.register("chakra")(import_chakra)
 # Importers that also read a folder (one trace per rank, as HTA reads it): kind -> the folder's importer, with the
 # same options.
 FOLDER_IMPORTERS = {"kineto": import_folder, "kineto-comm": import_folder_comm}
+# Model importers that read several files as the ranks of one run: kind -> the importer of a list of files, with the
+# same options.
+RANK_FILE_IMPORTERS = {"chakra": import_chakra_files}
 
 
 def options_of(kind: str) -> dict[str, inspect.Parameter]:
@@ -83,14 +88,17 @@ def import_files(kind: str, paths, **options) -> ModelTrace | NetworkTrace:
     """Import one or several files with importer `kind` (same options for each); several files, for the importers
     that make a NetworkTrace, are merged into one (merge_network_traces).
 
-    Raises ConfigError for no file, a file given twice, several files for a model importer, and what import_file
-    raises."""
+    Several files for a model importer that reads rank files (RANK_FILE_IMPORTERS: chakra) are the ranks of one
+    run, read into one ModelTrace. Raises ConfigError for no file, a file given twice, several files for another
+    model importer, and what import_file raises."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     if not paths:
         raise ConfigError("file", [], "one or more files")
     IMPORTERS.get(kind, field="kind")
     if len(paths) == 1:
         return import_file(kind, paths[0], **options)
+    if kind in RANK_FILE_IMPORTERS:
+        return _import_rank_files(kind, paths, **options)
     if not makes_network_trace(kind):
         raise ConfigError("file", [str(p) for p in paths], f"one file: importer {kind} makes a model trace from a "
                           "single file (several files merge only for network importers: "
@@ -102,6 +110,28 @@ def import_files(kind: str, paths, **options) -> ModelTrace | NetworkTrace:
             raise ConfigError("file", str(p), f"each file once (same file as {seen[key]})")
         seen[key] = str(p)
     return merge_network_traces([import_file(kind, p, **options) for p in paths], [str(p) for p in paths], kind)
+
+
+def _import_rank_files(kind: str, paths: list, **options) -> ModelTrace:
+    """Several files, one per rank, read by importer `kind`'s RANK_FILE_IMPORTERS entry into one ModelTrace."""
+    allowed = options_of(kind)
+    for name in options:
+        if name not in allowed:
+            raise ConfigError("option", name, f"an option of importer {kind}: {', '.join(allowed) or 'none'}",
+                              source=str(paths[0]))
+    seen: dict[Path, str] = {}
+    for p in paths:
+        files.check_input(p)
+        key = Path(p).resolve()
+        if key in seen:
+            raise ConfigError("file", str(p), f"each file once (same file as {seen[key]})")
+        seen[key] = str(p)
+    trace = RANK_FILE_IMPORTERS[kind](paths, **options)
+    try:
+        model_trace_from_dict(trace.to_dict())
+    except ConfigError as e:
+        raise e.in_file(str(paths[0])) from None
+    return trace
 
 
 def merge_network_traces(traces: list[NetworkTrace], names: list[str], kind: str) -> NetworkTrace:
