@@ -22,7 +22,8 @@ HOOKS = {name for name, _ in inspect.getmembers(TrainingAlgorithm) if not name.s
 
 def test_the_protocol_docstring_lists_every_hook():
     doc = protocol.__doc__
-    assert HOOKS == {"symmetric", "whole_iterations", "backward_s", "for_experiment", "memory", "describe_buckets",
+    assert HOOKS == {"symmetric", "symmetric_draws", "whole_iterations", "backward_s", "for_experiment", "memory",
+                     "describe_buckets",
                      "mixing", "backward_started", "run_iteration", "events_blocker", "closed_form_blocker",
                      "closed_form"}
     for hook in HOOKS:

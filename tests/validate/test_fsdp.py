@@ -291,30 +291,3 @@ def test_collectives_on_cpus_run_one_at_a_time_in_issue_order():
     failed = recorder.issue("c", broken)
     with pytest.raises(RuntimeError, match="peer gone"):
         failed.wait()
-
-
-def test_fsdp_host_probe_is_fsdp2_per_layer_and_its_excess_over_the_calibrated_cost():
-    """The probe (validate.host_calibration) runs FSDP2 on one unit per probe layer, resharded after forward,
-    prefetch 1: three collectives a layer. Ranks whose every collective ends 1 ms after the model's time (from the
-    last launch, the previous one done) give 1 ms of excess at each collective's size."""
-    from types import SimpleNamespace
-
-    from validate.families import FAMILIES
-    from validate.host_calibration import PROBE_SIZES
-
-    (key, exp), = FAMILIES["fsdp"].host_probes([_fsdp_experiment()], lambda op, m: 0.0).values()
-    assert key == "fsdp" and exp.comm.fsdp_unit == "layer" and exp.comm.prefetch == 1
-    assert exp.comm.reshard_after_forward and exp.comm.collective_overhead_s is None
-    sim = new_simulation(exp)
-    colls = sim.algorithm.plan.colls
-    assert len(colls) == 3 * len(PROBE_SIZES)
-    cost = [sim.cost.time(c.op, c.nbytes, None) for c in colls]
-    ends, t = [], 0.0
-    for c in cost:
-        t += c + 1e-3
-        ends.append(t)
-    launches = [0.0] + ends[:-1]
-    per_rank = [{"iterations": [{"launch": launches, "done": ends, "launch_order": list(range(len(colls)))}]}] * 2
-    points = FAMILIES["fsdp"].host_points(SimpleNamespace(sim=sim), per_rank)
-    assert [m for m, _ in points] == [c.nbytes for c in colls]
-    assert [e for _, e in points] == [pytest.approx(1e-3)] * len(colls)
