@@ -1,4 +1,5 @@
-"""`simfog list`: every registered collective, merge policy, training algorithm, topology and importer."""
+"""`simfog list`: every registered collective, merge policy, training algorithm, topology, importer and GPU
+(`simfog list devices`: the specifications `simfog retarget` reads, simfog/data/gpus.toml)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ REGISTRIES = [
     ("algorithms", "simfog.algorithms", "REGISTRY"),
     ("topologies", "simfog.topology", "TOPOLOGIES"),
     ("importers", "simfog.importers", "IMPORTERS"),
+    ("devices", "simfog.gpu.specs", "DEVICES"),
 ]
 
 

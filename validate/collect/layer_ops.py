@@ -142,7 +142,8 @@ def describe(name: str, args: tuple, kwargs: dict, out) -> dict | None:
         return {"kind": "embedding", **base, "indices": idx.numel(), "dim": int(weight.shape[1]),
                 "vocab": int(weight.shape[0]), "grad": weight.requires_grad}
     if name in COPIES:
-        return {"kind": "copy", **base, "elements": y.numel(), "grad": any(t.requires_grad for t in inputs)}
+        return {"kind": "copy", **base, "elements": y.numel(), "inputs": max(1, len(inputs)),
+                "grad": any(t.requires_grad for t in inputs)}
     if name in ELEMENTWISE:
         same = sum(1 for t in inputs if t.numel() == y.numel())
         return {"kind": "elementwise", **base, "elements": y.numel(), "inputs": max(1, same),
@@ -215,3 +216,21 @@ def ops_how() -> str:
             f"(torch {torch.__version__}), each call a program makes (F.conv2d, F.linear, attention, x + y, "
             "torch.cat) one entry, views left out; calls between two leaf modules charged to the later one, the "
             "loss to the last (validate/collect/layer_ops.py)")
+
+
+def add_ops(trace):
+    """`trace` (of a zoo model) with every layer's `ops` recorded by `zoo_ops` at its batch size; times and
+    everything else unchanged, the method in extra["ops_how"]. Raises ConfigError when the trace's layers are not
+    the zoo model's."""
+    from dataclasses import replace
+
+    from simfog.errors import ConfigError
+
+    order, ops = zoo_ops(trace.model, trace.batch_size)
+    unknown = [layer.name for layer in trace.layers if layer.name not in ops]
+    if unknown:
+        raise ConfigError("layers", unknown[0], f"layer names of zoo model {trace.model} (the trace was not collected "
+                          "from it)")
+    return replace(trace, layers=tuple(replace(layer, ops=tuple(ops[layer.name])) for layer in trace.layers),
+                   extra={**trace.extra, "ops_how": ops_how() + " (added to this trace by `simfog collect ops`; its "
+                          "times are unchanged)"})
