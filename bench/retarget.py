@@ -1,12 +1,15 @@
 """How well simfog's per-layer model of compute (simfog.gpu) predicts GPUs it never saw.
 
 1. Kernels, leave one GPU out: for every GPU of the public kernel measurements (bench/data/kernels: NeuSight,
-   DeepBench, Vidur, KernelBench), the model is learned from every other GPU's rows (simfog.gpu.fit) and predicts
-   that GPU's rows: median and 90th-percentile |error| per kind, precision and GPU.
+   DeepBench, Vidur, KernelBench), the model is learned from every other GPU's rows (simfog.gpu.fit: the constants
+   from at most CAP rows per source, GPU, precision and pass, the shape corrections from at most ALL_ROWS) and
+   predicts that GPU's rows (at most ALL_ROWS per group): median and 90th-percentile |error| per kind, precision
+   and GPU.
 2. The host: the machine's dispatch cost per operator (simfog.gpu.host) is learned per machine from public whole
-   passes (KernelBench's forward passes, pytorch-gpu-benchmark's training iterations), each with the kernel model
-   that never saw its GPU; simfog ships, chosen before any H200 figure was looked at, the median over KernelBench's
-   machines (recent software) times the training / inference ratio of pytorch-gpu-benchmark's machines.
+   passes (KernelBench's forward passes, pytorch-gpu-benchmark's training and inference iterations), each with the
+   kernel model that never saw its GPU; simfog ships the median over KernelBench's machines (recent software) times
+   the median training / inference ratio of pytorch-gpu-benchmark's machines (the rule was set before any H200
+   figure was seen; its first implementation took the ratio of the two sources' machines instead, a bug).
 3. Whole steps held out: pytorch-gpu-benchmark's training iterations (ResNet-50, VGG-16, DenseNet-121; batch 12;
    FP32/TF32 and FP16) predicted with the kernel model without their GPU and the host learned without their
    machine: the |ln(measured / predicted)| scores a retargeted trace's compute interval is conformal on
@@ -21,15 +24,14 @@ Last line: `gpus=<n> ops=<n> op_median=<pct> op_p90=<pct> step_median=<pct> step
 (ops and op errors from 1; step errors and coverage from the H200 runs of 4).
 
 Run: python bench/retarget.py [--cap N] [--cache DIR] [--write]  (needs torch for the zoo's operators; about an hour
-on two busy cores: `--cache` keeps the fits between runs). --write writes simfog/data/gpu_model.json and the
-compute interval's scores (simfog/data/compute_estimates.toml).
+on two busy cores: `--cache` keeps the fits between runs). --write writes simfog/data/gpu_model.json;
+bench/compute_estimates.py --write the compute interval's scores (simfog/data/compute_estimates.toml) from 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import pickle
 import subprocess
@@ -50,7 +52,8 @@ from simfog.gpu.specs import DEVICES  # noqa: E402
 
 ROOT = data.ROOT
 TEMPLATE = {"host.forward_op_s": 1.0, "host.backward_op_s": 1.0, "host.optimizer_op_s": 3.0, "host.launch_s": 0.25}
-CAP = 150  # rows per (source, GPU, precision, pass or kind) learned from
+CAP = 150  # rows per (source, GPU, precision, pass or kind) the constants are learned from
+ALL_ROWS = 1500  # rows per group the shape corrections are learned from and every GPU is judged on
 
 
 def cached(cache: Path | None, key: str, make):
@@ -79,16 +82,20 @@ def errors(pred, meas) -> np.ndarray:
 
 # ---- 1. kernels, leave one GPU out ----
 
-def leave_one_gpu_out(tables, everything: F.Fitted, cache, cap) -> tuple[dict, list]:
-    """({gpu: fit without it}, rows (family, kind, precision, gpu, source, error)) over every GPU of `tables`."""
+def leave_one_gpu_out(tables, everything: F.Fitted, cache, cap, rows_all=None) -> tuple[dict, list]:
+    """({gpu: fit without it}, rows (family, kind, precision, gpu, source, error)) over every GPU of `tables`: the
+    constants learned from `tables`, the shape corrections from `rows_all` (more rows of the same sources; default
+    `tables`), the held-out GPU's rows of `rows_all` predicted."""
+    rows_all = rows_all or tables
     gpus = sorted({g for t in tables.values() for g in t["gpu"]})
     fits, rows = {}, []
     for gpu in gpus:
         train = {fam: F.select(t, np.array(t["gpu"]) != gpu) for fam, t in tables.items()}
-        fits[gpu] = cached(cache, f"logo|{gpu}|{cap}", lambda train=train: F.fit(train, start=everything.params,
-                                                                                 max_evaluations=25))
-        assert not any(gpu in t["gpu"] for t in train.values())  # the held-out GPU is never learned from
-        for fam, t in tables.items():
+        more = {fam: F.select(t, np.array(t["gpu"]) != gpu) for fam, t in rows_all.items()}
+        fits[gpu] = cached(cache, f"logo3|{gpu}|{cap}", lambda train=train, more=more: F.fit(
+            train, start=everything.params, max_evaluations=25, corrections_from=more))
+        assert not any(gpu in t["gpu"] for t in [*train.values(), *more.values()])  # never learned from
+        for fam, t in rows_all.items():
             test = F.select(t, np.array(t["gpu"]) == gpu)
             if not test["gpu"]:
                 continue
@@ -139,7 +146,7 @@ def host_scale(launches, seconds, measured_s, extra_s=0.0) -> float:
     return (lo + hi) / 2
 
 
-def machine_scales(fits, cache) -> dict:
+def machine_scales(fits, everything, cache) -> dict:
     """Per machine: the host scale of each measured pass (KernelBench forward passes per machine folder,
     pytorch-gpu-benchmark training and inference iterations per GPU), with the kernel model without its GPU."""
     problems, rows = data.kernelbench_forwards()
@@ -156,42 +163,52 @@ def machine_scales(fits, cache) -> dict:
         out.setdefault(f"kernelbench:{r['note']}", []).append(host_scale(launches, seconds, r["time_s"]))
     for r in data.public_steps():
         gpu = DEVICES.get(r["gpu"])
-        fitted = fits.get(gpu.name)
-        if fitted is None:
-            continue
+        fitted = fits.get(gpu.name, everything)  # a GPU with no kernel rows: the fit on every GPU never saw it
         launches, copy_s = cached(cache, f"zoo|{r['model']}|{r['batch']}|{r['precision']}|{gpu.name}",
                                   lambda r=r, gpu=gpu: data.zoo_program(r["model"], r["batch"], r["precision"], gpu))
         seconds, _, _ = kernel_times(model_of(fitted), launches, gpu)
-        out.setdefault(f"pytorch-gpu-benchmark:{gpu.name}", []).append(
-            host_scale(launches, seconds, r["time_s"], copy_s))
-    return out
+        out.setdefault(machine(r), []).append(host_scale(launches, seconds, r["time_s"], copy_s))
+    for r in data.public_steps("inference"):
+        gpu = DEVICES.get(r["gpu"])
+        launches, copy_s = cached(cache, f"zoo-inference|{r['model']}|{r['batch']}|{r['precision']}|{gpu.name}",
+                                  lambda r=r, gpu=gpu: data.zoo_program(r["model"], r["batch"], r["precision"], gpu,
+                                                                        loop="inference"))
+        seconds, _, _ = kernel_times(model_of(fits.get(gpu.name, everything)), launches, gpu)
+        out.setdefault(machine(r) + ":inference", []).append(host_scale(launches, seconds, r["time_s"], copy_s))
+    # a pass the device alone takes longer than says nothing of the host (0 is a bound, not an estimate)
+    return {k: [x for x in v if x > 0] for k, v in out.items() if any(x > 0 for x in v)}
+
+
+def machine(r: dict) -> str:
+    """A pytorch-gpu-benchmark row's machine: its result folder (2080TI and 2080ti(2) are two setups)."""
+    return "pytorch-gpu-benchmark:" + r["note"].split("__")[1]
 
 
 def default_host(scales: dict, leave_out: str | None = None) -> dict:
-    """The shipped host figures (module docstring, 2): KernelBench machines' median scale, with pytorch-gpu-
-    benchmark's machines' median of training over forward-only scale; `leave_out` a machine."""
+    """The shipped host figures (module docstring, 2): the median scale of KernelBench's machines (recent
+    software, forward passes), times the median over pytorch-gpu-benchmark's machines of each one's training scale
+    over its inference scale (the same machine and software: what autograd's recording and backward add per
+    operator); `leave_out` a machine (its training and inference both)."""
     kb = [np.median(v) for k, v in scales.items() if k.startswith("kernelbench:") and k != leave_out]
-    pgb = [np.median(v) for k, v in scales.items() if k.startswith("pytorch-gpu-benchmark:") and k != leave_out]
-    kb_on_pgb = [np.median(v) for k, v in scales.items() if k.startswith("kernelbench:")]
-    ratio = float(np.median(pgb) / np.median(kb_on_pgb)) if pgb and kb_on_pgb else 1.0
-    scale = float(np.median(kb)) * max(1.0, ratio) if kb else float(np.median(pgb))
+    ratios = [np.median(v) / np.median(scales[k + ":inference"]) for k, v in scales.items()
+              if k.startswith("pytorch-gpu-benchmark:") and not k.endswith(":inference") and k != leave_out
+              and k + ":inference" in scales]
+    scale = float(np.median(kb)) * (float(np.median(ratios)) if ratios else 1.0)
     return {k: v * scale for k, v in TEMPLATE.items()}
 
 
 # ---- 3. public whole steps, held out ----
 
-def public_step_scores(fits, scales, cache) -> list[tuple[str, float, float]]:
+def public_step_scores(fits, everything, scales, cache) -> list[tuple[str, float, float]]:
     """(what, predicted, measured) of every pytorch-gpu-benchmark training iteration, each with the kernel model
     without its GPU and the host figures without its machine."""
     out = []
     for r in data.public_steps():
         gpu = DEVICES.get(r["gpu"])
-        if gpu.name not in fits:
-            continue
         launches, copy_s = cached(cache, f"zoo|{r['model']}|{r['batch']}|{r['precision']}|{gpu.name}",
                                   lambda r=r, gpu=gpu: data.zoo_program(r["model"], r["batch"], r["precision"], gpu))
-        host = default_host(scales, leave_out=f"pytorch-gpu-benchmark:{gpu.name}")
-        seconds, _, _ = kernel_times(model_of(fits[gpu.name]), launches, gpu)
+        host = default_host(scales, leave_out=machine(r))
+        seconds, _, _ = kernel_times(model_of(fits.get(gpu.name, everything)), launches, gpu)
         added, _ = H.timeline(seconds, H.issue_gaps(launches, host))
         out.append((f"{r['model']} {r['precision']} b{r['batch']} on {gpu.name} ({r['note'].split(':')[0]})",
                     float(added.sum() + copy_s), r["time_s"]))
@@ -239,24 +256,33 @@ def kineto(fits, cache) -> list[tuple[str, float, float]]:
     return [(k, predicted.get(k, 0.0), measured.get(k, 0.0)) for k in sorted(set(predicted) | set(measured))]
 
 
+def held_out(cache: Path | None, cap: int = CAP):
+    """(the fit on every GPU, {gpu: fit without it}, the held-out kernel rows, the host scales per machine): parts
+    1 and 2 (bench/compute_estimates.py reuses them)."""
+    tables, rows_all = data.kernel_tables(cap), data.kernel_tables(ALL_ROWS)
+    print("kernel rows learned from: " + ", ".join(f"{f} {len(t['gpu'])}" for f, t in tables.items())
+          + "; for the shape corrections and judged: " + ", ".join(f"{f} {len(t['gpu'])}" for f, t in
+                                                                    rows_all.items()), flush=True)
+    everything = cached(cache, f"all3|{cap}", lambda: F.fit(tables, corrections_from=rows_all))
+    fits, op_rows = leave_one_gpu_out(tables, everything, cache, cap, rows_all)
+    scales = cached(cache, f"scales5|{cap}", lambda: machine_scales(fits, everything, cache))
+    return everything, fits, op_rows, scales
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cap", type=int, default=CAP, help="rows per (source, GPU, precision, pass) learned from")
     parser.add_argument("--cache", type=Path, default=None, help="keep the fits here between runs")
-    parser.add_argument("--write", action="store_true", help="write simfog/data/gpu_model.json and the scores")
+    parser.add_argument("--write", action="store_true", help="write simfog/data/gpu_model.json")
     args = parser.parse_args()
-    tables = data.kernel_tables(args.cap)
-    print("kernel rows: " + ", ".join(f"{f} {len(t['gpu'])}" for f, t in tables.items()), flush=True)
-    everything = cached(args.cache, f"all|{args.cap}", lambda: F.fit(tables))
-    fits, op_rows = leave_one_gpu_out(tables, everything, args.cache, args.cap)
+    everything, fits, op_rows, scales = held_out(args.cache, args.cap)
     report_ops(op_rows)
-    scales = cached(args.cache, f"scales|{args.cap}", lambda: machine_scales(fits, args.cache))
     host = default_host(scales)
     print("\n2. host scale per machine (us per operator dispatched; median over its passes):")
     for key in sorted(scales):
         print(f"  {key:40s} {np.median(scales[key]) * 1e6:7.1f} us  ({len(scales[key])} passes)")
     print("shipped: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in host.items()))
-    public = public_step_scores(fits, scales, args.cache)
+    public = public_step_scores(fits, everything, scales, args.cache)
     scores = [abs(math.log(m / p)) for _, p, m in public]
     print(f"\n3. public training iterations held out ({len(public)}): median {pct(math.expm1(np.median(scores)))}, "
           f"90th percentile {pct(math.expm1(np.quantile(scores, 0.9)))}")
@@ -285,13 +311,13 @@ def main() -> None:
     print(f"  {'total':12s} {tp * 1e3:8.2f} ms vs {tm * 1e3:8.2f} ms  {100 * (tp / tm - 1):+.1f}%")
     op_err = [r[5] for r in op_rows]
     if args.write:
-        write(everything, host, op_err, scores, public, runs, coverage)
+        write(everything, host, op_err, scores, coverage)
     print(f"gpus={len(fits)} ops={len(op_err)} op_median={pct(np.median(op_err))} "
           f"op_p90={pct(np.quantile(op_err, 0.9))} step_median={pct(np.median(step_err))} "
           f"step_worst={pct(np.max(step_err))} coverage90={pct(coverage)}")
 
 
-def write(everything: F.Fitted, host: dict, op_err, scores, public, runs, coverage) -> None:
+def write(everything: F.Fitted, host: dict, op_err, scores, coverage) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     provenance = {
@@ -305,9 +331,8 @@ def write(everything: F.Fitted, host: dict, op_err, scores, public, runs, covera
     }
     GpuModel(everything.params, everything.corrections, host, provenance).save(ROOT / "simfog" / "data" /
                                                                               "gpu_model.json")
-    Path(ROOT / "bench" / ".retarget_scores.json").write_text(json.dumps(
-        {"scores": scores, "steps": [w for w, _, _ in public]}, indent=1))
-    print("wrote simfog/data/gpu_model.json and bench/.retarget_scores.json")
+    print("wrote simfog/data/gpu_model.json (the compute interval's scores: python bench/compute_estimates.py "
+          "--write)")
 
 
 if __name__ == "__main__":

@@ -69,8 +69,11 @@ def zoo_program(model: str, batch: int, precision: str, gpu, *, loop: str = "pyt
     leaves = dict(net.named_modules())
     params = [[p.numel() for p in leaves[name].parameters(recurse=False)] for name in order]
     launches = program([ops[name] for name in order], params, precision, gpu)
+    size = 2 if precision == "fp16" else 4
+    if loop == "inference":  # eval mode under no_grad: the forward only (dropout runs no kernel), and the copy in
+        forward = [x for x in launches if x.phase == "forward" and "dropout" not in x.what]
+        return forward, batch * 3 * 224 * 224 * size / PAGEABLE_Bps
     if loop == "pytorch-gpu-benchmark":  # no optimizer; zero_grad fills every gradient; the batch is copied in
-        size = 2 if precision == "fp16" else 4
         launches = [x for x in launches if x.phase != "optimizer"]
         fills = [L.Launch(-1, "forward", -1, "zero_grad", False, (), size * n, "elementwise")
                  for sizes in params for n in sizes]
@@ -79,11 +82,12 @@ def zoo_program(model: str, batch: int, precision: str, gpu, *, loop: str = "pyt
     return launches, 0.0
 
 
-def public_steps() -> list[dict]:
-    """pytorch-gpu-benchmark's training iterations of the zoo's models: gpu, precision, model, batch, time_s, note."""
+def public_steps(phase: str = "train") -> list[dict]:
+    """pytorch-gpu-benchmark's iterations (`phase` train or inference) of the zoo's models: gpu, precision, model,
+    batch, time_s, note."""
     rows = read_csv(KERNELS / "pytorch-gpu-benchmark" / "steps.csv")
     return [dict(r, time_s=float(r["time_s"]), batch=int(r["batch"])) for r in rows
-            if r["phase"] == "train" and r["model"] in ZOO_STEPS]
+            if r["phase"] == phase and r["model"] in ZOO_STEPS]
 
 
 def kernelbench_forwards(levels=("level2", "level3")) -> tuple[dict, list[dict]]:

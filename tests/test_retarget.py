@@ -176,3 +176,36 @@ def test_cli_explains_and_sets_the_host(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "bound" in text and "step by bound:" in text and "ESTIMATED (per-layer model)" in text
     assert "30.0 us per forward" in __import__("simfog.trace", fromlist=["x"]).load_model_trace(out).provenance.notes
+
+
+def test_the_h200_coverage_is_computed_from_the_shipped_scores():
+    """The 90 % interval of a retargeted step (conformal on the shipped held-out scores) is checked on the H200 runs
+    the model never learned from: the fraction inside is computed here from the shipped model's estimates, and is
+    what the model's provenance reports (bench/retarget.py, part 4)."""
+    import json
+    import math
+
+    import numpy as np
+
+    from simfog.bands import conformal_quantile
+    from simfog.gpu.model import MODEL
+    from simfog.run_bands import estimate_scores
+    from simfog.trace import load_model_trace
+
+    scores = estimate_scores()
+    pairs = __import__("tomllib").loads((REPO / "simfog" / "data" / "compute_estimates.toml").read_text())
+    assert len(pairs["estimates"]["pairs"]) == len(scores) and min(scores) >= 0
+    q = conformal_quantile(scores, 0.9)
+    inside = []
+    for cpu in sorted((REPO / "traces").glob("*-cpu-*.json.gz")):
+        model, batch = cpu.name.removesuffix(".json.gz").split("-cpu-")
+        est = retarget(load_model_trace(cpu), "h200")
+        predicted = sum(x.forward_s[0] + x.backward_s[0] for x in est.layers) + est.optimizer_s[0]
+        for run in sorted((REPO / "traces" / "h200").glob(f"{model}-h200-{batch}-run*.json.gz")):
+            real = load_model_trace(run)
+            measured = (np.median(np.array([x.forward_s for x in real.layers]).sum(0))
+                        + np.median(np.array([x.backward_s for x in real.layers]).sum(0)) + np.median(real.optimizer_s))
+            inside.append(abs(math.log(measured / predicted)) <= q)
+    assert len(inside) == 14
+    shipped = json.loads(MODEL.read_text())["provenance"]["held_out"]["h200_coverage90"]
+    assert sum(inside) / len(inside) == pytest.approx(shipped)

@@ -32,13 +32,14 @@ PARAMETERS: dict[str, tuple[float, float, float]] = {
     "gemm.saturation": (2.0, 1.0, 8.0), "memory.efficiency": (0.75, 0.2, 1.0), "kernel.fixed_s": (3e-6, 5e-7, 2e-5),
     "power.kappa": (0.03, 0.003, 0.3), "power.gamma": (0.7, 0.2, 1.5), "conv.fwd": (0.8, 0.05, 1.0),
     "conv.dgrad": (0.7, 0.05, 1.0), "conv.wgrad": (0.6, 0.05, 1.0), "conv.winograd": (2.0, 1.0, 4.0),
+    "conv.tc": (0.6, 0.05, 1.0), "conv.layout": (1.0, 0.01, 4.0),
     "memory.l2_boost": (1.5, 1.0, 5.0), **{f"stream.{s}": (0.9, 0.05, 1.5) for s in K.STREAMS},
 }
 BY_MAJOR = ("eff.simt", "power.kappa")  # learned per architecture generation where the data has one
 STAGES = {
     "gemm": ("eff.simt", "eff.shared", "eff.fp16", "gemm.intensity_half", "gemm.depth_half", "gemm.saturation",
              "memory.efficiency", "kernel.fixed_s", "power.kappa", "power.gamma"),
-    "conv": ("conv.fwd", "conv.dgrad", "conv.wgrad", "conv.winograd", "eff.tf32"),
+    "conv": ("conv.fwd", "conv.dgrad", "conv.wgrad", "conv.winograd", "eff.tf32", "conv.tc", "conv.layout"),
     "memory": tuple(f"stream.{s}" for s in ("elementwise", "norm", "softmax", "pool")) + ("memory.l2_boost",),
 }
 OFFSET_SOURCES = ("neusight", "kernelbench", "deepbench")
@@ -159,10 +160,11 @@ def modelled(table: Mapping[str, Sequence], family: str, params: Mapping[str, fl
 
 
 def fit(tables: Mapping[str, Mapping[str, Sequence]], *, start: Mapping[str, float] | None = None,
-        max_evaluations: int = 40) -> Fitted:
+        max_evaluations: int = 40, corrections_from: Mapping[str, Mapping[str, Sequence]] | None = None) -> Fitted:
     """Learn every constant, offset and shape correction from `tables` ({"gemm": ..., "conv": ..., "memory": ...};
     module docstring). `start`: constants to begin the search from (e.g. the fit on every GPU, when one is held
-    out)."""
+    out). `corrections_from`: more rows of the same GPUs for the shape corrections (an average, cheap where the
+    constants' search is not)."""
     params = {n: v[0] for n, v in PARAMETERS.items()}
     params.update(start or {})
     offsets: dict = {}
@@ -171,7 +173,7 @@ def fit(tables: Mapping[str, Mapping[str, Sequence]], *, start: Mapping[str, flo
             params, found = fit_stage(stage, tables[stage], params, max_evaluations=max_evaluations)
             offsets.update({(s, g, stage): v for (s, g), v in found.items()})
     fitted = Fitted(params, offsets, Corrections())
-    return Fitted(params, offsets, corrections(tables, fitted))
+    return Fitted(params, offsets, corrections(corrections_from or tables, fitted))
 
 
 def corrections(tables: Mapping[str, Mapping[str, Sequence]], fitted: Fitted) -> Corrections:

@@ -12,7 +12,9 @@ Two families, each with the figures a reader needs to see why:
   short products (k per tile against `gemm.depth_half`). The time is the larger of that and the bytes moved at the
   memory bandwidth (`memory.efficiency`), and the library is taken to pick the fastest candidate. A product with
   m or n of 4 or less runs as a matrix-vector kernel (memory-bound). 3x3 stride-1 convolutions on CUDA cores may
-  run as Winograd (arithmetic / `conv.winograd`, plus transform traffic), as cuDNN picks them.
+  run as Winograd (arithmetic / `conv.winograd`, plus transform traffic), as cuDNN picks them; convolutions on
+  tensor cores reach `conv.tc` of the products' efficiency and move `conv.layout` more passes over their input and
+  output (NCHW to NHWC and back).
 - **Streams** (element-wise, normalisation, softmax, pooling, embedding, copies, optimizer steps): bytes over the
   memory bandwidth at the kind's efficiency, the part that fits in L2 at `memory.l2_boost` times that.
 
@@ -192,12 +194,17 @@ def _tiled(params: Mapping[str, float], ks: Kernels, t: np.ndarray, out: dict, p
     e_max = np.where(tc, e_max, simt_efficiency(params, gr))
     conv = ks.conv[rows]
     e_max = e_max * np.choose(conv, [1.0] + [_p(params, f"conv.{p}", 1.0) for p in CONV_PASSES[1:]])
+    e_max = e_max * np.where((conv > 0) & tc, _p(params, "conv.tc", 1.0), 1.0)
     sms, bw = g["sms"][rows], g["bw"][rows] * _p(params, "memory.efficiency")
     per_sm = g["peak"][rows] * phi[rows] / sms
     isz, osz = ks.in_size[rows], ks.out_size[rows]
     fused = ks.fused_bytes[rows]
     flops = 2 * b * m * n * k
     base_bytes = np.where(fused > 0, fused, isz * b * (m * k + k * n) + osz * b * m * n)
+    # tensor-core convolutions of NCHW tensors: cuDNN transposes them to NHWC and back (conv.layout passes over the
+    # input and the output; its nchwToNhwc kernels in a profile)
+    base_bytes = base_bytes + np.where((conv > 0) & tc, _p(params, "conv.layout", 0.0) * (isz * b * m * k / 9 +
+                                                                                           osz * b * m * n), 0.0)
     i0, k0 = _p(params, "gemm.intensity_half"), _p(params, "gemm.depth_half")
     best = np.full(len(rows), np.inf)
     pick = {key: np.zeros(len(rows)) for key in ("tm", "tn", "split", "waves", "efficiency", "bound")}
