@@ -19,6 +19,9 @@
    and the 90 % interval's coverage of those steps.
 5. The A100 ResNet-50 DDP Kineto trace (bench/data/ref/kineto-nccl, HTA's test data, batch 32 read off its first
    ReLU's grid): its compute kernels per step by kind against the model's device times (without the A100).
+6. NeuSight's own whole-step training labels (GPT-2 large, GPT-3 XL and 2.7B, OPT-1.3B, BERT-large; FP32; H100,
+   A100-80GB, L4 and its training GPUs), the models' operators built from their configurations, each GPU with the
+   model that never saw it.
 
 Last line: `gpus=<n> ops=<n> op_median=<pct> op_p90=<pct> step_median=<pct> step_worst=<pct> coverage90=<pct>`
 (ops and op errors from 1; step errors and coverage from the H200 runs of 4).
@@ -269,6 +272,27 @@ def held_out(cache: Path | None, cap: int = CAP):
     return everything, fits, op_rows, scales
 
 
+# ---- 6. NeuSight's whole-step labels ----
+
+def neusight_steps(fits, everything, host) -> list[tuple[str, str, float, float]]:
+    """(gpu, what, predicted, measured) of NeuSight's training labels, each with the model without its GPU."""
+    import json as _json
+
+    from simfog.gpu.model import program
+
+    out = []
+    for r in data.neusight_labels():
+        gpu = DEVICES.get(r["gpu"])
+        config_name, seq = r["model"].rsplit("-s", 1)
+        config = _json.loads((data.KERNELS / "neusight" / "models" / f"{config_name}.json").read_text())
+        layers = data.transformer_ops(config, r["batch"], int(seq))
+        launches = [x for x in program(layers, [[]] * len(layers), "fp32", gpu) if x.phase != "optimizer"]
+        seconds, _, _ = kernel_times(model_of(fits.get(gpu.name, everything)), launches, gpu)
+        added, _ = H.timeline(seconds, H.issue_gaps(launches, host))
+        out.append((gpu.name, f"{r['model']} b{r['batch']}", float(added.sum()), r["time_s"]))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cap", type=int, default=CAP, help="rows per (source, GPU, precision, pass) learned from")
@@ -309,6 +333,14 @@ def main() -> None:
         print(f"  {kind:12s} {p * 1e3:8.2f} ms vs {m * 1e3:8.2f} ms")
     tp, tm = sum(p for _, p, _ in kin), sum(m for _, _, m in kin)
     print(f"  {'total':12s} {tp * 1e3:8.2f} ms vs {tm * 1e3:8.2f} ms  {100 * (tp / tm - 1):+.1f}%")
+    print("\n6. NeuSight's training labels (forward + backward, FP32), each GPU with the model without it:")
+    labels = neusight_steps(fits, everything, host)
+    for gpu in sorted({g for g, *_ in labels}):
+        e = errors([p for g, _, p, _ in labels if g == gpu], [m for g, _, _, m in labels if g == gpu])
+        print(f"  {gpu:16s} {len(e):2d} steps  median {pct(np.median(e)):>7s}  worst {pct(np.max(e)):>7s}")
+    for gpu, what, p, m in labels:
+        if gpu in ("h100", "a100-pcie-80gb", "l4"):
+            print(f"    {gpu:16s} {what:24s} {p * 1e3:9.1f} ms vs {m * 1e3:9.1f} ms  {100 * (p / m - 1):+6.1f}%")
     op_err = [r[5] for r in op_rows]
     if args.write:
         write(everything, host, op_err, scores, coverage)

@@ -163,3 +163,60 @@ def launch_kind(x) -> str:
         if key in w:
             return kind
     return "elementwise"
+
+
+def neusight_labels() -> list[dict]:
+    """NeuSight's whole-model training labels (steps.csv: forward + backward per iteration, FP32) of the dense
+    models (the Switch MoE left out): gpu, model (<config>-s<seq>), batch, time_s."""
+    rows = read_csv(KERNELS / "neusight" / "steps.csv")
+    return [dict(r, time_s=float(r["time_s"]), batch=int(r["batch"])) for r in rows
+            if r["phase"] == "train" and not r["model"].startswith("switch")]
+
+
+def transformer_ops(config: dict, batch: int, seq: int) -> list[list[dict]]:
+    """The operators, layer by layer, of a HuggingFace GPT-2, OPT or BERT (pre-training heads) model as NeuSight
+    ran it (eager attention: two batched products, the scale, the mask, softmax and dropout between them; GPT-2's
+    gelu_new as its eight element-wise calls), from its configuration (bench/data/kernels/neusight/models/)."""
+    gpt2 = "n_embd" in config
+    h = config.get("n_embd") or config["hidden_size"]
+    heads = config.get("n_head") or config["num_attention_heads"]
+    layers = config.get("n_layer") or config["num_hidden_layers"]
+    inner = config.get("n_inner") or config.get("ffn_dim") or config.get("intermediate_size") or 4 * h
+    vocab = config["vocab_size"]
+    t, scores = batch * seq, batch * heads * seq * seq
+
+    def mm(m, n, k, bias=True, b=1):
+        return {"kind": "matmul", "op": "linear", "dtype": "float32", "grad": True, "b": b, "m": m, "n": n, "k": k,
+                "bias": bias}
+
+    def ew(op, elements, inputs=1):
+        return {"kind": "elementwise", "op": op, "dtype": "float32", "grad": True, "elements": elements,
+                "inputs": inputs}
+
+    def ln(elements):
+        return {"kind": "norm", "op": "layer_norm", "dtype": "float32", "grad": True, "type": "layer",
+                "elements": elements, "features": h}
+
+    def emb(rows, table):
+        return {"kind": "embedding", "op": "embedding", "dtype": "float32", "grad": True, "indices": rows, "dim": h,
+                "vocab": table}
+
+    attention = [{**mm(seq, seq, h // heads, False, batch * heads), "op": "matmul"}, ew("div", scores),
+                 ew("where" if gpt2 or "ffn_dim" in config else "add", scores),
+                 {"kind": "softmax", "op": "softmax", "dtype": "float32", "grad": True, "elements": scores,
+                  "cols": seq}, ew("dropout", scores),
+                 {**mm(seq, h // heads, seq, False, batch * heads), "op": "matmul"}]
+    act = config.get("activation_function", config.get("hidden_act", "gelu"))
+    gelu = [ew(op, t * inner, 2 if op in ("add", "mul") and i in (3, 7) else 1) for i, op in enumerate(
+        ("mul", "pow", "mul", "add", "mul", "tanh", "add", "mul"))] if act == "gelu_new" else [ew(act, t * inner)]
+    qkv = [mm(t, 3 * h, h)] if gpt2 else [mm(t, h, h) for _ in range(3)]
+    block = [ln(t * h), *qkv, *attention, mm(t, h, h), ew("dropout", t * h), ew("add", t * h, 2), ln(t * h),
+             mm(t, inner, h), *gelu, mm(t, h, inner), ew("dropout", t * h), ew("add", t * h, 2)]
+    positions = config.get("n_positions") or config.get("max_position_embeddings", seq)
+    head = [emb(t, vocab), emb(t, positions), ew("add", t * h, 2), ew("dropout", t * h)]
+    tail = [ln(t * h), mm(t, vocab, h, False)]
+    if "intermediate_size" in config:  # BERT: post-norm blocks, a token-type embedding, the pooler and both heads
+        head = [emb(t, vocab), emb(t, 2), emb(t, positions), ew("add", t * h, 2), ln(t * h), ew("dropout", t * h)]
+        tail = [mm(batch, h, h), ew("tanh", batch * h), mm(t, h, h), ew("gelu", t * h), ln(t * h),
+                mm(t, vocab, h), mm(batch, 2, h)]
+    return [head] + [block] * layers + [tail]
