@@ -209,3 +209,18 @@ def test_the_h200_coverage_is_computed_from_the_shipped_scores():
     assert len(inside) == 14
     shipped = json.loads(MODEL.read_text())["provenance"]["held_out"]["h200_coverage90"]
     assert sum(inside) / len(inside) == pytest.approx(shipped)
+
+
+def test_every_gpu_of_the_table_in_every_precision():
+    import math
+
+    from simfog.gpu.specs import DEVICES as TABLE
+
+    r20 = _zoo("resnet20-cpu-b32")
+    for name in TABLE.names():
+        steps = {}
+        for precision in ("torch", "fp32", "tf32", "fp16", "bf16"):
+            out = retarget(r20, name, precision=precision)
+            steps[precision] = sum(x.forward_s[0] + x.backward_s[0] for x in out.layers) + out.optimizer_s[0]
+            assert math.isfinite(steps[precision]) and steps[precision] > 0, (name, precision)
+        assert steps["fp16"] <= steps["fp32"] * 1.001, name  # 16 bits never costs more than 32
