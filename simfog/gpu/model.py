@@ -50,7 +50,12 @@ class GpuModel:
                    dict(d.get("provenance", {})))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        """JSON, a shape correction per line (thousands of them: one line each keeps the file readable)."""
+        d = self.to_dict()
+        cells = d.pop("corrections")
+        head = json.dumps(d, indent=1, sort_keys=True)[:-2]
+        body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cells.items())
+        Path(path).write_text(f'{head},\n "corrections": {{\n{body}\n }}\n}}\n')
 
 
 @cache
