@@ -22,7 +22,8 @@ COMMANDS = {
     "import": ("simfog.commands.importing", "convert a profiler trace or benchmark log into a simfog trace"),
     "export": ("simfog.commands.exporting", "write an experiment's workload for another simulator (Chakra traces "
                "and ASTRA-sim inputs)"),
-    "retarget": ("simfog.commands.retarget", "estimate a trace for another device from FLOPs and bytes (roofline)"),
+    "retarget": ("simfog.commands.retarget", "estimate a trace for another GPU (per-layer model learned from public "
+                 "measurements)"),
     "calibrate": ("simfog.commands.calibrate", "fit cluster latency and bandwidth from a network trace"),
     "collective": ("simfog.commands.collective", "predict nccl-tests output for a layout from a network file; "
                    "compare with a log"),
@@ -38,6 +39,7 @@ COLLECT = {
     "model": ("simfog.commands.collect_model", "measure a zoo model's per-layer compute (torch)"),
     "network": ("simfog.commands.collect_network", "measure collectives over gloo or MPI"),
     "activations": ("simfog.commands.collect_activations", "add layers' activation and output bytes to a zoo trace"),
+    "ops": ("simfog.commands.collect_ops", "add layers' operators and shapes to a zoo trace (for retarget)"),
 }
 
 

@@ -5,9 +5,9 @@ Parts, each a half-width (ln) at the level:
 
 - compute: for a measured trace, the spread of its own samples: the conformal half-width of |ln(step_i / mean)|
   over its recorded iterations (and ranks), step_i = forward + backward + optimizer + host of sample i; for an
-  estimated trace (retargeted, roofline), the measured error of such estimates against real GPU traces
-  (simfog/data/compute_estimates.toml, bench/compute_estimates.py, leave one model out; its 14 scores are 7 models
-  x 2 runs, so they are less independent than their count says); for an estimate pinned to a measured step
+  estimated trace (retargeted by simfog.gpu's per-layer model), the error of such estimates on public training
+  iterations of GPUs and machines the model never saw (simfog/data/compute_estimates.toml, bench/compute_estimates.py:
+  3 models on 7 machines, so less independent than their count says); for an estimate pinned to a measured step
   (simfog.retarget.pin_step), the error such pinned estimates make of a distributed run's iteration (the table's
   pinned_scores; the measured step itself is taken as exact: a single rank's run has no compute part, and no
   run's interval reaches below that step). A trace of one sample, or too few for the level, is unmeasured;
@@ -69,7 +69,7 @@ COMPUTE_ESTIMATES = Path(__file__).parent / "data" / "compute_estimates.toml"
 
 @cache
 def estimate_scores(path: Path = COMPUTE_ESTIMATES, key: str = "scores") -> tuple[float, ...]:
-    """The roofline estimate's scores against real GPU steps (module docstring; `key` "pinned_scores": those of
+    """The retarget estimate's scores against held-out GPU steps (module docstring; `key` "pinned_scores": those of
     estimates pinned to a measured step). Raises ConfigError naming the file."""
     try:
         scores = tomllib.loads(path.read_text())["estimates"][key]
@@ -104,7 +104,8 @@ def compute_part(trace, level: float) -> Part:
     if trace.provenance.estimated:
         scores = estimate_scores()
         w = conformal_quantile(scores, level)
-        what = f"estimated trace: the roofline estimate's error on {len(scores)} real H200 steps"
+        what = (f"estimated trace: the retarget model's error on {len(scores)} public training steps of GPUs it "
+                "never saw")
         if w is None:
             return Part.unmeasured("compute", f"{what}: too few for level {level:g}", at_least=max(scores))
         return Part.symmetric("compute", w, what)

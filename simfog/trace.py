@@ -13,6 +13,7 @@ from pathlib import Path
 
 from simfog import files
 from simfog.errors import ConfigError
+from simfog.gpu.ops import check as check_ops
 
 MODEL_FORMAT = "simfog.model-trace/1"
 NETWORK_FORMAT = "simfog.network-trace/1"
@@ -62,6 +63,8 @@ class Layer:
     bytes_accessed: float | None = None  # forward memory traffic, for roofline retargeting
     activation_bytes: float | None = None  # what autograd keeps from this layer's forward until its backward
     output_bytes: float | None = None  # its outputs that need a gradient: the gradient backward hands the layer
+    # its operators with their shapes (simfog.gpu.ops), for retargeting to another GPU; empty: not recorded
+    ops: tuple[Mapping, ...] = field(default=(), hash=False)
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,8 @@ def _layer_dict(layer: Layer) -> dict:
         d["activation_bytes"] = layer.activation_bytes
     if layer.output_bytes is not None:
         d["output_bytes"] = layer.output_bytes
+    if layer.ops:
+        d["ops"] = [dict(o) for o in layer.ops]
     return d
 
 
@@ -293,7 +298,8 @@ def model_trace_from_dict(d: Mapping) -> ModelTrace:
             params.append(Tensor(name, _count(p, "elements", pw), dtype))
         layers.append(Layer(_get(raw, "name", w, str, "a layer name"), fwd, bwd, tuple(params),
                             _optional_number(raw, "flops", w), _optional_number(raw, "bytes_accessed", w),
-                            _optional_number(raw, "activation_bytes", w), _optional_number(raw, "output_bytes", w)))
+                            _optional_number(raw, "activation_bytes", w), _optional_number(raw, "output_bytes", w),
+                            check_ops(raw["ops"], f"{w}ops") if "ops" in raw else ()))
     forward, backward = (map(sum, zip(*(getattr(x, key) for x in layers))) for key in ("forward_s", "backward_s"))
     for k, compute in enumerate(f + b for f, b in zip(forward, backward)):
         if compute < MIN_COMPUTE_SECONDS:

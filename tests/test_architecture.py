@@ -131,7 +131,7 @@ LAYERS = [
         "simfog.p2p", "simfog.collectives", "simfog.nccl", "simfog.nccl.facts", "simfog.nccl.report",
         "simfog.nccl.fit", "simfog.calibrate", "simfog.network_file", "simfog.retarget", "simfog.importers",
         "simfog.span_log", "simfog.results", "simfog.fabric", "simfog.bands",
-        "simfog.nccl.bands", "simfog.variation"]),
+        "simfog.nccl.bands", "simfog.variation", "simfog.gpu"]),
     ("the event engine", ["simfog.engine"]),
     ("the training algorithms, by family", ["simfog.algorithms"]),
     ("the experiment", ["simfog.experiment"]),

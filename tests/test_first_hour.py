@@ -269,18 +269,17 @@ def test_sweep_csv_records_experiment_trace_mode_and_seed(exp_file, tmp_path):
 # ---- retarget: PyTorch's default precision per layer kind ----
 
 def test_retarget_defaults_to_what_torch_runs_on_the_device():
-    from simfog.retarget import DEVICES, is_convolution, retarget
+    from simfog.retarget import DEVICES, retarget
     from simfog.trace import load_model_trace
 
     r50 = load_model_trace(REPO / "traces" / "resnet50-cpu-b32.json.gz")
     default, tf32, fp32 = (retarget(r50, "a100", **kw) for kw in ({}, {"precision": "tf32"},
                                                                    {"precision": "fp32"}))
-    for d, t, f, layer in zip(default.layers, tf32.layers, fp32.layers, r50.layers):
-        # convolutions in TF32 (cudnn.allow_tf32 defaults True), the fc matmul in fp32 (matmul's defaults False)
-        assert d.forward_s == (t.forward_s if is_convolution(layer.name) else f.forward_s), layer.name
-    assert [layer.name for layer in r50.layers if layer.flops and not is_convolution(layer.name)] == ["fc"]
-    total = lambda t: sum(layer.forward_s[0] + layer.backward_s[0] for layer in t.layers)
-    assert total(fp32) / total(default) > 2  # what assuming fp32 cost: 2.7x too slow on an A100
+    total = lambda t: sum(layer.forward_s[0] + layer.backward_s[0] for layer in t.layers)  # noqa: E731
+    # convolutions on TF32 tensor cores (cudnn.allow_tf32 defaults True), not on CUDA cores: what assuming fp32
+    # everywhere cost (2.7x too slow on an A100 in the roofline days); tf32 everywhere adds only the fc layer
+    assert total(fp32) / total(default) > 1.2
+    assert total(tf32) <= total(default) * 1.001
     # a V100 has no TF32: fp32 everywhere
     v100 = retarget(r50, "v100")
     assert [x.forward_s for x in v100.layers] == [x.forward_s for x in retarget(r50, "v100", precision="fp32").layers]

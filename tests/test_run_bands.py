@@ -66,9 +66,9 @@ def test_compute_part_sources():
     assert not compute_part(few, 0.9).measured                     # 5 samples cannot bound 90 %
     assert compute_part(few, 0.5).measured
     scores = estimate_scores()
-    estimated = simfog.load().workload.trace                      # the default experiment's roofline trace
+    estimated = simfog.load().workload.trace                      # the default experiment's retargeted trace
     part = compute_part(estimated, 0.9)
-    assert part.below == conformal_quantile(scores, 0.9) and "roofline" in part.source
+    assert part.below == conformal_quantile(scores, 0.9) and "never saw" in part.source
     wide = compute_part(estimated, 0.99)                          # too few scores: at least the widest seen
     assert not wide.measured and wide.below == max(max(scores), UNMEASURED_HALF_WIDTH)
 
@@ -90,7 +90,8 @@ def test_simulate_prints_and_json_carries_the_interval(capsys):
     # an efficiency is a single rank's time over the iteration's: never above 1, whatever the parts' spread
     assert s["scaling_efficiency_lo"] <= s["scaling_efficiency"] <= s["scaling_efficiency_hi"] <= 1.0
     assert main(["simulate", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["scaling_efficiency_hi"] == 1.0  # 75 %, its bounds' spread past 1
+    s90 = json.loads(capsys.readouterr().out)
+    assert s90["scaling_efficiency"] < s90["scaling_efficiency_hi"] <= 1.0
     # the API's summary: the same keys and numbers
     api = simfog.simulate(simfog.load(), level=0.8).summary()
     for key in ("iteration_time_lo_s", "iteration_time_hi_s", "samples_per_s_lo", "samples_per_s_hi",
@@ -101,7 +102,7 @@ def test_simulate_prints_and_json_carries_the_interval(capsys):
     out = capsys.readouterr().out
     t = next(line for line in out.splitlines() if "iteration time" in line)
     assert "(90 %: " in t and "UNMEASURED" not in t
-    assert "interval parts (90 %" in out and "compute " in out and "roofline" in out
+    assert "interval parts (90 %" in out and "compute " in out and "never saw" in out
 
 
 def test_bad_level_is_one_clear_message(capsys):
@@ -233,6 +234,6 @@ def test_a_pinned_trace_is_exact_on_one_rank_and_no_run_beats_its_step():
     assert two["iteration_time_lo_s"] >= 4 * MS
     unpinned = replace(trace, extra={})
     free = attach(simulate(make_experiment(unpinned, nodes=2, gpus_per_node=1)), 0.9).summary()
-    # unmarked, the same trace takes the roofline's error: a wider band than the pinned estimates'
+    # unmarked, the same trace takes the estimate's error: a wider band than the pinned estimates'
     assert free["iteration_time_lo_s"] < two["iteration_time_lo_s"] and free["iteration_time_hi_s"] > \
         two["iteration_time_hi_s"]

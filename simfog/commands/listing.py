@@ -1,5 +1,6 @@
-"""`simfog list`: every registered collective, merge policy, training algorithm, topology, importer and exporter,
-and the shipped clusters (`simfog list clusters`: one line each, its name first; simfog.nccl.clusters)."""
+"""`simfog list`: every registered collective, merge policy, training algorithm, topology, importer, exporter and GPU
+(`simfog list devices`: the specifications `simfog retarget` reads, simfog/data/gpus.toml), and the shipped clusters
+(`simfog list clusters`: one line each, its name first; simfog.nccl.clusters)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ REGISTRIES = [
     ("topologies", "simfog.topology", "TOPOLOGIES"),
     ("importers", "simfog.importers", "IMPORTERS"),
     ("exporters", "simfog.exporters", "EXPORTERS"),
+    ("devices", "simfog.gpu.specs", "DEVICES"),
 ]
 
 

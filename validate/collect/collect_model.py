@@ -30,6 +30,7 @@ from simfog.errors import ConfigError
 from simfog.progress import bar as progress_bar
 from simfog.trace import ModelTrace, model_trace_from_dict
 from validate.collect import models
+from validate.collect.layer_ops import ops_how, zoo_ops
 from validate.ranks.timing import clock_for
 
 _HOOK_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
@@ -72,6 +73,7 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
             torch.set_num_threads(threads)
         copy = measure_bucket_copy(name, device)
         activations = measure_activations(name, batch_size, seed=seed)
+        _, layer_ops = zoo_ops(name, batch_size)
         slow = gpu_slow = None
         if overlap and device == "cuda":  # NCCL's kernels, stood in for on one GPU
             from validate.collect.gpu_overlap import measure_gpu_overlap
@@ -106,8 +108,9 @@ def collect_model(name: str, batch_size: int, *, iterations: int = 10, warmup: i
                        .replace("+00:00", "Z"), "host": socket.gethostname(), "source": "measured",
                        "estimated": False, "notes": notes},
         "layers": [{**layer, "activation_bytes": activations["layers"].get(layer["name"], 0),
-                    "output_bytes": activations["outputs"].get(layer["name"], 0)} for layer in run["layers"]],
-        "activation_bytes_how": activations["how"],
+                    "output_bytes": activations["outputs"].get(layer["name"], 0),
+                    "ops": layer_ops.get(layer["name"], [])} for layer in run["layers"]],
+        "activation_bytes_how": activations["how"], "ops_how": ops_how(),
         "grad_ready_order": run["grad_ready_order"], "optimizer_s": run["optimizer_s"],
         "forward_wall_s": run["forward_wall_s"], "backward_wall_s": run["backward_wall_s"],
         "grad_ready_order_stable": run["grad_ready_order_stable"],
