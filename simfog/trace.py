@@ -3,6 +3,9 @@
 All times are seconds, all sizes bytes. Files are JSON, optionally gzipped; traces/README.md documents the format.
 Every sample is kept (warm-up already dropped by the collector): sample k of every layer belongs to recorded
 iteration k, which is why every layer must have the same number of samples.
+
+Over 400 lines: the format's dataclasses, its writer (which refuses what its reader would refuse) and its checking
+reader are one contract, the format 1 of traces/README.md; apart, a key's check and its field would drift.
 """
 
 from __future__ import annotations

@@ -230,13 +230,29 @@ def test_with_comm_of_a_field_that_does_not_exist(tmp_path):
 
 # ---- a written trace loads ----
 
+def _roofline_mlp(d: Path) -> str:
+    """The MLP trace without its operators: what the roofline (and its --efficiency, --launch) estimates."""
+    from dataclasses import replace
+
+    trace = load_model_trace(MLP)
+    replace(trace, layers=tuple(replace(layer, ops=()) for layer in trace.layers)).save(d / "roofline.json")
+    return str(d / "roofline.json")
+
+
 @pytest.mark.parametrize("flag, value", [("--samples-per-s", "1e-300"), ("--samples-per-s", "1e300"),
                                          ("--efficiency", "1e-300")])
 def test_retarget_never_writes_a_trace_simfog_cannot_read(tmp_path, flag, value):
     # each wrote a trace (forward 4.6e302 ms, or layers of 0.00 ms) that load_model_trace then refused
-    err = _check(tmp_path, ["retarget", str(MLP), "--device", "a100", flag, value, "-o", "s.json.gz"],
+    trace = _roofline_mlp(tmp_path) if flag == "--efficiency" else str(MLP)
+    err = _check(tmp_path, ["retarget", trace, "--device", "a100", flag, value, "-o", "s.json.gz"],
                  "--samples-per-s" if flag == "--samples-per-s" else "s.json.gz")
     assert "not written" in err or "samples/s" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--efficiency", "0.5"), ("--launch", "40us")])
+def test_retarget_refuses_the_rooflines_knobs_for_a_trace_the_learned_model_estimates(tmp_path, flag, value):
+    err = _check(tmp_path, ["retarget", str(MLP), "--device", "a100", flag, value, "-o", "s.json.gz"], flag)
+    assert "operators" in err and not (tmp_path / "s.json.gz").exists()
 
 
 def test_retarget_at_the_edge_of_its_bounds_writes_a_trace_that_loads(tmp_path):

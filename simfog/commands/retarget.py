@@ -25,11 +25,12 @@ def add_arguments(parser) -> None:
                         "small layers)")
     parser.add_argument("--explain", action="store_true",
                         help="print each layer's bound (compute, memory, launch, host) and the figures used")
-    parser.add_argument("--efficiency", type=float, default=DEFAULT_EFFICIENCY,
+    parser.add_argument("--efficiency", type=float, default=None,
                         help="roofline only (a trace without operators): fraction of peak reached (an assumption; "
-                        "default %(default)s)")
-    parser.add_argument("--launch", default=f"{DEFAULT_LAUNCH_S * 1e6:g}us",
-                        help="roofline only: time added per layer and pass (default %(default)s)")
+                        f"default {DEFAULT_EFFICIENCY:g}); refused for a trace with operators, which the learned "
+                        "model estimates kernel by kernel")
+    parser.add_argument("--launch", default=None,
+                        help=f"roofline only: time added per layer and pass (default {DEFAULT_LAUNCH_S * 1e6:g}us)")
     parser.add_argument("--samples-per-s", type=float, default=None,
                         help="one GPU's measured throughput at the trace's batch size: the estimate is pinned to it "
                         "(every layer scaled so that a step takes batch / throughput; the split over layers stays "
@@ -43,11 +44,12 @@ def run(args) -> int:
     from simfog.errors import ConfigError
     from simfog.files import refuse_existing
     from simfog.gpu.specs import DEVICES
-    from simfog.retarget import pin_step, precision_note, retarget
+    from simfog.retarget import DEFAULT_EFFICIENCY, DEFAULT_LAUNCH_S, has_ops, pin_step, precision_note, retarget
     from simfog.trace import MAX_SECONDS, MIN_COMPUTE_SECONDS, load_model_trace
 
     refuse_existing([args.output], force=args.force)
-    launch_s = units.seconds(args.launch, field="--launch")
+    launch_s = DEFAULT_LAUNCH_S if args.launch is None else units.seconds(args.launch, field="--launch")
+    efficiency = DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency
     host = None
     if args.host_op is not None:
         op = units.seconds(args.host_op, field="--host-op")
@@ -62,7 +64,12 @@ def run(args) -> int:
         raise ConfigError("--samples-per-s", rate, f"a throughput from {trace.batch_size / MAX_SECONDS:g} to "
                           f"{trace.batch_size / MIN_COMPUTE_SECONDS:g} samples/s: a step of batch {trace.batch_size} "
                           f"that lasts from {MIN_COMPUTE_SECONDS:g} s to {MAX_SECONDS:g} s, as a trace's may")
-    out = retarget(trace, device, precision=args.precision, efficiency=args.efficiency, launch_s=launch_s,
+    for flag, given in (("--efficiency", args.efficiency), ("--launch", args.launch)):
+        if given is not None and has_ops(trace):  # the learned model has no such knob: never ignore a flag silently
+            raise ConfigError(flag, given, f"left out for {args.trace}: its layers carry their operators, so the "
+                              "per-layer model learned from public measurements estimates it, kernel by kernel "
+                              "(the roofline's knobs apply to a trace without operators)")
+    out = retarget(trace, device, precision=args.precision, efficiency=efficiency, launch_s=launch_s,
                    host=host, explain=explain)
     if rate is not None:
         out = pin_step(out, out.batch_size / rate, f"simfog retarget --samples-per-s {rate:g}: {rate:g} samples/s "

@@ -10,6 +10,8 @@ the buffer, for ALL_GATHER. Every compute node carries simfog's exact values (si
 
 from __future__ import annotations
 
+import json
+
 from simfog.importers import chakra as names
 from simfog.importers import chakra_schema as schema
 
@@ -40,6 +42,8 @@ class Nodes:
         if phase == "forward":
             attrs += [schema.attr(f"simfog.{k}", double_val=getattr(layer, k)) for k in names.LAYER_NUMBERS
                       if getattr(layer, k) is not None]
+            if layer.ops:  # what simfog retarget reads
+                attrs.append(schema.attr(names.OPS, string_val=json.dumps([dict(o) for o in layer.ops])))
         else:
             attrs += [schema.attr(names.PARAMS, string_list=[t.name for t in layer.params]),
                       schema.attr(names.ELEMENTS, int64_list=[t.elements for t in layer.params]),

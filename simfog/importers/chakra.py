@@ -47,6 +47,7 @@ LAYER = "simfog.layer"          # compute node: the layer's name
 PHASE = "simfog.phase"          # compute node: forward, backward or optimizer
 SAMPLES = "simfog.samples_s"    # compute node: every recorded sample of its time, seconds
 HOST = "simfog.host_s"          # optimizer node: the trace's host time per sample, seconds
+OPS = "simfog.ops"              # forward node: the layer's operators with their shapes, JSON (simfog.gpu.ops)
 PARAMS = "simfog.params"        # backward node: its layer's parameter tensors (names, elements, dtypes)
 ELEMENTS = "simfog.param_elements"
 DTYPES = "simfog.param_dtypes"
@@ -124,6 +125,12 @@ def _simfog_dict(g: Graph) -> dict:
             layer[f"{phase}_s"] = _samples(a, node, g)
             if phase == "forward":
                 layer.update({k: a[f"simfog.{k}"] for k in LAYER_NUMBERS if f"simfog.{k}" in a})
+                if OPS in a:
+                    try:
+                        layer["ops"] = json.loads(a[OPS])
+                    except (TypeError, ValueError):
+                        raise ConfigError(f"node {node.id} {OPS}", a[OPS], "the JSON list of the layer's operators",
+                                          source=g.path) from None
             else:
                 names, elements, dtypes = (a.get(k, []) for k in (PARAMS, ELEMENTS, DTYPES))
                 if not len(names) == len(elements) == len(dtypes):
