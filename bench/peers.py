@@ -4,8 +4,8 @@ difference of their predicted iteration times, each difference explained.
     python bench/peers.py --astra-sim ~/src/astra-sim            # builds once into ~/.cache/simfog-peers, then runs
     python bench/peers.py --astra-sim ~/src/astra-sim --ranks 8,64,512
 
-What runs: `simfog export chakra` writes the experiment (default: simfog's embedded one, ResNet-50 on A100s
-ESTIMATED, 8 GPUs per node, 25 Gbit/s NICs, compute at the layers' means) at 8, 64, 512, 2,048 and 8,192 ranks,
+What runs: `simfog export chakra` writes the experiment (default: bench/peers-resnet50-a100.toml, ResNet-50 on
+A100s ESTIMATED, 8 GPUs per node, 25 Gbit/s NICs, compute at the layers' means) at 8, 64, 512, 2,048 and 8,192 ranks,
 with the ring and the hierarchical (two-level) allreduce and PyTorch DDP's buckets or MG-WFBP's merging, as Chakra
 traces plus ASTRA-sim's network and system inputs; ASTRA-sim's analytical, congestion-unaware backend runs them;
 simfog simulates the same experiment (one iteration, as the traces hold). Each row: both wall times (simfog: the
@@ -229,7 +229,8 @@ def rows(binary: Path, base, ranks_list, work: Path):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--astra-sim", type=Path, metavar="DIR", help="ASTRA-sim source tree with its submodules")
-    parser.add_argument("--experiment", help="experiment TOML (default: simfog's embedded ResNet-50 example)")
+    parser.add_argument("--experiment", default=str(REPO / "bench" / "peers-resnet50-a100.toml"),
+                        help="experiment TOML (default: %(default)s)")
     parser.add_argument("--ranks", default=",".join(map(str, RANKS)), help="comma-separated rank counts")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("SIMFOG_PEERS_CACHE",
                                                                           "~/.cache/simfog-peers")).expanduser())
@@ -243,9 +244,8 @@ def main(argv=None) -> int:
     binary = build(args.astra_sim, args.cache, rebuild=args.rebuild, jobs=args.jobs)
 
     from simfog import experiment
-    from simfog.data import DEFAULT_EXPERIMENT
 
-    base = experiment.load(args.experiment or DEFAULT_EXPERIMENT)
+    base = experiment.load(args.experiment)
     ranks_list = [int(r) for r in args.ranks.split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f} at the start (a loaded machine slows both, "

@@ -320,7 +320,8 @@ def fit(trace: NetworkTrace, *, algorithm: str = "ring", statistic: str = "media
             if cls == "mixed" and "nic" not in fits:
                 continue  # the intra link alone says nothing about crossing a node
             use = [fits[cls]] if cls in fits else [fits[c] for c in CLASSES if c in fits]
-            slowest = variation.median_factor(max(f.spread for f in use), ranks)  # 1 without a spread
+            # the bottleneck class's spread, as the model draws it (simfog.collectives.CostModel.spread); 1 without
+            slowest = variation.median_factor(max(use, key=lambda f: f.link_time(a, bm)).spread, ranks)
             rows.append(Residual(cls, coll, ranks, nodes, nbytes, t,
                                  max(f.predict(a, bm, nbytes) for f in use) * slowest,
                                  max(f.link_time(a, bm) for f in use) * slowest))

@@ -121,6 +121,19 @@ def _spread(exp, nic=0.05, intra=0.02):
     return replace(exp, cluster=replace(c, nic=replace(c.nic, spread=nic), intra=replace(c.intra, spread=intra)))
 
 
+def test_a_call_varies_as_its_bottleneck_class_does():
+    """A call that crosses nodes takes the spread of its slowest class per byte (the NIC here), not the larger spread:
+    a noisy but fast loopback is hidden behind the NIC's hop; a call inside one node takes the intra spread; one
+    rank none."""
+    exp = _spread(make_experiment(make_trace([1e-3], [2e-3], [1000]), nodes=2, gpus_per_node=4), nic=0.03,
+                  intra=0.25)
+    cost = new_simulation(exp).cost
+    assert exp.cluster.nic.beta_s_per_B > exp.cluster.intra.beta_s_per_B
+    assert cost.spread() == 0.03 and cost.spread([0, 1, 2, 3]) == 0.25 and cost.spread([5]) == 0.0
+    fast_nic = replace(exp, cluster=replace(exp.cluster, nic=replace(exp.cluster.nic, bandwidth_Bps=1e12)))
+    assert new_simulation(fast_nic).cost.spread() == 0.25  # the loopback is the bottleneck then
+
+
 @pytest.mark.parametrize("comm", [dict(merge="wfbp"), dict(merge="wfbp", streams=2), dict(merge="horovod"),
                                   dict(algorithm="fsdp"), dict(algorithm="hsdp"), dict(algorithm="zero3"),
                                   dict(algorithm="neighbor"), dict(algorithm="decentralized"),

@@ -361,13 +361,14 @@ class CostModel:
         return _cost(model, op, float(nbytes), group)
 
     def spread(self, members: Sequence[int] | None = None) -> float:
-        """The per-call spread of a collective among `members` (None: all ranks): the largest of the link classes
-        it crosses (simfog.cluster.Link.spread; a ring step waits for its slowest hop); 0 for one rank."""
+        """The per-call spread (simfog.cluster.Link.spread) of a collective among `members` (None: all ranks): its
+        bottleneck class's (slowest per byte; of equals, the larger spread), as a step waits for its slowest hop;
+        0 for one rank."""
         return self.group_spread(Group.of(self.cluster, members))
 
     def group_spread(self, group: Group) -> float:
         """spread() of a group already described."""
-        return max((link.spread for link in _links_used(self.cluster, group)), default=0.0)
+        return max(((k.beta_s_per_B, k.spread) for k in _links_used(self.cluster, group)), default=(0.0, 0.0))[1]
 
     def allreduce(self, nbytes: float) -> float:
         """Seconds for an allreduce of `nbytes` among all ranks (= time("allreduce", nbytes))."""
