@@ -52,9 +52,22 @@ def run_cli(capsys, *argv) -> str:
 
 
 def test_public_names():
-    assert set(simfog.__all__) == {"load", "simulate", "sweep", "ConfigError", "SimfogError", "__version__"}
+    assert set(simfog.__all__) == {"load", "simulate", "sweep", "jobs", "ConfigError", "SimfogError", "__version__"}
     for name in simfog.__all__:
         assert getattr(simfog, name) is not None
+    assert callable(simfog.jobs.run) and callable(simfog.jobs.load)  # as docs/fabrics.md uses it
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        simfog.nonesuch
+
+
+def test_jobs_after_a_bare_import_in_a_fresh_interpreter():
+    """`import simfog` then `simfog.jobs.run(...)`, the docs' usage, in a process that imported nothing else."""
+    code = ("import sys, simfog; assert 'simfog.jobs' not in sys.modules; "
+            "print(type(simfog.jobs.run(simfog.jobs.load('examples/jobs/two-ddp.toml'))).__name__)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "JobsResult"
     for f in (simfog.load, simfog.simulate, simfog.sweep):
         assert ">>>" in f.__doc__  # every entry point shows an example
 
