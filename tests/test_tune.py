@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -108,6 +109,12 @@ def test_cli_writes_plot_and_curve(tmp_path, capsys):
                      str(tmp_path / "out")]) == 0  # -o names the folder
     out = capsys.readouterr().out
     assert "best threshold" in out and "1 buckets" in out and "mgwfbp" in out
+    # each default's interval against the best is printed with why it need not be centred on its point
+    lines = out.splitlines()
+    defaults = [i for i, line in enumerate(lines) if re.match(r"  (ddp|horovod|bagua) .*\(90 %: ", line)]
+    why = [i for i, line in enumerate(lines) if line.startswith("  90 % of a default vs best: ")]
+    assert len(defaults) == 3 and len(why) == 1 and why[0] > max(defaults)
+    assert "both runs at once" in lines[why[0]] and "need not be centred" in lines[why[0]]
     assert (tmp_path / "out" / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(open(tmp_path / "out" / "tune.csv")))
     assert len(rows) >= 6 and {"threshold_bytes", "buckets", "iteration_time_s", "stage"} <= set(rows[0])

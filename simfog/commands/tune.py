@@ -57,6 +57,10 @@ def format_result(r) -> str:
             line += (f"  ({100 * level:g} %: {100 * (iv.lo - 1):+.1f} to {100 * (iv.hi - 1):+.1f} %: "
                      + ("the model tells them apart)" if row.distinct else "within the model's uncertainty)"))
         lines.append(line + (f"  {row.warnings}" if row.warnings else ""))
+    if r.versus_defaults:
+        lines.append(f"  {100 * level:g} % of a default vs best: each part's error moved through both runs at once "
+                     "(the same faster compute, the same slower network), so the interval need not be centred on "
+                     "its point")
     ends = [p for p, iv in r.versus_defaults.items() if _ends_at_its_value(iv)]
     if ends:
         lines.append(f"  {', '.join(ends)}: the interval ends at its point: {_WHY_IT_ENDS}, so the point is the "
