@@ -21,7 +21,7 @@ __all__ = ["load", "simulate", "sweep", "jobs", "ConfigError", "SimfogError", "_
 def __getattr__(name: str):
     """simfog.jobs on first use (docs/fabrics.md calls it after a bare `import simfog`), so the import stays cheap."""
     if name == "jobs":
-        import importlib
+        import simfog.jobs
 
-        return importlib.import_module("simfog.jobs")
+        return simfog.jobs
     raise AttributeError(f"module 'simfog' has no attribute {name!r}")

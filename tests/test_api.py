@@ -58,6 +58,8 @@ def test_public_names():
     assert callable(simfog.jobs.run) and callable(simfog.jobs.load)  # as docs/fabrics.md uses it
     with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
         simfog.nonesuch
+    for f in (simfog.load, simfog.simulate, simfog.sweep):
+        assert ">>>" in f.__doc__  # every entry point shows an example
 
 
 def test_jobs_after_a_bare_import_in_a_fresh_interpreter():
@@ -68,8 +70,6 @@ def test_jobs_after_a_bare_import_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "JobsResult"
-    for f in (simfog.load, simfog.simulate, simfog.sweep):
-        assert ">>>" in f.__doc__  # every entry point shows an example
 
 
 @pytest.mark.parametrize("seed", [1, 5])
