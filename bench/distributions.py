@@ -20,7 +20,8 @@ per-call variation costs at scale.
    measured, against the same for 4 ranks drawing that row's own values under each choice (a judge that does not
    depend on the compute's level, which a host-limited model-mode run shifts).
 
-Last line: long_rows=<n> ks_median=<x> ks_floor=<x> differ5=<pct> straggler_2048=<ratio>
+Last line: long_rows=<n> ks_median=<x> ks_floor=<x> differ5=<pct> straggler_2048=<ratio> ks_shape_median=<x>
+shape_differ5=<pct> (the last two: each sample over its own median, validate.comparison.distributions)
 
 Usage: python bench/distributions.py [--csv PATH | --run [--out DIR]] [--compute]
 """
@@ -165,8 +166,10 @@ def main(argv=None) -> int:
           f"every call at its expected slowest: {ratio:.4f} x the iteration without it")
     fmt = (lambda x: "nan" if not math.isfinite(x) else f"{x:.3f}")
     differ = "nan" if not math.isfinite(long["differ5"]) else f"{long['differ5']:.1%}"
+    shape_differ = "nan" if not math.isfinite(long["shape_differ5"]) else f"{long['shape_differ5']:.1%}"
     print(f"long_rows={long['rows']} ks_median={fmt(long['ks_median'])} ks_floor={fmt(long['ks_floor'])} "
-          f"differ5={differ} straggler_2048={ratio:.4f}")
+          f"differ5={differ} straggler_2048={ratio:.4f} ks_shape_median={fmt(long['shape_median'])} "
+          f"shape_differ5={shape_differ}")
     return 0
 
 

@@ -45,7 +45,19 @@ def test_last_line_from_a_bench_csv(tmp_path, capsys):
     assert bench.measured_spread(bench.bench_rows(path)) == pytest.approx(0.02)
     ratio = bench.straggler_ratio(0.02)
     assert ratio > 1
-    assert out[-1] == f"long_rows=4 ks_median=0.175 ks_floor=0.110 differ5=25.0% straggler_2048={ratio:.4f}"
+    # rows without levels-matched distances (a CSV of before they were kept): nan, not a made-up figure
+    assert out[-1] == (f"long_rows=4 ks_median=0.175 ks_floor=0.110 differ5=25.0% straggler_2048={ratio:.4f} "
+                       "ks_shape_median=nan shape_differ5=nan")
+
+
+def test_last_line_carries_the_levels_matched_distances(tmp_path, capsys):
+    rows = [{**_row(f"r{k}", "allreduce", 120, 0.6, 0.001), "ks_shape_distance": d, "ks_shape_p_value": p}
+            for k, (d, p) in enumerate([(0.10, 0.4), (0.30, 0.01), (0.12, 0.3)])]
+    path = tmp_path / "bench.csv"
+    compare.write_csv(rows, path)
+    assert bench.main(["--csv", str(path)]) == 0
+    # levels matched: distances 0.10, 0.30, 0.12 -> median 0.12; 1 of 3 differs at 5 %
+    assert capsys.readouterr().out.splitlines()[-1].endswith(" ks_shape_median=0.120 shape_differ5=33.3%")
 
 
 def test_straggler_ratio_is_the_expected_slowest_where_communication_is_exposed():

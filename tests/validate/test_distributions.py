@@ -56,6 +56,12 @@ def test_lines_per_family_and_long_rows():
     assert out[-1].startswith("long rows (>= 100 iterations): 4 rows, median KS 17.5% (floor for their sizes 11.0%), "
                               "1 of 4 (25%) differ at 5 %, p99 worst 5.0%")
     assert out[-1].endswith("NOT MET")
+    assert "levels matched" not in out[-1]  # rows without ks_shape_distance (older CSVs): nothing said
+    shaped = [{**r, "ks_shape_distance": 0.05 * k, "ks_shape_p_value": 0.5 if k else 0.01}
+              for k, r in enumerate(rows[2:6])]
+    # levels matched: distances 0, 0.05, 0.10, 0.15 -> median 0.075; the first of 4 differs at 5 %
+    assert distributions.lines(shaped)[-1].split("; target")[0].endswith(
+        "; levels matched (each over its median): median KS 7.5%, 25% differ at 5 %")
     s = distributions.summary([r for r in rows if distributions.is_long(r) and r["algorithm"] != "wagma:S2:every5"])
     assert (s["rows"], s["differ5"], s["p99_worst"]) == (3, 0.0, pytest.approx(0.05))
 

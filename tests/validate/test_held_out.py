@@ -97,6 +97,22 @@ def test_ks_keys_judge_the_distance_against_samples_of_one_distribution():
     assert math.isnan(compare.ks_keys([], [1.0])["ks_p_value"])
 
 
+def test_ks_shape_keys_match_the_levels_before_comparing():
+    """A sample and the same sample twice as slow (exactly, in binary): no overlap, so the raw distance is 1; over
+    their medians they are one sample (distance 0, p 1). A spread four times as wide around the same median is what
+    the levels-matched distance still sees."""
+    rng = np.random.default_rng(11)
+    base = 1.0 + 0.01 * rng.standard_normal(120)
+    assert compare.ks_keys(base, 2 * base)["ks_distance"] == 1.0
+    same = compare.ks_shape_keys(base, 2 * base)
+    assert same["ks_shape_distance"] == pytest.approx(0.0, abs=1e-12) and same["ks_shape_p_value"] == 1.0
+    wider = compare.ks_shape_keys(base, 1.0 + 0.04 * rng.standard_normal(120))
+    # N(0, 1) against N(0, 4): the largest gap of the two CDFs, Phi(x) - Phi(x / 4), is 0.29 (x = 1.72), against
+    # a two-sample floor of about 0.1 at 120 a side
+    assert 0.15 < wider["ks_shape_distance"] < 0.45 and wider["ks_shape_p_value"] < 0.05
+    assert math.isnan(compare.ks_shape_keys([], [1.0])["ks_shape_distance"])
+
+
 def test_the_table_marks_each_row_held_out_and_ends_with_the_line():
     a, b, c = rows_of_three_kinds()
     full = [{**r, "merge": "wfbp", "ranks": 2, "nodes": 1, "ranks_per_node": 2, "nic_bandwidth_Bps": 1e9,

@@ -6,7 +6,10 @@ Per row the comparison keeps the two-sample Kolmogorov-Smirnov distance of the s
 from ONE distribution: the floor a median distance is judged against (validate.comparison.compare.ks_keys). With
 9 measured iterations the floor is about 0.33, so a KS test of a short row says little: the long rows (at least
 LONG_ROW measured iterations) are where the distributions are judged, against TARGETS: median distance at most the
-floor + 0.10, at most 20 % of rows differing at the 5 % level, p99 of the iteration time within 10 %.
+floor + 0.10, at most 20 % of rows differing at the 5 % level, p99 of the iteration time within 10 %. The same
+distance with each sample over its own median (`ks_shape_distance`, compare.ks_shape_keys) says whether the spread
+is right once the levels match: the raw distance of a long row mostly measures the mean's error in units of the
+row's spread, which rel_error already judges.
 
 `shared_share`: the intraclass correlation of per-(iteration, rank) compute times, the share w of their variance
 that the ranks of one iteration share (one-way analysis of variance, iterations as groups), which is the
@@ -43,13 +46,18 @@ def summary(rows: Sequence[Mapping]) -> dict:
     ok = [r for r in rows if not r.get("error") and _finite(_number(r.get("ks_distance")))]
     if not ok:
         return {"rows": 0, "ks_median": float("nan"), "ks_floor": float("nan"), "differ5": float("nan"),
-                "p99_worst": float("nan")}
+                "p99_worst": float("nan"), "shape_median": float("nan"), "shape_differ5": float("nan")}
     p = [_number(r.get("ks_p_value")) for r in ok]
     floor = [_number(r.get("ks_same_median")) for r in ok]
     p99 = [abs(_number(r.get("predicted_p99_iteration_s")) / _number(r.get("measured_p99_iteration_s")) - 1)
            for r in ok if _number(r.get("measured_p99_iteration_s")) > 0]
     p99 = [x for x in p99 if _finite(x)]
-    return {"rows": len(ok), "ks_median": statistics.median(_number(r["ks_distance"]) for r in ok),
+    shape = [r for r in ok if _finite(_number(r.get("ks_shape_distance")))]  # rows of older CSVs have none
+    return {"shape_median": statistics.median(_number(r["ks_shape_distance"]) for r in shape) if shape
+            else float("nan"),
+            "shape_differ5": sum(_number(r.get("ks_shape_p_value")) < 0.05 for r in shape) / len(shape) if shape
+            else float("nan"),
+            "rows": len(ok), "ks_median": statistics.median(_number(r["ks_distance"]) for r in ok),
             "ks_floor": statistics.median(x for x in floor if _finite(x)) if any(map(_finite, floor)) else float("nan"),
             "differ5": sum(x < 0.05 for x in p if _finite(x)) / len(ok),
             "p99_worst": max(p99) if p99 else float("nan")}
@@ -59,7 +67,9 @@ def _line(label: str, s: dict) -> str:
     differ = round(s["differ5"] * s["rows"])
     return (f"{label}: {s['rows']} rows, median KS {s['ks_median']:.1%} (floor for their sizes {s['ks_floor']:.1%}), "
             f"{differ} of {s['rows']} ({s['differ5']:.0%}) differ at 5 %"
-            + (f", p99 worst {s['p99_worst']:.1%}" if _finite(s["p99_worst"]) else ""))
+            + (f", p99 worst {s['p99_worst']:.1%}" if _finite(s["p99_worst"]) else "")
+            + (f"; levels matched (each over its median): median KS {s['shape_median']:.1%}, "
+               f"{s['shape_differ5']:.0%} differ at 5 %" if _finite(s["shape_median"]) else ""))
 
 
 def lines(rows: Sequence[Mapping]) -> list[str]:
