@@ -93,7 +93,7 @@ OFF_REASONS = {
                              "allreduce, allgather, reduce-scatter have no 2-node log (10 x 8 at 32 MiB 54 % off)",
     "abci-v100": "tree/LL128 allreduces of 64 KiB-1 MiB at 8-32 nodes take 2-3x NCCL's estimate (the tree's "
                  "pipelining across levels, which 2-node logs do not show: the fill learned from the other "
-                 "clusters covers part); median 8.4 % just off",
+                 "clusters covers part); its median is on target, its worst is not",
     "echo-a100-azure": "tree/LL at 16-64 KiB on 4-16 nodes 27-30 % fast (the measured time jumps at 16 KiB), >= 1 GiB "
                        "10-16 % fast (the 2-node tree's rate taken for the 3+-node ring); its NCCL release is not "
                        "recorded (2.30's tables assumed) and its one-node logs drive 2-8 GPUs from one thread",

@@ -81,10 +81,22 @@ def test_uniform_closed_forms(alg, op, layout, n):
 
 
 def test_ps_one_node_one_server():
-    # 6 ranks on one node, S = 1 server: every byte of all 6 ranks goes through the node's NIC and the server's.
+    # 6 ranks on one node, S = 1 server: the node sums its 6 buffers over the intra link (a ring reduce-scatter, then
+    # an allgather after the pull) and pushes one copy through its NIC; a broadcast moves every rank's copy.
     cm = model(uniform(6, "one_node"), "ps")
-    assert cm.allreduce(M) == pytest.approx(2 * (A + 6 * M * B) + 5 * M * G, rel=1e-12)
+    local = 5 * (A + M / 6 * B)
+    assert cm.allreduce(M) == pytest.approx(local + 2 * (A + M * B) + local + 5 / 6 * M * G, rel=1e-12)
     assert cm.time("broadcast", M) == pytest.approx((A + M * B) + (A + 5 * M * B), rel=1e-12)
+
+
+def test_ps_sums_the_node_before_pushing():
+    # BytePS: 8 ranks a node push one summed copy, so the NIC carries M per phase, not 8M (the 8-GPU servers of
+    # BAGUA's benchmark); with one rank a node the same model is the flat push/pull.
+    c = Cluster(4, 8, intra=Link(0.0, 1e30), nic=Link(AN, 1 / BN))
+    assert model(c, "ps").allreduce(M) == pytest.approx(2 * (AN + M * BN), rel=1e-12)
+    flat = Cluster(32, 1, intra=Link(0.0, 1e30), nic=Link(AN, 1 / BN))
+    assert model(flat, "ps").allreduce(M) == pytest.approx(2 * (AN + M * BN), rel=1e-12)
+    assert model(flat, "ps", ps_servers=4).allreduce(M) == pytest.approx(2 * (AN + 8 * M * BN), rel=1e-12)
 
 
 # --- two-level cluster: 4 nodes × 4 ranks, fast intra link, slow NIC ---------------------------------------------
@@ -117,9 +129,10 @@ def two_level_closed_form(alg: str, op: str) -> float:
             "reduce_scatter": intra_pass + inter_pass + f * M * GAMMA_2L,
             "allgather": inter_pass + intra_pass,
             "broadcast": (m - 1) * AN + M * BN + (L - 1) * AI + M * BI},
-        # S = 4 servers, 16 ranks, 4 per node: server NIC and worker NIC both carry 4M per phase
-        "ps": {"allreduce": 2 * (AN + 4 * M * BN) + 15 * M / 4 * GAMMA_2L,
-               "reduce_scatter": (AN + 4 * M * BN) + (AN + M / 4 * BN) + 15 * M / 4 * GAMMA_2L,
+        # S = 4 servers, 16 ranks, 4 per node: the node sums its 4 ranks (an intra ring pass) and pushes one copy,
+        # so server NIC and worker NIC both carry M per reduction phase; allgather and broadcast move every rank's
+        "ps": {"allreduce": 2 * intra_pass + 2 * (AN + M * BN) + (3 / 4 * M + 3 * M / 4) * GAMMA_2L,
+               "reduce_scatter": intra_pass + (AN + M * BN) + (AN + M / 4 * BN) + (3 / 4 * M + 3 * M / 4) * GAMMA_2L,
                "allgather": (AN + M / 4 * BN) + (AN + 15 * M / 4 * BN),
                "broadcast": (AN + M * BN) + (AN + 4 * M * BN)},
         "linear": dict.fromkeys(OPS, LIN_A + LIN_B * M),
@@ -135,11 +148,14 @@ def test_two_level_closed_forms(alg, op):
 
 
 def test_ps_bottleneck_moves_between_server_and_worker_nics():
-    c = two_level()  # 16 ranks, 4 per node
-    # 8 servers receive 16M/8 = 2M each; the worker NIC (4M) is the bottleneck
-    assert model(c, "ps", ps_servers=8).allreduce(M) == pytest.approx(2 * (AN + 4 * M * BN) + 15 * M / 8 * GAMMA_2L)
-    # 2 servers receive 8M each: they are
-    assert model(c, "ps", ps_servers=2).allreduce(M) == pytest.approx(2 * (AN + 8 * M * BN) + 15 * M / 2 * GAMMA_2L)
+    c = two_level()  # 16 ranks, 4 per node: each node pushes one summed copy M
+    local = 2 * (3 * AI + 3 / 4 * M * BI)  # the node's intra reduce-scatter and allgather
+    # 8 servers receive 4M/8 = M/2 each; the worker NIC (M) is the bottleneck
+    assert model(c, "ps", ps_servers=8).allreduce(M) == pytest.approx(
+        local + 2 * (AN + M * BN) + (3 / 4 * M + 3 * M / 8) * GAMMA_2L)
+    # 2 servers receive 2M each: they are
+    assert model(c, "ps", ps_servers=2).allreduce(M) == pytest.approx(
+        local + 2 * (AN + 2 * M * BN) + (3 / 4 * M + 3 * M / 2) * GAMMA_2L)
 
 
 def test_ring_uses_the_nic_only_for_hops_leaving_a_node():

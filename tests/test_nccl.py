@@ -33,6 +33,18 @@ def test_tree_ll128_four_nodes_by_hand():
     assert t == pytest.approx((81.5 + 2**20 / (1000 * 43.125 * 0.6)) * US, rel=1e-9)
 
 
+def test_tree_fill_is_charged_at_the_uncorrected_rate():
+    # The same 1 MiB tree/LL128 allreduce on 32 ranks over 4 nodes as above (algBw 43.125 GB/s before
+    # treeCorrectionFactor 0.6) with simfog's fill F = 128 KiB: + 2 log2(4) x S / 43.125 GB/s, S = 1 MiB x F / (1 MiB
+    # + F) = 116508.4 B: the chunk crosses each level at the link's rate; the 0.6 is NCCL's own mid-size shortfall
+    # and is charged once, on the transfer (dividing the fill by it too charged it twice).
+    net = nccl.NcclNetwork(320e9, 100e9, latency_inter_s=4 * US, channels=8, tree_fill_B=131072.0)
+    t = nccl.time_s("allreduce", 2**20, 32, 4, net, "tree", "LL128")
+    s = 2**20 * 131072 / (2**20 + 131072)
+    assert s == pytest.approx(116508.44, rel=1e-6)
+    assert t == pytest.approx((81.5 + 2**20 / (1000 * 43.125 * 0.6) + 4 * s / (1000 * 43.125)) * US, rel=1e-9)
+
+
 def test_tree_correction_stops_below_index_23():
     # 2.30 tuning.cc:640: Tree's correction applies for logSize = log2(nBytes >> 6) < 23, so up to 256 MiB (index 22,
     # Simple 0.9) and not at 512 MiB (index 23, whose 0.9 only NVLS tree reads). 32 ranks on 4 nodes, tree Simple:

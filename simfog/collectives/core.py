@@ -226,18 +226,18 @@ def _ps(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
     """Parameter server (BytePS-like): S dedicated server machines, each with a NIC like the workers'.
 
     A phase moves B bytes in total through the S server NICs (B/S each) and W bytes through the busiest worker
-    node's NIC, all messages at once: phase(B, W) = α_n + max(B/S, W)·β_n. Push sends each rank's data, pull
-    fetches the result; no aggregation inside a node (docs/ALGORITHMS.md §3: push n·M in, pull n·M out):
-      allreduce       phase(nM, LM) push + phase(nM, LM) pull + (n−1)·M/S·γ (servers sum n copies of M/S)
-                      = 2α_n + 2·max(n/S, L)·Mβ_n + ...  (with S = m and n = mL: 2α_n + 2·L·Mβ_n)
-      reduce_scatter  push phase(nM, LM) + pull of each rank's shard phase(M, L·M/n) + (n−1)·M/S·γ
+    node's NIC, all messages at once: phase(B, W) = α_n + max(B/S, W)·β_n. For the reductions the node's L ranks
+    sum over the intra links first and the node pushes one copy, as BytePS (intra-machine reduce before the push,
+    broadcast after the pull) and MXNet's device kvstore do; r(M) = (L−1)·(α_i + M/L·β_i), one intra ring pass:
+      allreduce       r(M) + phase(mM, M) push + phase(mM, M) pull + r(M) + ((L−1)/L·M + (m−1)·M/S)·γ
+                      (S = m: 2α_n + 2·Mβ_n + two intra passes; the node's sum, then the servers' of m copies)
+      reduce_scatter  r(M) + push phase(mM, M) + pull of the node's L shards phase(M, L·M/n) + the same γ
       allgather       push of each rank's shard phase(M, L·M/n) + pull of the other shards
-                      phase((n−1)M, L(n−1)/n·M)
+                      phase((n−1)M, L(n−1)/n·M)   (per rank: nothing to sum)
       broadcast       root pushes phase(M, M), the n−1 others pull phase((n−1)M, min(L, n−1)·M)
     S = CostModel.ps_servers, default the cluster's node count. Server traffic crosses the fabric, so β_n
-    includes oversubscription.
-    """
-    c, n, L = cm.cluster, g.ranks, g.per_node
+    includes oversubscription. One rank per node: every form is the flat push/pull of n ranks."""
+    c, n, L, m = cm.cluster, g.ranks, g.per_node, g.nodes
     servers = cm.ps_servers or c.nodes
     link = c.inter
 
@@ -245,11 +245,12 @@ def _ps(op: str, nbytes: float, g: Group, cm: CostModel) -> float:
         return link.latency_s + max(total / servers, node) * link.beta_s_per_B
 
     M = nbytes
-    reduce = _reduce_s(c, (n - 1) * M / servers)
-    if op == "allreduce":
-        return 2 * phase(n * M, L * M) + reduce
-    if op == "reduce_scatter":
-        return phase(n * M, L * M) + phase(M, L * M / n) + reduce
+    if op in ("allreduce", "reduce_scatter"):
+        local = (L - 1) * c.intra.time(M / L)  # one intra ring pass (none for L = 1)
+        reduce = _reduce_s(c, (L - 1) / L * M + (m - 1) * M / servers)
+        if op == "allreduce":
+            return local + 2 * phase(m * M, M) + local + reduce
+        return local + phase(m * M, M) + phase(M, L * M / n) + reduce
     if op == "allgather":
         return phase(M, L * M / n) + phase((n - 1) * M, L * (n - 1) / n * M)
     return phase(M, M) + phase((n - 1) * M, min(L, n - 1) * M)

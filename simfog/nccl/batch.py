@@ -63,7 +63,8 @@ def choose_many(op: str, sizes: np.ndarray, ranks: int, nodes: int, net: NcclNet
         real = (lat * plat + sizes / (1000.0 * bw * corr * _launched(algo, proto, sizes, ranks, nodes, net, t))) * 1e-6
         if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
             fill = net.tree_fill_B
-            real = real + 2 * np.log2(nodes) * (sizes * fill / (sizes + fill)) / (bw * corr * 1e9)
+            # at the uncorrected rate: simfog.nccl.model's docstring says why
+            real = real + 2 * np.log2(nodes) * (sizes * fill / (sizes + fill)) / (bw * 1e9)
         delivered[row] = real + net.launch_s
         kept.append(row)
     if not kept:

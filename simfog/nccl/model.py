@@ -18,7 +18,9 @@ reduce then pay one hardware latency, not one per step); trees are balanced (no 
 latencyInter in 2.12-2.17, which replaces hwLat[NET] when a network plugin reports one, is max(hwLat, latencyInter)
 so that it stays continuous for fitting; releases without latencyInter (2.8-2.11) add it as the later ones do
 (simfog's addition there, 0 = NCCL exactly). simfog's additions, 0 = off: `tree_fill_B` (a pipelined tree on
-m nodes pays 2·log2(m)·S/algBw with S = nBytes·F/(nBytes + F), a smooth min(nBytes, F): pipeline fill) and
+m nodes pays 2·log2(m)·S/algBw with S = nBytes·F/(nBytes + F), a smooth min(nBytes, F): pipeline fill; algBw before
+treeCorrectionFactor, which is NCCL's own measured mid-size shortfall of the tree: a chunk crosses a level at the
+link's rate, and dividing the fill by the corrected rate charged that shortfall twice) and
 `net_latency_s` (µs added per inter-node latency term, by protocol).
 """
 
@@ -350,6 +352,7 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     bw = bandwidth_GBps(op, algo, proto, ranks, nodes, net, t, nccl_view)
     if not bw > 0:
         return None
+    link_Bps = bw * 1e9
     bw *= correction(op, algo, proto, nbytes, net, t) * 1e9
     lat = latency_us(op, algo, proto, ranks, nodes, net, t, nccl_view) * plateau(op, algo, proto, nbytes, ranks,
                                                                                  nodes, net, t)
@@ -357,7 +360,7 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
         return lat * 1e-6 + nbytes / bw
     fill = 0.0
     if algo == "tree" and nodes > 1 and net.tree_fill_B > 0:
-        fill = 2 * math.log2(nodes) * (nbytes * net.tree_fill_B / (nbytes + net.tree_fill_B)) / bw
+        fill = 2 * math.log2(nodes) * (nbytes * net.tree_fill_B / (nbytes + net.tree_fill_B)) / link_Bps
     return lat * 1e-6 + nbytes / (bw * launched_fraction(algo, proto, nbytes, ranks, nodes, net, t)) + fill \
         + net.launch_s
 
