@@ -89,12 +89,12 @@ def errors(pred, meas) -> np.ndarray:
 
 # ---- 1. kernels, leave one GPU out ----
 
-def leave_one_gpu_out(tables, everything: F.Fitted, cache, cap, rows_all=None, only=None) -> tuple[dict, list]:
+def leave_one_gpu_out(tables, cache, cap, rows_all=None, only=None) -> tuple[dict, list]:
     """({gpu: fit without it}, rows (family, kind, precision, gpu, source, error)) over every GPU of `tables` (or
     those of `only`): the constants learned from `tables`, the shape corrections from `rows_all` (more rows of the
     same sources; default `tables`), the held-out GPU's rows of `rows_all` predicted."""
     rows_all = rows_all or tables
-    gpus = sorted({g for t in tables.values() for g in t["gpu"]} & set(only or DEVICES.names()))
+    gpus = sorted(g for g in {g for t in tables.values() for g in t["gpu"]} if only is None or g in only)
     fits, rows = {}, []
     for gpu in gpus:
         train = {fam: F.select(t, np.array(t["gpu"]) != gpu) for fam, t in tables.items()}
@@ -283,7 +283,7 @@ def held_out(cache: Path | None, cap: int = CAP, only=None):
           + "; for the shape corrections and judged: " + ", ".join(f"{f} {len(t['gpu'])}" for f, t in
                                                                     rows_all.items()), flush=True)
     everything = cached(cache, f"all3|{cap}", lambda: F.fit(tables, corrections_from=rows_all))
-    fits, op_rows = leave_one_gpu_out(tables, everything, cache, cap, rows_all, only)
+    fits, op_rows = leave_one_gpu_out(tables, cache, cap, rows_all, only)
     if only:
         return everything, fits, op_rows, None
     scales = cached(cache, f"scales5|{cap}", lambda: machine_scales(fits, everything, cache))

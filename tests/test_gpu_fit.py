@@ -84,11 +84,11 @@ def test_leave_one_gpu_out_never_shows_the_fit_the_gpu_it_predicts(monkeypatch):
 
     monkeypatch.setattr(bench.F, "fit", spy_fit)
     monkeypatch.setattr(bench.F, "predict", spy_predict)
-    fits, rows = bench.leave_one_gpu_out(tables, F.Fitted(TRUE, {}, Corrections()), None, 0)
+    fits, rows = bench.leave_one_gpu_out(tables, None, 0)
     assert sorted(fits) == sorted(GPUS) and sorted(made) == sorted(GPUS)
     assert len(rows) == sum(len(t["gpu"]) for t in tables.values())
     # the development GPUs alone (bench/retarget.py --dev): one fold each, the same rows of them
-    some, _ = bench.leave_one_gpu_out(tables, F.Fitted(TRUE, {}, Corrections()), None, 0, only=GPUS[:1])
+    some, _ = bench.leave_one_gpu_out(tables, None, 0, only=GPUS[:1])
     assert sorted(some) == list(GPUS[:1])
 
 
