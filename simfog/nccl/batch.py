@@ -57,9 +57,6 @@ def choose_many(op: str, sizes: np.ndarray, ranks: int, nodes: int, net: NcclNet
             delivered[row] = np.nan
             continue
         lat = model.latency_us(op, algo, proto, ranks, nodes, net, t)
-        if nodes > 1 and net.net_latency_large_s > 0:  # NcclNetwork.at_size: more per hop from a size on
-            large = model.latency_us(op, algo, proto, ranks, nodes, net.at_size(np.inf), t)
-            lat = np.where(sizes >= net.large_from_B, large, lat)
         lat_view = model.latency_us(op, algo, proto, ranks, nodes, net, t, nccl_view=True) if nodes > 1 else lat
         plat = _plateau(op, algo, proto, sizes, ranks, nodes, net, t)
         views[row] = lat_view * plat + sizes / (1000.0 * bw_view * corr)

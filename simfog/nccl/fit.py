@@ -56,11 +56,7 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "launch": ((0.0, 1000.0), 5.0), "thread_launch": ((0.0, 100.0), 2.0), "p2p_intra": (_LOG_BW, None),
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
-           "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0),
-           "net_large": ((0.0, 500.0), 5.0)}
-# The sizes from which the extra inter-node latency of large operations (net_large) may start: the small-message
-# range where a transport switches protocol (eager to rendezvous); each is tried, the best kept if identified.
-LARGE_FROM_B = tuple(2**k for k in range(10, 17))
+           "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
 # The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
 # fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes). Learned across
 # clusters: the grid point of bench/collectives.py (fill 0-512 KiB x gain 1-2) with the least mean of per-cluster
@@ -71,7 +67,7 @@ UNIDENTIFIED = {"tree_fill_B": 131072.0, "two_node_tree_gain": 1.0}
 UNIDENTIFIED_SOURCE = "learned across the bench's clusters"
 _ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
               "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
-              "net_simple": "Simple inter-node latency", "net_large": "inter-node latency of large operations"}
+              "net_simple": "Simple inter-node latency"}
 
 
 @dataclass(frozen=True)
@@ -134,7 +130,6 @@ class _Model:
             wire = math.log(base.nics_per_node * base.nic_Bps / 1e9)
             self.bounds["inter"] = (_LOG_BW[0], wire)
             self.bounds["p2p_nic"] = (_LOG_BW[0], math.log(base.nic_Bps / 1e9))
-        self.large_from_B = 0.0  # where net_large starts (fit: scanned over LARGE_FROM_B)
         self.prepared = [{} for _ in groups]  # batch.choose_many's per-layout work, kept across evaluations
 
     def network(self, values: dict, channels) -> nccl.NcclNetwork:
@@ -151,7 +146,6 @@ class _Model:
             tree_fill_B=(math.exp(values["tree_fill"]) if "tree_fill" in values
                          else self.fallback.get("tree_fill_B", 0.0)),
             two_node_tree_gain=v.get("tree_gain", 1.0), net_latency_s=tuple(x * 1e-6 for x in lat),
-            net_latency_large_s=v.get("net_large", 0.0) * 1e-6, large_from_B=self.large_from_B,
             p2p_intra_Bps=math.exp(v["p2p_intra"]) * 1e9 if "p2p_intra" in v else self.base.p2p_intra_Bps,
             p2p_nic_Bps=math.exp(v["p2p_nic"]) * 1e9 if "p2p_nic" in v else self.base.p2p_nic_Bps,
             p2p_latency_s=v["p2p_latency"] * 1e-6 if "p2p_latency" in v else self.base.p2p_latency_s)
@@ -293,29 +287,15 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     additions = [a for a, on in (("latency_inter", multi and not new_latency),
                                  ("tree_gain", any(g.nodes == 2 and g.op == "allreduce" for g in coll)),
                                  ("tree_fill", multi), ("net_ll", multi), ("net_ll128", multi),
-                                 ("net_simple", multi), ("net_large", multi)) if on]
+                                 ("net_simple", multi)) if on]
     kept = []
     for a in additions if not cost <= len(pts) * NOISE_RMS**2 / 2 else ():  # at the noise floor: nothing to gain
-        if a == "net_large":  # its start too: every size of LARGE_FROM_B, the best one
-            tried = {}
-            for b in LARGE_FROM_B:
-                model.large_from_B = float(b)
-                tried[b] = model.solve(active + [a], {**x0, **values}, ch)
-            best = min(tried, key=lambda b: tried[b][0])
-            model.large_from_B = float(best)
-            c2, v2 = tried[best]
-        else:
-            c2, v2 = model.solve(active + [a], {**x0, **values}, ch)
+        c2, v2 = model.solve(active + [a], {**x0, **values}, ch)
         if _identified(cost, c2, len(pts)):
             active, cost, values = active + [a], c2, v2
-            kept.append(a)
-        elif a == "net_large":
-            model.large_from_B = 0.0
+            kept.append(_ADDITIONS[a])
     net = model.network(values, ch)
     fitted = _fitted_names(active, values, channel_note, not new_latency) + ([nics_note] if nics_note else [])
-    if "net_large" in active:
-        fitted = [f"{x} (from {units.format_bytes(model.large_from_B)})" if x == _ADDITIONS["net_large"] else x
-                  for x in fitted]
     if fixed_channels is not None:
         given = [f"channels {fixed_channels} ({facts.sources['channels']})"]
     else:
@@ -324,7 +304,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
             assumed.append("channels (derived from the NICs, as NCCL's search: "
                            f"{net.graph_channels(base.nics_per_node, 2)} with every NIC in use)")
     assumed += [f"{_ADDITIONS[a]} ({_unidentified_value(a, fallback)}: not identified)" for a in additions
-                if a not in kept]
+                if _ADDITIONS[a] not in kept]
     assumed += [f"{what} (no {where}alltoall / sendrecv logs: {how})" for key, what, where, how in (
         ("p2p_intra", "p2p GPU rate", "one-node ", "one node's bus bandwidth"),
         ("p2p_nic", "p2p NIC rate", "multi-node ", "the inter-node bus bandwidth / NICs"),

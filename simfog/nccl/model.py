@@ -21,8 +21,7 @@ so that it stays continuous for fitting; releases without latencyInter (2.8-2.11
 m nodes pays 2·log2(m)·S/algBw with S = nBytes·F/(nBytes + F), a smooth min(nBytes, F): pipeline fill; algBw before
 treeCorrectionFactor, which is NCCL's own measured mid-size shortfall of the tree: a chunk crosses a level at the
 link's rate, and dividing the fill by the corrected rate charged that shortfall twice) and
-`net_latency_s` (µs added per inter-node latency term, by protocol; from `large_from_B` bytes on, plus
-`net_latency_large_s`).
+`net_latency_s` (µs added per inter-node latency term, by protocol).
 """
 
 from __future__ import annotations
@@ -348,7 +347,6 @@ def time_s(op: str, nbytes: float, ranks: int, nodes: int, net: NcclNetwork, alg
     if ranks <= 1:
         return 0.0
     t = tables(net.version)
-    net = net.at_size(nbytes)
     if not allowed(op, algo, proto, ranks, nodes, net, t):
         return None
     bw = bandwidth_GBps(op, algo, proto, ranks, nodes, net, t, nccl_view)

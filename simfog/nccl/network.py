@@ -14,7 +14,7 @@ Where a value is not given, it is derived from the hardware as NCCL's search (se
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simfog.errors import ConfigError, one_of
 from simfog.nccl.releases import ARCHS, PATHS, PROTOS, parse_release, tables
@@ -78,16 +78,11 @@ class NcclNetwork:
     p2p_intra_Bps: float | None = None
     two_node_tree_gain: float = 1.0
     fabric: FabricSpec | None = None  # the switches between nodes (simfog.nccl.scale_out; None: non-blocking)
-    # simfog's, 0 = off: extra µs per inter-node latency term of an operation of at least large_from_B bytes (a
-    # fabric's transport that changes its protocol above a message size: Slingshot's tree hops cost ~7 us more from
-    # 4 KiB)
-    net_latency_large_s: float = 0.0
-    large_from_B: float = 0.0
 
     def __post_init__(self):
         for name in ("intra_bus_Bps", "inter_bus_Bps"):
             _positive(name, getattr(self, name))
-        for name in ("latency_inter_s", "launch_s", "tree_fill_B", "net_latency_large_s", "large_from_B"):
+        for name in ("latency_inter_s", "launch_s", "tree_fill_B"):
             _positive(name, getattr(self, name), zero=True)
         for name in ("nic_Bps", "p2p_nic_Bps", "p2p_intra_Bps"):
             _positive(name, getattr(self, name), allow_none=True)
@@ -114,14 +109,6 @@ class NcclNetwork:
     def nvlink(self) -> bool:
         """GPUs of a node reach each other over NVLink (directly or through NVSwitches)."""
         return self.intra_transport != "pci"
-
-    def at_size(self, nbytes: float) -> NcclNetwork:
-        """The network an operation of `nbytes` sees: from large_from_B on, net_latency_large_s is added to every
-        protocol's extra inter-node latency (net_latency_s)."""
-        if not (self.net_latency_large_s > 0 and nbytes >= self.large_from_B):
-            return self
-        return replace(self, net_latency_s=tuple(v + self.net_latency_large_s for v in self.net_latency_s),
-                       net_latency_large_s=0.0)
 
     def nics_used(self, gpus_per_node: int) -> int | None:
         """NICs a layout of `gpus_per_node` GPUs per node sends through (rails: min(G, K)); None when unknown."""
