@@ -56,8 +56,7 @@ _PARAMS = {"intra": (_LOG_BW, None), "inter": (_LOG_BW, None), "latency_inter": 
            "launch": ((0.0, 1000.0), 5.0), "thread_launch": ((0.0, 100.0), 2.0), "p2p_intra": (_LOG_BW, None),
            "p2p_nic": (_LOG_BW, None), "p2p_latency": ((0.0, 1000.0), 5.0),
            "tree_fill": ((math.log(2**10), math.log(2**26)), math.log(2**16)), "tree_gain": ((1.0, 2.0), 1.2),
-           "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0),
-           "bw_ll": ((0.02, 1.0), 0.7), "bw_ll128": ((0.02, 1.0), 0.7)}
+           "net_ll": ((0.0, 500.0), 5.0), "net_ll128": ((0.0, 500.0), 5.0), "net_simple": ((0.0, 500.0), 5.0)}
 # The tree fill and the 2-node tree gain where the logs cannot identify them (logs of at most 2 nodes cannot: the
 # fill grows with the tree's depth, the gain relates a 2-node tree to the ring of 3+ nodes). Learned across
 # clusters: the grid point of bench/collectives.py (fill 0-512 KiB x gain 1-2) with the least mean of per-cluster
@@ -68,8 +67,7 @@ UNIDENTIFIED = {"tree_fill_B": 131072.0, "two_node_tree_gain": 1.0}
 UNIDENTIFIED_SOURCE = "learned across the bench's clusters"
 _ADDITIONS = {"latency_inter": "latencyInter (simfog's before NCCL 2.12)", "tree_gain": "2-node tree gain",
               "tree_fill": "tree fill", "net_ll": "LL inter-node latency", "net_ll128": "LL128 inter-node latency",
-              "net_simple": "Simple inter-node latency", "bw_ll": "LL inter-node bandwidth share",
-              "bw_ll128": "LL128 inter-node bandwidth share"}
+              "net_simple": "Simple inter-node latency"}
 
 
 @dataclass(frozen=True)
@@ -148,7 +146,6 @@ class _Model:
             tree_fill_B=(math.exp(values["tree_fill"]) if "tree_fill" in values
                          else self.fallback.get("tree_fill_B", 0.0)),
             two_node_tree_gain=v.get("tree_gain", 1.0), net_latency_s=tuple(x * 1e-6 for x in lat),
-            net_bw_factor=(v.get("bw_ll", 1.0), v.get("bw_ll128", 1.0), 1.0),
             p2p_intra_Bps=math.exp(v["p2p_intra"]) * 1e9 if "p2p_intra" in v else self.base.p2p_intra_Bps,
             p2p_nic_Bps=math.exp(v["p2p_nic"]) * 1e9 if "p2p_nic" in v else self.base.p2p_nic_Bps,
             p2p_latency_s=v["p2p_latency"] * 1e-6 if "p2p_latency" in v else self.base.p2p_latency_s)
@@ -290,7 +287,7 @@ def fit(traces: Sequence[NetworkTrace], *, version: str | None = None, gpu_arch:
     additions = [a for a, on in (("latency_inter", multi and not new_latency),
                                  ("tree_gain", any(g.nodes == 2 and g.op == "allreduce" for g in coll)),
                                  ("tree_fill", multi), ("net_ll", multi), ("net_ll128", multi),
-                                 ("net_simple", multi), ("bw_ll", multi), ("bw_ll128", multi)) if on]
+                                 ("net_simple", multi)) if on]
     kept = []
     for a in additions if not cost <= len(pts) * NOISE_RMS**2 / 2 else ():  # at the noise floor: nothing to gain
         c2, v2 = model.solve(active + [a], {**x0, **values}, ch)

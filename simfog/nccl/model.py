@@ -202,8 +202,6 @@ def bandwidth_GBps(op: str, algo: str, proto: str, ranks: int, nodes: int, net: 
         bus *= t.pat_bw
     elif algo.startswith("collnet"):
         bus = _collnet_bus(algo, proto, ppn, nch, net, t, bus)
-    if nodes > 1 and not nccl_view:  # simfog's: what the fabric's plugin delivers of it (NcclNetwork.net_bw_factor)
-        bus *= net.net_bw_factor[PROTOS.index(proto)]
     return bus * _ratio(op, algo, ranks, nodes, t)
 
 

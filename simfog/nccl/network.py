@@ -78,9 +78,6 @@ class NcclNetwork:
     p2p_intra_Bps: float | None = None
     two_node_tree_gain: float = 1.0
     fabric: FabricSpec | None = None  # the switches between nodes (simfog.nccl.scale_out; None: non-blocking)
-    # simfog's, 1 = off: the share of NCCL's LL / LL128 / Simple bandwidth a protocol delivers on several nodes (a
-    # fabric's plugin that carries a protocol slower than NCCL's tables assume)
-    net_bw_factor: tuple = (1.0, 1.0, 1.0)
 
     def __post_init__(self):
         for name in ("intra_bus_Bps", "inter_bus_Bps"):
@@ -107,9 +104,6 @@ class NcclNetwork:
             raise ConfigError("nccl.net_latency", lat, f"three times >= 0, for {', '.join(PROTOS)}")
         for v in lat:
             _positive("net_latency", v, zero=True)
-        f = self.net_bw_factor
-        if not (isinstance(f, tuple) and len(f) == len(PROTOS) and all(0.0 < v <= 1.0 for v in f)):
-            raise ConfigError("nccl.net_bw_factor", f, f"three shares in (0, 1], for {', '.join(PROTOS)}")
 
     @property
     def nvlink(self) -> bool:
