@@ -71,9 +71,7 @@ def evaluate(clusters: dict, keys: str, scale: str, level: float = collectives.L
                     pools.setdefault(group, []).append(score(q) / s[other])
         for q, d in own:
             candidates = [pools.get((keys, key(q, d)), []), pools.get((SHIPPED[0], fallback(q, d)), [])]
-            w = None
-            for c in candidates:
-                w = conformal_quantile(c, level) if c and w is None else w
+            w = next((x for c in candidates if c and (x := conformal_quantile(c, level)) is not None), None)
             if w is None:
                 w = max(UNMEASURED_HALF_WIDTH, max((x for c in candidates for x in c), default=0.0))
             w *= s[name]
@@ -96,9 +94,9 @@ def main() -> None:
     print(f"{sum(len(v[0]) for v in clusters.values())} held-out points of {len(clusters)} clusters "
           f"(bench/collectives.py's); 90 % bands, each cluster's fitted without it")
     inside, widths = [], []
+    scores = {n: nccl_bands.scores_by_regime(v[0]) for n, v in clusters.items()}
+    by_distance = {n: collectives.scores_by_distance(v[0], v[1]) for n, v in clusters.items()}
     for name, (pts, cal, _) in clusters.items():
-        scores = {n: nccl_bands.scores_by_regime(v[0]) for n, v in clusters.items()}
-        by_distance = {n: collectives.scores_by_distance(v[0], v[1]) for n, v in clusters.items()}
         ins, wid = collectives.coverage(pts, scores, name, by_distance=by_distance, cal_nodes=cal)
         inside, widths = inside + ins, widths + wid
     print(f"bench (bench/collectives.py) coverage90={100 * np.mean(inside):.1f} "
