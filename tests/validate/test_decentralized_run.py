@@ -257,3 +257,25 @@ def test_neighbor_and_wagma_on_an_emulated_cluster(tmp_path):
             assert value == [float(np.mean(list(members)))] * 2
             if k >= 0:
                 assert sorted(wagma["iterations"][k]["group"]) == sorted(members)
+
+
+@pytest.mark.root
+def test_the_sendrecv_calibration_runs_a_two_rank_exchange_at_the_one_way_rate(tmp_path):
+    """The point-to-point families' calibration (the sendrecv ring shift) between 2 emulated nodes: each rank sends
+    1 MB to the other and receives 1 MB from it at once, each direction through its own shaper, so a call takes
+    about one direction's time, as the neighbour exchange's does (it posts its receives first). Gloo runs the two
+    directions of a pair one after the other when the send is posted first (79 ms against 40 ms at 200 Mbit/s,
+    and the slowest rank of a 4-node ring ~15 % slow), which had made every neighbour row's fitted links slow."""
+    ok, why = emulation_available()
+    if not ok:
+        pytest.skip(f"no emulated cluster here: {why}")
+    from validate.calibration import measure_network
+    from validate.cluster.netemu import TCP_GOODPUT, EmulatedCluster
+
+    rate_Bps, nbytes = 50e6 / 8, 1_000_000
+    options = Options(emulate=True, calibration_sizes=(nbytes,), calibration_repeats=5, calibration_rounds=1)
+    with EmulatedCluster(2, rate_Bps, prefix="sfs") as cluster:
+        trace = measure_network(cluster, 1, options, tmp_path, collectives=("sendrecv",))
+    (m,) = [m for m in trace.measurements if m.collective == "sendrecv"]
+    one_way_s = nbytes / (TCP_GOODPUT * rate_Bps)  # 161 ms; both directions one after the other: twice that
+    assert 0.9 * one_way_s < float(np.median(m.time_s)) < 1.4 * one_way_s, (m.time_s, one_way_s)
