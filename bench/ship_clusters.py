@@ -88,7 +88,8 @@ def ship(cluster: nccl_corpus.Cluster, where: str) -> tuple[str, str]:
     intervals = HalfWidths.from_scores(nccl_bands.scores_by_regime([p for p, _ in points]),
                                        "leave-a-scale-out on the cluster's logs: " + "; ".join(steps)) \
         if points else None
-    covered = replace(cal.calibrated, intervals=intervals) if cal.calibrated is not None else None
+    inside = nccl_bands.leave_a_scale_in(traces, "the cluster's logs", **kwargs)
+    covered = replace(cal.calibrated, intervals=intervals, inside=inside) if cal.calibrated is not None else None
     e = cal.errors()
     facts = described(cluster, points, where)
     provenance = {

@@ -203,41 +203,42 @@ class HalfWidths:
         high for its points is unmeasured, but never narrower than what a lower level measured."""
         return max((w for w in self.by_regime.get(size_regime(nbytes), ()) if w is not None), default=0.0)
 
-    def to_toml(self) -> dict:
-        """Flat keys for a TOML section: interval_levels, interval_<regime> (nan where None), interval_points."""
-        out: dict = {"interval_source": self.source, "interval_levels": list(LEVELS)}
+    def to_toml(self, prefix: str = "interval") -> dict:
+        """Flat keys for a TOML section: <prefix>_levels, <prefix>_<regime> (nan where None), <prefix>_points."""
+        out: dict = {f"{prefix}_source": self.source, f"{prefix}_levels": list(LEVELS)}
         for r, row in self.by_regime.items():
-            out[f"interval_{r}"] = [round(x, 6) if x is not None else math.nan for x in row]
-        out["interval_points"] = [self.points.get(r, 0) for r, _ in SIZE_REGIMES]
+            out[f"{prefix}_{r}"] = [round(x, 6) if x is not None else math.nan for x in row]
+        out[f"{prefix}_points"] = [self.points.get(r, 0) for r, _ in SIZE_REGIMES]
         return out
 
     @staticmethod
-    def from_toml(d: Mapping, source: str) -> HalfWidths | None:
-        """The keys to_toml writes (None when there are none). Raises ConfigError naming the file and key."""
-        if not any(k.startswith("interval_") for k in d):
+    def from_toml(d: Mapping, source: str, prefix: str = "interval") -> HalfWidths | None:
+        """The keys to_toml writes with `prefix` (None when there are none). Raises ConfigError naming the file and
+        key."""
+        if not any(k.startswith(f"{prefix}_") for k in d):
             return None
-        levels = d.get("interval_levels")
+        levels = d.get(f"{prefix}_levels")
         if levels != list(LEVELS):
-            raise ConfigError("calibrated.interval_levels", levels, f"{list(LEVELS)} (as simfog calibrate writes)",
+            raise ConfigError(f"calibrated.{prefix}_levels", levels, f"{list(LEVELS)} (as simfog calibrate writes)",
                               source=source)
-        counts = d.get("interval_points", [])
+        counts = d.get(f"{prefix}_points", [])
         if not (isinstance(counts, list) and len(counts) == len(SIZE_REGIMES)
                 and all(type(c) is int and c >= 0 for c in counts)):
-            raise ConfigError("calibrated.interval_points", counts, f"{len(SIZE_REGIMES)} counts >= 0, one per "
+            raise ConfigError(f"calibrated.{prefix}_points", counts, f"{len(SIZE_REGIMES)} counts >= 0, one per "
                               f"regime ({', '.join(r for r, _ in SIZE_REGIMES)})", source=source)
         by, points = {}, {}
         for (r, _), n in zip(SIZE_REGIMES, counts, strict=True):
-            row = d.get(f"interval_{r}")
+            row = d.get(f"{prefix}_{r}")
             if row is None:
                 continue
             ok = isinstance(row, list) and len(row) == len(LEVELS) and all(
                 isinstance(x, int | float) and not isinstance(x, bool) and (math.isnan(x) or x >= 0) for x in row)
             if not ok:
-                raise ConfigError(f"calibrated.interval_{r}", row, f"{len(LEVELS)} half-widths >= 0 (ln) or nan, "
-                                  f"one per level of interval_levels", source=source)
+                raise ConfigError(f"calibrated.{prefix}_{r}", row, f"{len(LEVELS)} half-widths >= 0 (ln) or nan, "
+                                  f"one per level of {prefix}_levels", source=source)
             by[r] = tuple(None if math.isnan(x) else float(x) for x in row)
             points[r] = n
-        return HalfWidths(by, points, str(d.get("interval_source", "")))
+        return HalfWidths(by, points, str(d.get(f"{prefix}_source", "")))
 
 
 def one_sided_level(confidence: float | None, field: str = "confidence") -> float | None:

@@ -36,6 +36,10 @@ experiments (`[cluster] network = "network.toml"`), `simfog collective`, sweep, 
     interval_medium = [...]                         # by message size: small < 64 KiB <= medium < 16 MiB <= large;
     interval_large = [...]                          # nan: too few points for that level
     interval_points = [40, 30, 24]                  # held-out points per regime (small, medium, large)
+    inside_source = "leave-a-scale-in: ..."  # the same keys for a prediction within the logs' node counts: each
+    inside_levels = [0.5, 0.8, 0.9, 0.95, 0.99]     # count between the fewest and the most predicted from a fit
+    inside_small = [...]                            # of every other (logs of 4+ node counts; else absent)
+    inside_points = [20, 16, 12]
 
     [p2p]                         # optional: per-flow caps of the point-to-point model (simfog.p2p)
     nic_flow_bandwidth = "850Mbit/s"   # what ONE flow between nodes reaches (default: the NIC's bandwidth)

@@ -136,7 +136,8 @@ def network_part(exp: Experiment, buckets: list, level: float, extrapolated: lis
                           "network_trace; until then: ")
     covered = exp.network.calibrated
     return nccl_part(covered, sizes, level, extrapolated=bool(extrapolated),
-                     distance=covered.distance(exp.cluster.nodes) if covered is not None else None)
+                     distance=covered.distance(exp.cluster.nodes) if covered is not None else None,
+                     within=covered is not None and covered.within(exp.cluster.nodes))
 
 
 def link_part(scores: Sequence[tuple[int, float]], sizes: Sequence[float], level: float) -> Part:

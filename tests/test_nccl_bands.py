@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -45,6 +46,40 @@ def test_leave_a_scale_out_holds_out_each_larger_scale(abci):
     assert leave_a_scale_out(abci[:1], gpu_arch="ampere") is None  # one node count: nothing to leave out
 
 
+def test_leave_a_scale_in_predicts_each_middle_scale_from_every_other(abci):
+    """1, 2, 4 and 8 nodes: 2 nodes is predicted from a fit on the 1-, 4- and 8-node logs, 4 from the 1-, 2- and
+    8-node ones, and the half-widths are the conformal quantiles of exactly those predictions' scores; the smallest
+    and largest scale are never held in, and one scale between them is too few (MIN_SCALES_IN)."""
+    from simfog.nccl.bands import leave_a_scale_in
+
+    logs = [*abci, import_file("nccl-tests", ABCI / "inter_anode-job08.sh.7194286.nccl")]
+    got = leave_a_scale_in(logs, gpu_arch="ampere")
+    scores = {"small": [], "medium": [], "large": []}
+    for held in (1, 2):
+        net = nccl_fit.fit([t for i, t in enumerate(logs) if i != held], gpu_arch="ampere").network
+        for p in nccl_fit.predict(net, [logs[held]]):
+            scores[size_regime(p.bytes)].append(abs(math.log(p.measured_s / p.predicted_s)))
+    assert got.points == {r: len(v) for r, v in scores.items() if v}
+    for r, row in got.by_regime.items():
+        assert row == tuple(conformal_quantile(scores[r], lv) for lv in LEVELS)
+    assert got.source == ("leave-a-scale-in on the calibration's logs: 2 nodes from the others: 24 points; "
+                          "4 nodes from the others: 24 points")
+    assert leave_a_scale_in(abci, gpu_arch="ampere") is None  # 1, 2, 4: one scale between
+
+
+def test_a_prediction_within_the_logs_takes_the_leave_a_scale_in_widths():
+    out_ = HalfWidths({"small": (0.1, 0.2, 0.3, 0.4, 0.5)}, {"small": 100}, "scale out")
+    in_ = HalfWidths({"small": (0.01, 0.02, 0.03, 0.04, 0.05)}, {"small": 100}, "scale in")
+    covered = Calibrated("", ((1, 8), (2, 8), (8, 8)), 8, 2**30, ("allreduce",), out_, inside=in_)
+    assert covered.within(4) and covered.within(8) and not covered.within(16)
+    assert network_part(covered, [1024], 0.9, within=True).below == 0.03
+    assert network_part(covered, [1024], 0.9, within=False).below == 0.3
+    # a regime the leave-a-scale-in has no points for: the leave-a-scale-out's
+    assert network_part(covered, [2**30], 0.9, within=True).source != "scale in"
+    # beyond what the logs covered (another size, GPU count, collective): never the leave-a-scale-in
+    assert network_part(covered, [1024], 0.9, within=True, extrapolated=True).below >= 0.3
+
+
 def test_subset_renumbers_run_spans(abci):
     t = abci[1]
     kept = subset(t, [0, 5, 7])
@@ -61,6 +96,9 @@ def test_calibrated_interval_keys_round_trip(tmp_path, abci):
     network_file.save(path, cal.network, calibrated=covered)
     back = network_file.load(path).calibrated
     assert back == covered
+    inside = replace(covered, inside=HalfWidths({"medium": (0.01, 0.02, 0.03, None, None)}, {"medium": 30}, "in"))
+    network_file.save(path, cal.network, calibrated=inside)
+    assert network_file.load(path).calibrated == inside
     assert back.intervals.half_width(1024, 0.9) == 0.25
     assert back.intervals.half_width(1024, 0.85) == 0.25       # the next stored level up, never down
     assert back.intervals.half_width(1024, 0.95) is None       # too few points: unmeasured
@@ -135,6 +173,8 @@ def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path,
     direct = leave_a_scale_out(abci, gpu_arch="ampere")  # the file keeps 6 decimals
     for r, row in direct.by_regime.items():
         assert covered.intervals.by_regime[r] == pytest.approx(row, abs=5e-7)
+    # 1, 2 and 4 nodes: one scale between the others is too few for a leave-a-scale-in (MIN_SCALES_IN)
+    assert covered.inside is None
     # inside the logs (4 x 8, sizes they hold): the logs' own half-width; 32 MiB has too few: the bench's
     assert main(["collective", "allreduce", "--network", str(net), "--nodes", "4", "--gpus-per-node", "8",
                  "--sizes", "1KiB,32MiB", "--json"]) == 0

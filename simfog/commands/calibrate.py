@@ -122,10 +122,11 @@ def _run(args: argparse.Namespace) -> int:
                     statistic=args.statistic or "min")
     cal = nccl_fit.fit(traces, **hardware, source=", ".join(args.trace))
     held_out = nccl_bands.leave_a_scale_out(traces, **hardware)
+    held_in = nccl_bands.leave_a_scale_in(traces, **hardware)
     gpus = {m for m in (model_of_name(repr(t.extra)) for t in traces) if m}
     # kept in the network file: every prediction on it then names a POOR FIT, and a trace of another GPU model
-    cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out, quality=cal.quality(),
-                                          gpu=gpus.pop() if len(gpus) == 1 else ""))
+    cal = replace(cal, calibrated=replace(cal.calibrated, intervals=held_out, inside=held_in,
+                                          quality=cal.quality(), gpu=gpus.pop() if len(gpus) == 1 else ""))
     for w in cal.warnings:
         print(f"simfog: warning: {w}", file=sys.stderr)
     if args.json:
@@ -133,6 +134,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(cal.report())
         print(interval_line(held_out))
+        if held_in is not None:  # predictions within the logs' node counts take these
+            print(interval_line(held_in))
     if args.output is not None:
         e = cal.errors()
         network_file.save(args.output, cal.network, {

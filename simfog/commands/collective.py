@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         if covered is not None:
             row["extrapolated"] = covered.notes(net, op, args.nodes, args.gpus_per_node, size)
         part = network_part(covered, [size], level, extrapolated=bool(row.get("extrapolated", True)),
-                            distance=covered.distance(args.nodes) if covered is not None else None)
+                            distance=covered.distance(args.nodes) if covered is not None else None,
+                            within=covered is not None and covered.within(args.nodes))
         iv = combine(c.time_s, level, [part])
         row.update(time_lo_s=iv.lo, time_hi_s=iv.hi, interval_source=part.source)
         rows.append(row)

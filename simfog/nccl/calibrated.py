@@ -84,24 +84,29 @@ class Calibrated:
     intervals: HalfWidths | None = None
     quality: FitQuality | None = None  # how well the model fitted the logs (None: not recorded)
     gpu: str = ""  # the GPU model the logs name ("H100"; "": none or several)
+    # the same for a prediction inside the logs' node counts: each middle node count predicted from the logs of
+    # every other count (simfog.nccl.bands.leave_a_scale_in); None: fewer than 3 node counts, or not recorded
+    inside: HalfWidths | None = None
 
     def to_toml(self) -> dict:
         return {"release": self.release, "layouts": [f"{n}x{g}" for n, g in self.layouts],
                 "sizes": [f"{self.min_bytes}B", f"{self.max_bytes}B"], "collectives": list(self.collectives),
                 **({"gpu": self.gpu} if self.gpu else {}),
                 **(self.quality.to_toml() if self.quality is not None else {}),
-                **(self.intervals.to_toml() if self.intervals is not None else {})}
+                **(self.intervals.to_toml() if self.intervals is not None else {}),
+                **(self.inside.to_toml("inside") if self.inside is not None else {})}
 
     @staticmethod
     def from_toml(d: object, source: str) -> Calibrated:
         """The [calibrated] section of a network file. Raises ConfigError naming the key."""
         allowed = ('release = "2.21.5", layouts = ["2x8", ...], sizes = ["8B", "8GiB"], collectives = [...], '
                    'gpu = "H100"')
-        if not isinstance(d, dict) or {k for k in d if not k.startswith(("interval_", "fit_"))} - {
+        if not isinstance(d, dict) or {k for k in d if not k.startswith(("interval_", "inside_", "fit_"))} - {
                 "release", "layouts", "sizes", "collectives", "gpu"}:
-            raise ConfigError("calibrated", d, allowed + ", fit_*, interval_* (written by simfog calibrate)",
+            raise ConfigError("calibrated", d, allowed + ", fit_*, interval_*, inside_* (written by simfog calibrate)",
                               source=source)
         intervals = HalfWidths.from_toml(d, source)
+        inside = HalfWidths.from_toml(d, source, "inside")
         try:
             layouts = tuple(tuple(int(x) for x in str(s).split("x")) for s in d.get("layouts", []))
             if any(len(lay) != 2 or min(lay) < 1 for lay in layouts):
@@ -116,7 +121,12 @@ class Calibrated:
         except (ValueError, TypeError, KeyError, ConfigError):
             raise ConfigError("calibrated", d, allowed + ", fit_points, fit_flagged, fit_rms_log_error, "
                               "fit_worst_error", source=source) from None
-        return Calibrated(release, layouts, lo, hi, colls, intervals, quality, str(d.get("gpu", "")))
+        return Calibrated(release, layouts, lo, hi, colls, intervals, quality, str(d.get("gpu", "")), inside)
+
+    def within(self, nodes: int) -> bool:
+        """Whether `nodes` lies within the node counts of the logs (from the fewest to the most)."""
+        counts = [n for n, _ in self.layouts]
+        return bool(counts) and min(counts) <= nodes <= max(counts)
 
     def distance(self, nodes: int) -> float | None:
         """How far a prediction on `nodes` nodes extrapolates: nodes / the most nodes of the logs (None: no layouts

@@ -98,7 +98,7 @@ class NcclCalibration:
         return {"model": "nccl", "network": {k: getattr(n, k) for k in n.__dataclass_fields__},
                 "fitted": list(self.fitted), "assumed": list(self.assumed), "given": list(self.given),
                 "warnings": list(self.warnings),
-                "calibrated": ({k: [None if x != x else x for x in v] if k.startswith("interval_") and
+                "calibrated": ({k: [None if x != x else x for x in v] if k.startswith(("interval_", "inside_")) and
                                 isinstance(v, list) else v for k, v in self.calibrated.to_toml().items()}
                                if self.calibrated else None),  # JSON has no nan: too few points is null
                 "points": [{"op": p.op, "ranks": p.ranks, "nodes": p.nodes, "bytes": p.bytes,
