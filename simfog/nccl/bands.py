@@ -70,6 +70,18 @@ def scores_by_regime(points) -> dict[str, list[float]]:
     return out
 
 
+def _held_scale(traces: Sequence[NetworkTrace], scale: int, fitted_on, source: str, fit_kwargs) -> list[Point]:
+    """The measurements of `scale` nodes, predicted by a calibration (nccl_fit.fit with `fit_kwargs`) on those
+    whose node count `fitted_on(nodes)` keeps. Raises SimfogError when that calibration cannot be made."""
+    fit_on = [subset(t, [i for i, m in enumerate(t.measurements) if fitted_on(m.nodes)]) for t in traces]
+    held = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes == scale]) for t in traces]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = nccl_fit.fit([t for t in fit_on if t.measurements], **{**fit_kwargs, "source": source})
+    return nccl_fit.predict(cal.network, [t for t in held if t.measurements],
+                            statistic=fit_kwargs.get("statistic", "min"))
+
+
 def scale_out_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list[tuple[Point, int]], list[str]]:
     """Every measurement of each node count of the logs but the smallest, predicted by a calibration (nccl_fit.fit
     with `fit_kwargs`) on the logs of fewer nodes: ([(point, the most nodes of the logs it was calibrated on)],
@@ -77,15 +89,9 @@ def scale_out_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list
     nodes = sorted({m.nodes for t in traces for m in t.measurements if m.ranks >= 2})
     out, steps = [], []
     for prev, scale in zip(nodes, nodes[1:], strict=False):
-        smaller = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes < scale]) for t in traces]
-        held = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes == scale]) for t in traces]
-        smaller = [t for t in smaller if t.measurements]
-        held = [t for t in held if t.measurements]
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cal = nccl_fit.fit(smaller, **{**fit_kwargs, "source": f"logs of <= {prev} nodes"})
-            points = nccl_fit.predict(cal.network, held, statistic=fit_kwargs.get("statistic", "min"))
+            points = _held_scale(traces, scale, lambda n, scale=scale: n < scale, f"logs of <= {prev} nodes",
+                                 fit_kwargs)
         except SimfogError as e:
             steps.append(f"{scale} nodes not predicted ({str(e)[:80]})")
             continue
@@ -101,15 +107,9 @@ def scale_in_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list[
     nodes = sorted({m.nodes for t in traces for m in t.measurements if m.ranks >= 2})
     out, steps = [], []
     for scale in nodes[1:-1]:
-        others = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes != scale]) for t in traces]
-        held = [subset(t, [i for i, m in enumerate(t.measurements) if m.nodes == scale]) for t in traces]
-        others = [t for t in others if t.measurements]
-        held = [t for t in held if t.measurements]
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cal = nccl_fit.fit(others, **{**fit_kwargs, "source": f"logs of every node count but {scale}"})
-            points = nccl_fit.predict(cal.network, held, statistic=fit_kwargs.get("statistic", "min"))
+            points = _held_scale(traces, scale, lambda n, scale=scale: n != scale,
+                                 f"logs of every node count but {scale}", fit_kwargs)
         except SimfogError as e:
             steps.append(f"{scale} nodes not predicted ({str(e)[:80]})")
             continue
