@@ -62,8 +62,7 @@ def main() -> int:
         if len(by_scale) < 2:
             print(f"{c.name}: {len(by_scale)} node count(s) between its fewest and most: not judged")
             continue
-        out_points, _ = nccl_bands.scale_out_points(traces, **kwargs)
-        out = HalfWidths.from_scores(nccl_bands.scores_by_regime([p for p, _ in out_points]), "scale out")
+        out = nccl_bands.leave_a_scale_out(traces, **kwargs)
         for scale, points in sorted(by_scale.items()):
             others = [p for s, ps in by_scale.items() if s != scale for p in ps]
             widths = HalfWidths.from_scores(nccl_bands.scores_by_regime(others), "scale in")
