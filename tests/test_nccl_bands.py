@@ -15,7 +15,7 @@ from simfog.bands import LEVELS, UNMEASURED_HALF_WIDTH, HalfWidths, conformal_qu
 from simfog.errors import ConfigError
 from simfog.importers import import_file
 from simfog.nccl import fit as nccl_fit
-from simfog.nccl.bands import bench_table, leave_a_scale_out, network_part, subset
+from simfog.nccl.bands import bench_table, bench_tables, inside_table, leave_a_scale_out, network_part, subset
 from simfog.nccl.calibrated import Calibrated
 
 from .conftest import REPO
@@ -80,6 +80,46 @@ def test_a_prediction_within_the_logs_takes_the_leave_a_scale_in_widths():
     assert network_part(covered, [1024], 0.9, within=True, extrapolated=True).below >= 0.3
 
 
+def test_within_logs_of_three_node_counts_without_their_own_leave_a_scale_in_the_public_one_where_narrower():
+    """A calibration of three node counts has one count between its fewest and most, too few for its own
+    leave-a-scale-in: a prediction within its counts takes the public leave-a-scale-in (other clusters'
+    interpolations) per size where that is narrower than its own leave-a-scale-out; never with two node counts,
+    beyond the logs, or where the calibration has its own leave-a-scale-in."""
+    public = inside_table()
+    small, large = public.half_width(1024, 0.9), public.half_width(2**30, 0.9)
+    out_ = HalfWidths({"small": (small,) * 5, "large": (large / 2,) * 5}, {"small": 100, "large": 100}, "scale out")
+    three = Calibrated("", ((1, 8), (2, 8), (8, 8)), 8, 2**30, ("allreduce",), out_)
+    wide = replace(three, intervals=HalfWidths({"small": (2 * small,) * 5}, {"small": 100}, "wide out"))
+    assert network_part(wide, [1024], 0.9, within=True).below == small
+    assert "public leave-a-scale-in" in network_part(wide, [1024], 0.9, within=True).source
+    assert network_part(three, [2**30], 0.9, within=True).below == large / 2          # its own is narrower
+    assert network_part(three, [1024], 0.9, within=True).source == "scale out"        # a tie keeps its own
+    assert network_part(wide, [1024], 0.9, within=False).below == 2 * small            # not within the counts
+    assert network_part(wide, [1024], 0.9, within=True, extrapolated=True).below >= 2 * small
+    two = replace(wide, layouts=((1, 8), (2, 8)))
+    assert network_part(two, [1024], 0.9, within=True).below == 2 * small              # nothing to interpolate
+    own_in = replace(wide, inside=HalfWidths({"small": (3 * small,) * 5}, {"small": 100}, "own in"))
+    assert network_part(own_in, [1024], 0.9, within=True).below == 3 * small
+
+
+def test_the_public_leave_a_scale_in_table_pools_every_corpus_cluster(tmp_path):
+    """The shipped table (bench/inside_bands.py --write) names every cluster of the corpus, and a missing or
+    empty table is refused naming the file."""
+    import tomllib
+
+    from simfog.nccl import bands as nccl_bands
+
+    doc = tomllib.loads(nccl_bands.INSIDE_TABLE.read_text())
+    corpus = {p.name for p in (REPO / "bench" / "data" / "nccl-tests").iterdir() if p.is_dir()}
+    corpus |= {p.name for p in (REPO / "bench" / "data" / "nccl-tests-ref-facts").iterdir() if p.is_dir()}
+    assert set(doc["provenance"]["clusters"]) == corpus
+    assert sum(inside_table().points.values()) > 500
+    (tmp_path / "empty.toml").write_text("[provenance]\n")
+    for path in (tmp_path / "missing.toml", tmp_path / "empty.toml"):
+        with pytest.raises(ConfigError, match=path.name):
+            nccl_bands.inside_table.__wrapped__(path)
+
+
 def test_subset_renumbers_run_spans(abci):
     t = abci[1]
     kept = subset(t, [0, 5, 7])
@@ -138,19 +178,21 @@ def test_collective_json_rows_carry_bounds(tmp_path, abci, capsys):
 
     cal = nccl_fit.fit(abci, gpu_arch="ampere")
     path = tmp_path / "net.toml"
-    network_file.save(path, cal.network, calibrated=cal.calibrated)  # no interval keys: the bench's
-    assert main(["collective", "allreduce", "--network", str(path), "--nodes", "4", "--gpus-per-node", "8",
-                 "--sizes", "1KiB,1MiB,1GiB", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["interval_level"] == 0.9
-    for r in out["rows"]:
-        w = bench_table().half_width(r["bytes"], 0.9)
-        assert r["time_lo_s"] == pytest.approx(r["time_s"] * math.exp(-w))
-        assert r["time_hi_s"] == pytest.approx(r["time_s"] * math.exp(w))
+    network_file.save(path, cal.network, calibrated=cal.calibrated)  # no interval keys
+    # 4 nodes lies within the logs' 1, 2, 4: the public leave-a-scale-in; 8 nodes leaves them: the bench's (x2)
+    for nodes, table in ((4, inside_table()), (8, bench_tables()["x2"])):
+        assert main(["collective", "allreduce", "--network", str(path), "--nodes", str(nodes), "--gpus-per-node",
+                     "8", "--sizes", "1KiB,1MiB,16MiB", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["interval_level"] == 0.9
+        for r in out["rows"]:
+            w = table.half_width(r["bytes"], 0.9)
+            assert r["time_lo_s"] == pytest.approx(r["time_s"] * math.exp(-w))
+            assert r["time_hi_s"] == pytest.approx(r["time_s"] * math.exp(w))
     assert main(["collective", "allreduce", "--network", str(path), "--nodes", "4", "--gpus-per-node", "8",
                  "--sizes", "1KiB", "--level", "0.5", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["rows"][0]
-    assert np.log(r["time_hi_s"] / r["time_s"]) == pytest.approx(bench_table().half_width(1024, 0.5))
+    assert np.log(r["time_hi_s"] / r["time_s"]) == pytest.approx(inside_table().half_width(1024, 0.5))
 
 
 def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path, abci, capsys):
@@ -175,13 +217,17 @@ def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path,
         assert covered.intervals.by_regime[r] == pytest.approx(row, abs=5e-7)
     # 1, 2 and 4 nodes: one scale between the others is too few for a leave-a-scale-in (MIN_SCALES_IN)
     assert covered.inside is None
-    # inside the logs (4 x 8, sizes they hold): the logs' own half-width; 32 MiB has too few: the bench's
+    # inside the logs (4 x 8, sizes they hold): the narrower of the logs' own half-width and the public
+    # leave-a-scale-in's (three node counts, none of its own); 32 MiB has too few of its own: the public one's
     assert main(["collective", "allreduce", "--network", str(net), "--nodes", "4", "--gpus-per-node", "8",
                  "--sizes", "1KiB,32MiB", "--json"]) == 0
     small, large = json.loads(capsys.readouterr().out)["rows"]
-    assert small["extrapolated"] == [] and small["interval_source"] == covered.intervals.source
-    assert math.log(small["time_hi_s"] / small["time_s"]) == pytest.approx(covered.intervals.half_width(1024, 0.9))
-    assert "bench" in large["interval_source"]
+    own, public = covered.intervals.half_width(1024, 0.9), inside_table().half_width(1024, 0.9)
+    assert small["extrapolated"] == [] and math.log(small["time_hi_s"] / small["time_s"]) == \
+        pytest.approx(min(own, public), abs=1e-9)
+    assert ("public leave-a-scale-in" in small["interval_source"]) == (public < own)
+    assert math.log(large["time_hi_s"] / large["time_s"]) == pytest.approx(inside_table().half_width(2**25, 0.9))
+    assert "public leave-a-scale-in" in large["interval_source"]
 
 
 def test_a_level_too_high_for_its_points_is_never_narrower_than_a_lower_one(monkeypatch):

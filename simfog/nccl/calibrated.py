@@ -123,6 +123,10 @@ class Calibrated:
                               "fit_worst_error", source=source) from None
         return Calibrated(release, layouts, lo, hi, colls, intervals, quality, str(d.get("gpu", "")), inside)
 
+    def node_counts(self) -> int:
+        """How many different node counts the logs hold."""
+        return len({n for n, _ in self.layouts})
+
     def within(self, nodes: int) -> bool:
         """Whether `nodes` lies within the node counts of the logs (from the fewest to the most)."""
         counts = [n for n, _ in self.layouts]
