@@ -27,14 +27,16 @@
 Last line: `gpus=<n> ops=<n> op_median=<pct> op_p90=<pct> step_median=<pct> step_worst=<pct> coverage90=<pct>`
 (ops and op errors from 1; step errors and coverage from the H200 runs of 4).
 
-Run: python bench/retarget.py [--cap N] [--cache DIR] [--write]  (needs torch for the zoo's operators; about an hour
-on two busy cores: `--cache` keeps the fits between runs). --write writes simfog/data/gpu_model.json;
+Run: python bench/retarget.py [--cap N] [--cache DIR] [--write]  (needs torch for the zoo's operators; 6 minutes on
+this project's idle 2-core machine, 10 s from a full `--cache`, which keeps the fits between runs keyed by the code
+and data they come from, SOURCES and bench/data). --write writes simfog/data/gpu_model.json;
 bench/compute_estimates.py --write the compute interval's scores (simfog/data/compute_estimates.toml) from 3.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import math
 import pickle
@@ -63,11 +65,29 @@ ALL_ROWS = 1500  # rows per group the shape corrections are learned from and eve
 DEV_GPUS = ("p100", "t4", "a100-pcie", "l4", "titan-xp", "a40")
 
 
+# What the cached values are computed from: a --cache kept across a change to any of these recomputes
+# (a stale fit, silently reused, once moved the bench's figures).
+SOURCES = ("simfog/gpu/*.py", "bench/retarget.py", "bench/retarget_data.py", "validate/collect/*.py")
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of SOURCES' contents and of bench/data (its committed tree and any local change to it)."""
+    digest = hashlib.sha256()
+    for pattern in SOURCES:
+        for path in sorted(ROOT.glob(pattern)):
+            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    for args in (["rev-parse", "HEAD:bench/data"], ["status", "--porcelain", "--", "bench/data"]):
+        digest.update(subprocess.run(["git", *args], capture_output=True, cwd=ROOT).stdout)
+    return digest.hexdigest()[:16]
+
+
 def cached(cache: Path | None, key: str, make):
+    """`make()`, kept in `cache` under `key` and the code version (None: no cache)."""
     if cache is None:
         return make()
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".pkl")
+    path = cache / (hashlib.sha256(f"{code_version()}|{key}".encode()).hexdigest()[:16] + ".pkl")
     if path.exists():
         return pickle.loads(path.read_bytes())
     value = make()

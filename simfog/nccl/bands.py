@@ -243,7 +243,8 @@ def network_part(calibrated: Calibrated | None, sizes: Sequence[float], level: f
         w_public = public_in.half_width(size, level) if public_in is not None else None
         if w_public is not None and (w_own is None or w_public < w_own):
             widths.append(w_public)
-            sources.add(public_in.source + " (narrower than the logs' leave-a-scale-out here)")
+            sources.add(public_in.source + (" (the logs' leave-a-scale-out has no width here)" if w_own is None
+                                            else " (narrower than the logs' leave-a-scale-out here)"))
             continue
         w_bench, measured, what = bench_width(tables, size, level, distance)
         if w_own is not None and not (extrapolated and w_bench > w_own):
