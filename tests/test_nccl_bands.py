@@ -210,6 +210,10 @@ def test_calibrate_writes_the_leave_a_scale_out_and_collective_uses_it(tmp_path,
 
     out = json.loads(capsys.readouterr().out, parse_constant=no_nan)
     assert out["calibrated"]["interval_points"] == [28, 16, 4]       # 48 points: 2 and 4 nodes, 24 sizes each
+    # the report names the widths predictions within the logs' three node counts may take
+    assert main(["calibrate", *paths, "--gpu-arch", "ampere"]) == 0
+    report = capsys.readouterr().out
+    assert "leave-a-scale-out on the calibration's logs" in report and "the public leave-a-scale-in" in report
     assert out["calibrated"]["interval_large"][2] is None            # 4 large points cannot bound 90 %
     covered = network_file.load(net).calibrated
     direct = leave_a_scale_out(abci, gpu_arch="ampere")  # the file keeps 6 decimals

@@ -136,6 +136,9 @@ def _run(args: argparse.Namespace) -> int:
         print(interval_line(held_out))
         if held_in is not None:  # predictions within the logs' node counts take these
             print(interval_line(held_in))
+        elif cal.calibrated.node_counts() >= 3:  # ... or, per size, the narrower of these and the public ones
+            print(interval_line(nccl_bands.inside_table()) + " (within the logs' node counts, where narrower than "
+                  "the leave-a-scale-out: one count between the fewest and the most is too few for its own)")
     if args.output is not None:
         e = cal.errors()
         network_file.save(args.output, cal.network, {
