@@ -127,7 +127,8 @@ def scale_in_points(traces: Sequence[NetworkTrace], **fit_kwargs) -> tuple[list[
 # Node counts a leave-a-scale-in must have predicted before predictions inside the logs take its widths: with one,
 # the widths say how one scale interpolates and nothing measures how well they hold at another (on the corpus
 # clusters with several, widths from the other held-in scales covered 89.0 % of each scale's points at 90 %, at a
-# median half-width of 38.7 %, where the leave-a-scale-out's covered 96.3 % at 41.2 %: bench/inside_bands.py).
+# median half-width of 38.7 %, where the leave-a-scale-out's covered 96.3 % at 41.2 %: bench/inside_bands.py). With
+# fewer, network_part takes the public leave-a-scale-in where it is narrower (inside_table).
 MIN_SCALES_IN = 2
 
 
