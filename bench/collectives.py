@@ -426,8 +426,7 @@ def write_intervals(path: Path, scores: dict[str, dict[str, list[float]]], by_di
     import subprocess
     from datetime import UTC, datetime
 
-    def value(v) -> str:  # TOML: a string as JSON writes it, a list of numbers (nan: too few points)
-        return json.dumps(v) if isinstance(v, str) else "[" + ", ".join("nan" if x != x else repr(x) for x in v) + "]"
+    value = nccl_corpus.toml_value
 
     def section(by: dict[str, dict[str, list[float]]], what: str) -> list[str]:
         everything = {r: [x for one in by.values() for x in one.get(r, ())] for r, _ in SIZE_REGIMES}

@@ -88,20 +88,16 @@ class Tally:
         return 100 * self.inside / self.points, 100 * float(np.median(self.half))
 
 
-def public_table(held: dict[str, list], what: str) -> HalfWidths:
+def public_table(held: dict[str, list]) -> HalfWidths:
     points = [p for pts in held.values() for p in pts]
     return HalfWidths.from_scores(nccl_bands.scores_by_regime(points),
-                                  f"the public leave-a-scale-in{what}: {len(points)} points of {len(held)} clusters' "
+                                  f"the public leave-a-scale-in: {len(points)} points of {len(held)} clusters' "
                                   "logs, each node count between a cluster's fewest and most predicted from its "
                                   "other counts")
 
 
 def write(path: Path, table: HalfWidths, clusters: list[str]) -> None:
-    def value(v) -> str:  # TOML: a string as JSON writes it, a list of numbers (nan: too few points)
-        if isinstance(v, str):
-            return json.dumps(v)
-        return "[" + ", ".join("nan" if x != x else repr(x) for x in v) + "]"
-
+    value = nccl_corpus.toml_value
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     lines = ["# Conformal half-widths (ln(measured / predicted)) of simfog's NCCL model when it interpolates between",
              "# the node counts of a cluster's logs: every count between a corpus cluster's fewest and most, predicted",
@@ -155,7 +151,7 @@ def main(argv=None) -> int:
           "cluster's leave-a-scale-out) | the leave-a-scale-out")
     public, public_out = Tally(), Tally()
     for name, points in held.items():
-        table = public_table({n: v for n, v in held.items() if n != name}, "")
+        table = public_table({n: v for n, v in held.items() if n != name})
         print(f"{name:24s} {len(by_scale[name])} count(s)  public {public.add(points, narrower(table, outs[name]))}"
               f"  |  out {public_out.add(points, first(outs[name]))}")
 
@@ -165,7 +161,7 @@ def main(argv=None) -> int:
           f"out_halfwidth90={h2:.1f} public_points={public.points} public_coverage90={c3:.1f} "
           f"public_halfwidth90={h3:.1f} public_out_coverage90={c4:.1f} public_out_halfwidth90={h4:.1f}")
     if args.write:
-        write(Path(args.write), public_table(held, ""), list(held))
+        write(Path(args.write), public_table(held), list(held))
     return 0
 
 

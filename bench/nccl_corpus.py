@@ -23,6 +23,7 @@ switching protocol), and every point of a log whose facts entry notes network ti
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 import warnings
@@ -191,3 +192,9 @@ def every_log(cluster: Cluster) -> tuple[list[NetworkTrace], int]:
         if len(drop) < len(trace.measurements):
             traces.append(without(trace, drop))
     return traces, aside
+
+
+def toml_value(v) -> str:
+    """A value of the tables the benches write (TOML): a string as JSON writes it, a list of numbers (nan: too few
+    points)."""
+    return json.dumps(v) if isinstance(v, str) else "[" + ", ".join("nan" if x != x else repr(x) for x in v) + "]"
