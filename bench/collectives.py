@@ -33,8 +33,14 @@ coverage and half-width per distance, and last `clusters=<n> points=<n> coverage
 halfwidth90=<pct>` over every held-out point (issue 38's targets: median <= 10 %, every cluster <= 15 %, worst <=
 100 %, coverage 85-95 % at a median half-width <= 35 %, <= 15 % at x2).
 
-Run: python bench/collectives.py [--points] [--fit-only] [--shipped] [--only CLUSTER] [--jobs N] [--ref DIR]
-                                 [--write-intervals FILE]
+`--in-sample` measures how far this model family can go on these logs at all: each cluster calibrated on EVERY
+log, its held-out ones included (simfog's shipped values for the unidentified terms), and its held-out points
+predicted from that; the 90 % half-width is each size regime's 90th percentile of those in-sample scores over all
+clusters. No prediction of simfog is made this way (it sees what it predicts): a floor, not a result. Last line
+`in_sample clusters=<n> points=<n> median=<pct> worst=<pct> clusters_over15=<n> halfwidth90=<pct>`.
+
+Run: python bench/collectives.py [--points] [--fit-only] [--shipped] [--in-sample] [--only CLUSTER] [--jobs N]
+                                 [--ref DIR] [--write-intervals FILE]
 """
 
 from __future__ import annotations
@@ -297,6 +303,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the grid of fits")
     parser.add_argument("--shipped", action="store_true",
                         help="simfog's shipped defaults for every cluster instead of leave-one-cluster-out")
+    parser.add_argument("--in-sample", action="store_true",
+                        help="calibrate each cluster on all its logs, held-out ones included: the model's floor")
     parser.add_argument("--write-intervals", metavar="FILE",
                         help="write the half-widths of every cluster's held-out points "
                         "(simfog/data/nccl_bands.toml)")
@@ -309,6 +317,9 @@ def main() -> None:
         clusters = [c for c in clusters if c.name in args.only]
     print(f"{len(clusters)} clusters; disturbed points set aside: {nccl_corpus.DISTURBED_RULE}")
     preps = [prepare(c) for c in clusters]
+    if args.in_sample:
+        in_sample(preps)
+        return
     shipped = dict(nccl_fit.UNIDENTIFIED)
     chosen, learned_all = held_out(preps, jobs=args.jobs, learn=not (args.fit_only or args.shipped or args.only),
                                    predict=not args.fit_only)
@@ -370,6 +381,33 @@ def main() -> None:
     hw = 100 * np.median(widths) if widths else np.nan
     print(f"clusters={counted} points={len(everything)} coverage90={cov:.1f} median={100 * np.median(e):.1f} "
           f"worst={100 * np.max(e):.1f} halfwidth90={hw:.1f}")
+
+
+def in_sample(preps: list[Prepared]) -> None:
+    """The model family's floor on these logs (see the module docstring: --in-sample)."""
+    print(f"{'cluster':24s} {'points':>6s} {'median':>7s} {'p90':>7s} {'worst':>7s}  (calibrated on every log, "
+          "the held-out ones included)")
+    everything, medians = [], []
+    for p in preps:
+        if p.off:
+            continue
+        held = [nccl_corpus.without(trace, drop) for _, trace, drop in p.held]
+        cal = nccl_fit.fit(p.calibration + held, source=p.cluster.name, unidentified=dict(nccl_fit.UNIDENTIFIED),
+                           **p.fit_args)
+        points = nccl_fit.predict(cal.network, held)
+        err = np.array([abs(q.rel_error) for q in points])
+        everything += points
+        medians.append(float(np.median(err)))
+        print(f"{p.cluster.name:24s} {len(err):6d} {_pct(np.median(err)):>7s} {_pct(np.quantile(err, 0.9)):>7s} "
+              f"{_pct(err.max()):>7s}")
+    scores = nccl_bands.scores_by_regime(everything)
+    width = {r: float(np.quantile(v, LEVEL)) for r, v in scores.items() if v}
+    print("# 90 % half-width each size regime would need in-sample: " + "; ".join(
+        f"{r} {_pct(nccl_bands.relative_half_width(w))} ({len(scores[r])} points)" for r, w in width.items()))
+    err = np.array([abs(q.rel_error) for q in everything])
+    hw = np.median([nccl_bands.relative_half_width(width[size_regime(q.bytes)]) for q in everything])
+    print(f"in_sample clusters={len(medians)} points={len(err)} median={100 * np.median(err):.1f} "
+          f"worst={100 * err.max():.1f} clusters_over15={sum(m > 0.15 for m in medians)} halfwidth90={100 * hw:.1f}")
 
 
 def scores_by_distance(points: list, cal_nodes: int) -> dict[str, dict[str, list[float]]]:

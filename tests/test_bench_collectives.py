@@ -160,6 +160,22 @@ def test_bench_runs_the_corpus_counts_what_it_sets_aside_and_ends_with_the_summa
     assert int(re.search(r"points=(\d+)", last).group(1)) == (len(SIZES) - 1) + len(SIZES) + len(SIZES)
 
 
+def test_in_sample_calibrates_on_every_log_and_scores_the_same_held_out_points(tiny):
+    """--in-sample (the model family's floor): each cluster fitted on all its logs, the held-out points as the
+    held-out run counts them (disturbed ones still set aside), and the half-width each size regime needs."""
+    data, ref_facts, ref_logs = tiny
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "collectives.py"), "--corpus", str(data),
+                          "--ref-facts", str(ref_facts), "--ref", str(ref_logs), "--in-sample"],
+                         capture_output=True, text=True, check=True, cwd=REPO,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}).stdout
+    assert re.search(r"^alpha\s+17\s", out, re.M) and re.search(r"^gamma\s+9\s", out, re.M)
+    assert "learned" not in out  # nothing learned across clusters: the shipped values
+    assert re.search(r"^# 90 % half-width each size regime would need in-sample: small [\d.]+%", out, re.M)
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"in_sample clusters=2 points=26 median=[\d.]+ worst=[\d.]+ clusters_over15=[012] "
+                        r"halfwidth90=[\d.]+", last)
+
+
 def test_coverage_is_judged_on_intervals_fitted_without_the_cluster():
     """Cluster a's points are judged by b's and c's scores only: with b's and c's 19 small-message scores 0.01 ..
     0.19 the 90 % half-width is the 18th, 0.18 (k = ceil(20 * 0.9)); a's own huge scores do not widen it."""

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -32,5 +35,17 @@ def test_the_bench_prints_one_line_per_paper_and_the_summary_last():
     lines = out.strip().splitlines()
     assert [line.split()[0] for line in lines[:4]] == ["mgwfbp", "bluefog", "bagua", "wagma"]
     assert all("points=" in line and " inside=" in line and " median=" in line and " worst=" in line
-               for line in lines[:4])
+               and " floor=" in line for line in lines[:4])
     assert lines[-1].startswith("papers=4 points=118 inside=")
+
+
+def test_one_factor_floor_is_the_least_median_error_any_single_scale_leaves():
+    # equal ratios: one factor removes every error
+    c, floor = published.one_factor_floor([0.8, 0.8, 0.8])
+    assert c == pytest.approx(0.8, rel=1e-3) and floor == pytest.approx(0.0, abs=1e-3)
+    # 0.9 and 1.1: for c in [0.9, 1.1] the two errors sum to 0.2 / c, least at c = 1.1: median 0.1 / 1.1
+    c, floor = published.one_factor_floor([0.9, 1.1])
+    assert c == pytest.approx(1.1, rel=1e-3) and floor == pytest.approx(0.1 / 1.1, rel=1e-3)
+    # never above the unscaled median (c = 1 is on the grid)
+    ratios = [0.63, 0.9, 1.2, 1.52, 0.75]
+    assert published.one_factor_floor(ratios)[1] <= float(np.median(np.abs(np.array(ratios) - 1))) + 1e-12
