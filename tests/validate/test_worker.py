@@ -245,6 +245,39 @@ def test_replay_waits_follow_the_trace():
             p.grad = None
 
 
+def test_replay_gradients_are_fresh_zeros_that_accumulate_grad_takes_without_a_copy(monkeypatch):
+    """Each iteration every parameter gets a new all-zero gradient, the very tensor its _Attach node handed out
+    (AccumulateGrad took it, as it takes a real layer's fresh gradient, instead of cloning a kept one after the last
+    deadline), and the model keeps no reference to it."""
+    from validate.ranks import replay
+
+    handed = {}
+    plain = replay._Attach.backward
+
+    def recording(ctx, g):
+        out = plain(ctx, g)
+        handed[ctx.layer, ctx.k] = out[1].data_ptr()
+        return out
+
+    monkeypatch.setattr(replay._Attach, "backward", staticmethod(recording))
+    trace = _replay_trace()
+    model = ReplayModel(trace)
+    lt = LayerTimes.from_trace(trace, "samples")
+    seen = []
+    for s in range(2):
+        handed.clear()
+        model.set_iteration(lt.forward_s[s] * 0, lt.backward_s[s] * 0)
+        model(torch.zeros(1, requires_grad=True)).sum().backward()
+        grads = {n: p.grad for n, p in model.named_tensors().items()}
+        assert all(g is not None and not g.any() for g in grads.values())
+        assert {n: g.data_ptr() for n, g in grads.items()} == {n: handed[w] for n, w in model._where.items()}
+        assert all(x is None for fresh in model.clock.fresh for x in fresh)
+        seen.append(grads)
+        for p in model.parameters():
+            p.grad = None
+    assert all(seen[0][n] is not seen[1][n] for n in seen[0])
+
+
 def test_replay_optimizer_waits():
     model = ReplayModel(_replay_trace())
     t0 = time.perf_counter()
