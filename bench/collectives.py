@@ -51,7 +51,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -389,12 +389,10 @@ def in_sample(preps: list[Prepared]) -> None:
           "the held-out ones included)")
     everything, medians = [], []
     for p in preps:
-        if p.off:
-            continue
         held = [nccl_corpus.without(trace, drop) for _, trace, drop in p.held]
-        cal = nccl_fit.fit(p.calibration + held, source=p.cluster.name, unidentified=dict(nccl_fit.UNIDENTIFIED),
-                           **p.fit_args)
-        points = nccl_fit.predict(cal.network, held)
+        points = evaluate(replace(p, calibration=p.calibration + held), dict(nccl_fit.UNIDENTIFIED)).points
+        if not points:
+            continue
         err = np.array([abs(q.rel_error) for q in points])
         everything += points
         medians.append(float(np.median(err)))

@@ -88,7 +88,7 @@ class LayerTimes:
 class _Clock:
     """The current iteration's schedule and what happened, shared by the autograd nodes of one ReplayModel."""
 
-    def __init__(self, layers: int, spin_s: float, grads: Sequence[Sequence[tuple]] = ()):
+    def __init__(self, layers: int, spin_s: float, grads: Sequence[Sequence[tuple]]):
         self.spin_s = spin_s
         self.grads = grads  # per layer, (elements, dtype, device) of each parameter's gradient
         self.fresh: list[list] = [[] for _ in grads]  # per layer, the gradients its _Attach nodes hand out next
@@ -108,8 +108,8 @@ class _Clock:
         else:
             if self.bwd_origin is None:
                 self.bwd_origin = now
-            if self.grads:  # inside the layer's traced time: the wait below absorbs the allocation
-                self.fresh[layer] = [torch.zeros(n, dtype=d, device=where) for n, d, where in self.grads[layer]]
+            # inside the layer's traced time: the wait below absorbs the allocation
+            self.fresh[layer] = [torch.zeros(n, dtype=d, device=where) for n, d, where in self.grads[layer]]
             end = wait_until(self.bwd_origin + self.bwd_end[layer], self.spin_s)
             if layer == 0:
                 self.backward_done_s = end
